@@ -1,0 +1,202 @@
+// `poolgate admin …`: the operator's side of what the spec puts in the dashboard and organization settings.
+// Each command is a function of (args, store) that returns JSON or fails with a usage message; the CLI
+// runs it on the store directly or forwards it to the process that holds the embedded store.
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+import type { Config } from '../config/schema.js';
+import type { SecretBox } from '../security/secret-box.js';
+import { ABILITIES } from '../control/schemas.js';
+import { CHANGE_CHANNEL, type Sql } from '../store/sql.js';
+import {
+  PLANS,
+  ROLES,
+  TOKEN_LIFETIMES,
+  createTeam,
+  createToken,
+  createUser,
+  findTeam,
+  findUser,
+  type Plan,
+  type Role,
+  type TeamRow,
+  type TokenLifetime,
+} from '../store/teams.js';
+
+export interface AdminDeps {
+  config: Config;
+  sql: Sql;
+  box: SecretBox;
+  now: () => Date;
+}
+
+export class AdminUsageError extends Error {
+  override name = 'AdminUsageError';
+}
+
+export interface AdminResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+type Options = NonNullable<ParseArgsConfig['options']>;
+
+interface Command {
+  usage: string;
+  options: Options;
+  run(values: Record<string, string | boolean | undefined>, deps: AdminDeps): Promise<unknown>;
+}
+
+const LIFETIME_NAMES: Record<string, TokenLifetime> = {
+  '1m': '1m', '1month': '1m', '1-month': '1m', month: '1m',
+  '6m': '6m', '6months': '6m', '6-months': '6m',
+  '1y': '1y', '1year': '1y', '1-year': '1y', year: '1y', '12m': '1y',
+};
+
+function need(values: Record<string, unknown>, name: string): string {
+  const v = values[name];
+  if (typeof v !== 'string' || v.trim() === '') throw new AdminUsageError(`--${name} is required`);
+  return v.trim();
+}
+
+function oneOf<T extends string>(value: string, allowed: readonly T[], name: string): T {
+  if (!(allowed as readonly string[]).includes(value)) throw new AdminUsageError(`--${name} must be one of ${allowed.join(', ')}`);
+  return value as T;
+}
+
+function positiveInt(value: string, name: string, min = 0): number {
+  if (!/^\d{1,9}$/.test(value) || Number(value) < min) throw new AdminUsageError(`--${name} must be an integer ≥ ${min}`);
+  return Number(value);
+}
+
+async function teamOf(deps: AdminDeps, ref: string): Promise<TeamRow> {
+  const team = await findTeam(deps.sql, ref);
+  if (!team) throw new AdminUsageError(`team ${JSON.stringify(ref)} not found`);
+  return team;
+}
+
+function parseAbilities(raw: string | undefined): string[] {
+  if (!raw || raw === 'all') return [...ABILITIES];
+  const list = raw.split(',').map((s) => s.trim()).filter(Boolean);
+  for (const a of list) oneOf(a, ABILITIES, 'abilities');
+  return [...new Set(list)];
+}
+
+const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
+
+export const commands: Record<string, Command> = {
+  bootstrap: {
+    usage: 'admin bootstrap --team NAME --email EMAIL [--name NAME] [--plan free|pro|team|business]',
+    options: { team: { type: 'string' }, email: { type: 'string' }, name: { type: 'string' }, plan: { type: 'string' } },
+    async run(v, deps) {
+      const teamName = need(v, 'team');
+      const email = need(v, 'email');
+      if (!EMAIL.test(email)) throw new AdminUsageError('--email is not an email address');
+      const plan = oneOf((v.plan as string | undefined) ?? 'free', PLANS, 'plan') as Plan;
+      const userName = (v.name as string | undefined)?.trim() || email.split('@')[0]!;
+      return deps.sql.transaction(async (tx) => {
+        const team = await createTeam(tx, teamName, plan);
+        const user = await createUser(tx, team.id, userName, email, 'owner');
+        const tok = await createToken(tx, user, { name: 'bootstrap', abilities: ABILITIES, lifetime: '1y', now: deps.now() });
+        return {
+          token: tok.token,
+          team: { id: team.id, name: team.name, slug: team.slug, plan: team.plan },
+          user: { id: user.id, name: user.name, email: user.email, role: user.role },
+          abilities: tok.abilities,
+          expires_at: tok.expires_at.toISOString(),
+        };
+      });
+    },
+  },
+
+  'user add': {
+    usage: 'admin user add --team TEAM --email EMAIL [--name NAME] [--role owner|admin|member]',
+    options: { team: { type: 'string' }, email: { type: 'string' }, name: { type: 'string' }, role: { type: 'string' } },
+    async run(v, deps) {
+      const team = await teamOf(deps, need(v, 'team'));
+      const email = need(v, 'email');
+      if (!EMAIL.test(email)) throw new AdminUsageError('--email is not an email address');
+      const role = oneOf((v.role as string | undefined) ?? 'member', ROLES, 'role') as Role;
+      if (await findUser(deps.sql, team.id, email)) throw new AdminUsageError(`user ${email} already exists in team ${team.slug}`);
+      const user = await createUser(deps.sql, team.id, (v.name as string | undefined)?.trim() || email.split('@')[0]!, email, role);
+      return { user: { id: user.id, name: user.name, email: user.email, role: user.role }, team: { id: team.id, slug: team.slug } };
+    },
+  },
+
+  'token create': {
+    usage: 'admin token create --team TEAM --user EMAIL|ID [--abilities all|a,b,…] [--lifetime 1m|6m|1y] [--name NAME]',
+    options: { team: { type: 'string' }, user: { type: 'string' }, abilities: { type: 'string' }, lifetime: { type: 'string' }, name: { type: 'string' } },
+    async run(v, deps) {
+      const team = await teamOf(deps, need(v, 'team'));
+      const user = await findUser(deps.sql, team.id, need(v, 'user'));
+      if (!user) throw new AdminUsageError(`user ${JSON.stringify(v.user)} not found in team ${team.slug}`);
+      // Only owners and admins can create tokens (spec: Authentication, Control API 2).
+      if (user.role === 'member') throw new AdminUsageError('only owners and admins can create API tokens');
+      const lifetime = LIFETIME_NAMES[((v.lifetime as string | undefined) ?? '1y').toLowerCase()];
+      if (!lifetime) throw new AdminUsageError(`--lifetime must be one of ${Object.keys(TOKEN_LIFETIMES).join(', ')} (1 month, 6 months, 1 year)`);
+      const tok = await createToken(deps.sql, user, {
+        name: (v.name as string | undefined)?.trim() || 'cli',
+        abilities: parseAbilities(v.abilities as string | undefined),
+        lifetime,
+        now: deps.now(),
+      });
+      return { id: tok.id, token: tok.token, name: tok.name, abilities: tok.abilities, expires_at: tok.expires_at.toISOString() };
+    },
+  },
+
+  'token revoke': {
+    usage: 'admin token revoke --team TEAM --id TOKEN_ID',
+    options: { team: { type: 'string' }, id: { type: 'string' } },
+    async run(v, deps) {
+      const team = await teamOf(deps, need(v, 'team'));
+      const id = positiveInt(need(v, 'id'), 'id', 1);
+      const { rows } = await deps.sql.query<{ id: number; revoked_at: Date }>(
+        `UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, $3) WHERE id = $1 AND team_id = $2 RETURNING id, revoked_at`,
+        [id, team.id, deps.now()],
+      );
+      if (!rows[0]) throw new AdminUsageError(`token ${id} not found in team ${team.slug}`);
+      return { id: rows[0].id, revoked_at: rows[0].revoked_at.toISOString() };
+    },
+  },
+
+  'plan set': {
+    usage: 'admin plan set --team TEAM --plan free|pro|team|business',
+    options: { team: { type: 'string' }, plan: { type: 'string' } },
+    async run(v, deps) {
+      const team = await teamOf(deps, need(v, 'team'));
+      const plan = oneOf(need(v, 'plan'), PLANS, 'plan');
+      await deps.sql.query('UPDATE teams SET plan = $2 WHERE id = $1', [team.id, plan]);
+      await deps.sql.notify(CHANGE_CHANNEL, `team:${team.id}`);
+      return { team: { id: team.id, slug: team.slug, plan } };
+    },
+  },
+};
+
+export function helpText(): string {
+  return ['usage: poolgate admin <command> [options]  (--help on any command)', '', ...Object.values(commands).map((c) => `  poolgate ${c.usage}`)].join('\n');
+}
+
+/** Runs one admin command line (argv after `admin`) and returns what to print. Never throws. */
+export async function runAdmin(argv: readonly string[], deps: AdminDeps): Promise<AdminResult> {
+  const words = argv.filter((a) => !a.startsWith('-'));
+  const name = [words.slice(0, 2).join(' '), words[0] ?? ''].find((n) => n in commands);
+  if (!name) {
+    const asked = argv.length === 0 || argv.includes('--help') || argv.includes('-h');
+    return { code: asked ? 0 : 2, stdout: asked ? helpText() + '\n' : '', stderr: asked ? '' : `unknown admin command: ${words.join(' ')}\n${helpText()}\n` };
+  }
+  const cmd = commands[name]!;
+  const rest = [...argv];
+  for (const w of name.split(' ')) rest.splice(rest.indexOf(w), 1);
+  if (rest.includes('--help') || rest.includes('-h')) return { code: 0, stdout: `usage: poolgate ${cmd.usage}\n`, stderr: '' };
+  try {
+    const { values } = parseArgs({ args: rest, options: cmd.options, strict: true, allowPositionals: false });
+    const out = await cmd.run(values as Record<string, string | boolean | undefined>, deps);
+    return { code: 0, stdout: JSON.stringify(out) + '\n', stderr: '' };
+  } catch (err) {
+    const e = err as Error & { code?: string };
+    if (err instanceof AdminUsageError || e.code?.startsWith('ERR_PARSE_ARGS')) {
+      return { code: 2, stdout: '', stderr: `${e.message}\nusage: poolgate ${cmd.usage}\n` };
+    }
+    if (e.code === '23505') return { code: 1, stdout: '', stderr: `already exists: ${e.message}\n` };
+    return { code: 1, stdout: '', stderr: `admin ${name} failed: ${e.message}\n` };
+  }
+}

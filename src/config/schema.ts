@@ -1,0 +1,109 @@
+// The configuration table: one schema that yields the TypeScript type, boot-time validation,
+// the env names and docs/configuration.md. Every key can be set in the file or by its env name.
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
+
+const port = (env: string, def: number, description: string) =>
+  Type.Integer({ minimum: 0, maximum: 65535, default: def, env, description });
+
+export const ConfigSchema = Type.Object(
+  {
+    host: Type.String({ minLength: 1, default: '127.0.0.1', env: 'POOLGATE_HOST', description: 'Bind address of every listener.' }),
+    controlPort: port('POOLGATE_CONTROL_PORT', 7070, 'Control API port (0 picks a free one).'),
+    proxyPort: port('POOLGATE_PROXY_PORT', 7071, 'Pool traffic (data plane) port.'),
+    lockPort: port('POOLGATE_LOCK_PORT', 7072, 'Lock API port.'),
+    metricsPort: port('POOLGATE_METRICS_PORT', 9465, 'Prometheus /metrics port.'),
+    pgPort: port('POOLGATE_PG_PORT', 15432, 'PostgreSQL wire listener port.'),
+    mysqlPort: port('POOLGATE_MYSQL_PORT', 13306, 'MySQL wire listener port.'),
+    poolDomain: Type.String({
+      minLength: 1,
+      pattern: '^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$',
+      default: 'pools.localhost',
+      env: 'POOLGATE_POOL_DOMAIN',
+      description: 'Pool hostnames are <subdomain>.<poolDomain>.',
+    }),
+    baseUrl: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
+      default: null,
+      env: 'POOLGATE_BASE_URL',
+      description: 'Public address of the Control API ({base_url}); derived from host and port when null.',
+    }),
+    lockApiUrl: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
+      default: null,
+      env: 'POOLGATE_LOCK_API_URL',
+      description: 'Public address of the lock API ({lock_api_url}); derived from host and port when null.',
+    }),
+    dashboardUrl: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
+      default: null,
+      env: 'POOLGATE_DASHBOARD_URL',
+      description: 'Address shown as dashboard_url in auth handoffs; the Control API base when null.',
+    }),
+    dataDir: Type.String({ minLength: 1, default: './data', env: 'POOLGATE_DATA_DIR', description: 'Embedded store, generated master key and admin socket.' }),
+    databaseUrl: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
+      default: null,
+      env: 'DATABASE_URL',
+      description: 'PostgreSQL store; null uses the embedded PGlite store in dataDir.',
+    }),
+    redisUrl: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
+      default: null,
+      env: 'REDIS_URL',
+      description: 'Redis for the shared governor; null uses the in-memory governor.',
+    }),
+    secretKey: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
+      default: null,
+      env: 'POOLGATE_SECRET_KEY',
+      description: 'Master key (32 bytes, hex or base64) encrypting secrets at rest; null generates one into dataDir (mode 0600).',
+    }),
+    allowPrivateTargets: Type.Boolean({
+      default: false,
+      env: 'POOLGATE_ALLOW_PRIVATE_TARGETS',
+      description: 'Allow loopback/private/link-local origins, database hosts and webhook URLs (local use and tests).',
+    }),
+    controlBodyLimit: Type.Integer({
+      minimum: 1024,
+      maximum: 16 * 1024 * 1024,
+      default: 65536,
+      env: 'POOLGATE_CONTROL_BODY_LIMIT',
+      description: 'Largest Control API request body in bytes; larger bodies get 413.',
+    }),
+    metricsRetentionDays: Type.Integer({
+      minimum: 1,
+      maximum: 3650,
+      default: 30,
+      env: 'POOLGATE_METRICS_RETENTION_DAYS',
+      description: 'How long per-minute pool metrics are kept; the metrics range is clamped to it.',
+    }),
+    maxWebhookDestinations: Type.Integer({
+      minimum: 1,
+      maximum: 10000,
+      default: 25,
+      env: 'POOLGATE_MAX_WEBHOOK_DESTINATIONS',
+      description: 'Webhook destinations one team may have (the spec\'s cap).',
+    }),
+    intakeTtlSeconds: Type.Integer({
+      minimum: 60,
+      maximum: 86400,
+      default: 900,
+      env: 'POOLGATE_INTAKE_TTL_SECONDS',
+      description: 'Lifetime of a one-shot credential intake minted by auth-handoff.',
+    }),
+    logLevel: Type.Union(
+      ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((l) => Type.Literal(l)),
+      { default: 'info', env: 'POOLGATE_LOG_LEVEL', description: 'Log level of the service log (stderr).' },
+    ),
+  },
+  { additionalProperties: false },
+);
+
+export type Config = Readonly<Static<typeof ConfigSchema>>;
+
+export interface ConfigEntry {
+  key: keyof Config & string;
+  env: string;
+  schema: TSchema;
+}
+
+/** The table view of the schema: one row per key with its env name. */
+export const configEntries: readonly ConfigEntry[] = Object.entries(ConfigSchema.properties).map(([key, schema]) => ({
+  key: key as keyof Config & string,
+  env: (schema as unknown as { env: string }).env,
+  schema: schema as TSchema,
+}));

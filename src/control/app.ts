@@ -1,0 +1,121 @@
+// Control API app factory: JSON only, bearer-token auth, strict body validation, `{ message }` errors,
+// and an OpenAPI 3.1.0 document generated from the same route schemas. listen() lives in the start-up module.
+import Fastify, { type FastifyInstance, type FastifyError, type FastifyReply, type FastifyRequest } from 'fastify';
+import swagger from '@fastify/swagger';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Ajv, type Options as AjvOptions } from 'ajv';
+import addFormatsModule from 'ajv-formats';
+import { ApiError } from './errors.js';
+import { authenticate } from './auth.js';
+import type { ControlContext } from './context.js';
+import { sharedSchemas } from './schemas.js';
+import { identityRoutes } from './identity.js';
+import { budgetRoutes } from './budgets.js';
+
+const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv;
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** Routes that need no API token (the OpenAPI document, the one-shot intake). */
+    public?: boolean;
+  }
+}
+
+export type ControlApp = FastifyInstance;
+
+function makeAjv(opts: AjvOptions): Ajv {
+  const ajv = new Ajv({ allErrors: false, strict: false, ...opts });
+  addFormats(ajv);
+  return ajv;
+}
+
+function describeValidation(err: FastifyError): string {
+  const first = err.validation?.[0];
+  if (!first) return err.message;
+  const where = `${err.validationContext ?? 'body'}${first.instancePath ? first.instancePath.replaceAll('/', '.') : ''}`;
+  if (first.keyword === 'additionalProperties') {
+    return `${where}: unknown property ${JSON.stringify((first.params as { additionalProperty: string }).additionalProperty)}`;
+  }
+  return `${where} ${first.message ?? 'is invalid'}`;
+}
+
+export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> {
+  const app = Fastify({
+    logger: false,
+    bodyLimit: ctx.config.controlBodyLimit,
+    return503OnClosing: true,
+    routerOptions: { caseSensitive: true, ignoreTrailingSlash: false, maxParamLength: 200 },
+  }).withTypeProvider<TypeBoxTypeProvider>();
+
+  // Bodies are validated exactly (no coercion, no silent stripping); path and query strings are coerced.
+  const bodyAjv = makeAjv({ coerceTypes: false, removeAdditional: false, useDefaults: false });
+  const textAjv = makeAjv({ coerceTypes: true, removeAdditional: false, useDefaults: true });
+  for (const s of sharedSchemas) {
+    app.addSchema(s);
+    bodyAjv.addSchema(s);
+    textAjv.addSchema(s);
+  }
+  app.setValidatorCompiler(({ schema, httpPart }) =>
+    httpPart === 'body' ? bodyAjv.compile(schema) : textAjv.compile(schema),
+  );
+
+  // JSON bodies only; an empty body means "no body" (for endpoints whose body is optional).
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser(/^application\/(?:[\w.+-]+\+)?json$/i, { parseAs: 'string' }, (_req, text, done) => {
+    const s = (text as string).trim();
+    if (s === '') return done(null, undefined);
+    try {
+      done(null, JSON.parse(s, (k, v) => (k === '__proto__' ? undefined : v)));
+    } catch {
+      done(new ApiError(400, 'request body is not valid JSON'), undefined);
+    }
+  });
+
+  app.decorateRequest('actor', null);
+  app.addHook('onRequest', async (req: FastifyRequest) => {
+    if (req.routeOptions.config?.public) return;
+    // Unknown routes fall through to the not-found handler after auth, so paths are not probeable without a token.
+    req.actor = await authenticate(ctx.sql, req.headers.authorization, ctx.now());
+  });
+
+  app.setErrorHandler((err: FastifyError, req: FastifyRequest, reply: FastifyReply) => {
+    if (err instanceof ApiError) return reply.code(err.statusCode).send({ message: err.message });
+    if (err.validation) {
+      if (err.validationContext === 'params') return reply.code(404).send({ message: 'not found' });
+      return reply.code(422).send({ message: describeValidation(err) });
+    }
+    const status = err.statusCode ?? 500;
+    if (status >= 400 && status < 500) {
+      const message =
+        status === 413 ? 'request body is too large'
+        : status === 415 ? 'unsupported content type: send application/json'
+        : err.message;
+      return reply.code(status).send({ message });
+    }
+    ctx.log.error({ err, method: req.method, url: req.url }, 'control api internal error');
+    return reply.code(500).send({ message: 'internal error' });
+  });
+  app.setNotFoundHandler((_req, reply) => reply.code(404).send({ message: 'route not found' }));
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: {
+        title: 'poolgate Control API',
+        version: '1.0.0',
+        description: 'Management plane of poolgate: budgets, pools, pool keys, webhook destinations, metrics.',
+      },
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+      security: [{ bearer: [] }],
+    },
+    refResolver: { buildLocalReference: (json, _base, _fragment, i) => String(json.$id ?? `def-${i}`) },
+  });
+
+  app.get('/api/v1/openapi.json', { config: { public: true }, schema: { hide: true } }, async () => ({ ...app.swagger(), servers: [{ url: ctx.urls.base }] }));
+
+  identityRoutes(app, ctx);
+  budgetRoutes(app, ctx);
+
+  await app.ready();
+  return app;
+}

@@ -1,0 +1,52 @@
+// Bearer API token → the acting user, team and abilities. Tokens are looked up by SHA-256 hash.
+import type { FastifyRequest } from 'fastify';
+import { sha256Hex } from '../security/tokens.js';
+import type { Queryable } from '../store/sql.js';
+import { forbidden, unauthorized } from './errors.js';
+import type { Ability } from './schemas.js';
+
+export interface Actor {
+  tokenId: number;
+  teamId: number;
+  userId: number;
+  role: 'owner' | 'admin' | 'member';
+  abilities: ReadonlySet<string>;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    actor: Actor | null;
+  }
+}
+
+const BEARER = /^Bearer[ \t]+([A-Za-z0-9_\-.~+/]+=*)[ \t]*$/i;
+
+export async function authenticate(sql: Queryable, header: string | undefined, now: Date): Promise<Actor> {
+  const m = header ? BEARER.exec(header) : null;
+  if (!m) throw unauthorized();
+  const { rows } = await sql.query<{ id: number; team_id: number; user_id: number; role: Actor['role']; abilities: string[] }>(
+    `SELECT t.id, t.team_id, t.user_id, u.role, t.abilities
+       FROM api_tokens t JOIN users u ON u.id = t.user_id
+      WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND t.expires_at > $2`,
+    [sha256Hex(m[1]!), now],
+  );
+  const row = rows[0];
+  if (!row) throw unauthorized();
+  return { tokenId: row.id, teamId: row.team_id, userId: row.user_id, role: row.role, abilities: new Set(row.abilities) };
+}
+
+export function actorOf(req: FastifyRequest): Actor {
+  if (!req.actor) throw unauthorized();
+  return req.actor;
+}
+
+export function requireAbility(req: FastifyRequest, ability: Ability): Actor {
+  const actor = actorOf(req);
+  if (!actor.abilities.has(ability)) throw forbidden(`this token lacks the ${ability} ability`);
+  return actor;
+}
+
+/** Webhook destinations are managed by owners and admins only (spec: Webhook destinations). */
+export function requireManager(actor: Actor): void {
+  if (actor.role !== 'owner' && actor.role !== 'admin') throw forbidden('only owners and admins may manage webhooks');
+}

@@ -1,0 +1,35 @@
+// What every Control API module is handed: config, store, secret box, target policy, clock.
+import type { Config } from '../config/schema.js';
+import type { Logger } from '../log.js';
+import type { SecretBox } from '../security/secret-box.js';
+import type { TargetPolicy } from '../security/targets.js';
+import type { Sql } from '../store/sql.js';
+
+export interface ControlContext {
+  readonly config: Config;
+  readonly sql: Sql;
+  readonly box: SecretBox;
+  readonly targets: TargetPolicy;
+  readonly now: () => Date;
+  readonly log: Logger;
+  /** Public addresses (from config, or the bound ports when config leaves them null). */
+  readonly urls: { base: string; lockApi: string; dashboard: string };
+}
+
+import type {
+  FastifyBaseLogger,
+  FastifyInstance,
+  RawReplyDefaultExpression,
+  RawRequestDefaultExpression,
+  RawServerDefault,
+} from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+
+/** The Control API app as route modules see it: typed by the TypeBox schemas of each route. */
+export type TypedApp = FastifyInstance<
+  RawServerDefault,
+  RawRequestDefaultExpression,
+  RawReplyDefaultExpression,
+  FastifyBaseLogger,
+  TypeBoxTypeProvider
+>;

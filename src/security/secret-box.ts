@@ -1,0 +1,49 @@
+// Encrypts secrets that must be usable again (signing secrets, credentials) with the master key: AES-256-GCM.
+import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+
+const VERSION = 'v1';
+
+export class SecretBox {
+  readonly #key: Buffer;
+
+  constructor(key: Buffer) {
+    if (key.length !== 32) throw new Error('master key must be 32 bytes');
+    this.#key = key;
+  }
+
+  seal(plaintext: string): string {
+    const iv = randomBytes(12);
+    const cipher = createCipheriv('aes-256-gcm', this.#key, iv);
+    const body = Buffer.concat([cipher.update(plaintext, 'utf8'), cipher.final()]);
+    return [VERSION, iv.toString('base64'), cipher.getAuthTag().toString('base64'), body.toString('base64')].join(':');
+  }
+
+  open(sealed: string): string {
+    const [version, iv, tag, body] = sealed.split(':');
+    if (version !== VERSION || !iv || !tag || body === undefined) throw new Error('sealed secret has an unknown format');
+    const decipher = createDecipheriv('aes-256-gcm', this.#key, Buffer.from(iv, 'base64'));
+    decipher.setAuthTag(Buffer.from(tag, 'base64'));
+    return Buffer.concat([decipher.update(Buffer.from(body, 'base64')), decipher.final()]).toString('utf8');
+  }
+}
+
+export function parseMasterKey(text: string): Buffer {
+  const t = text.trim();
+  const key = /^[0-9a-fA-F]{64}$/.test(t) ? Buffer.from(t, 'hex') : Buffer.from(t, 'base64');
+  if (key.length !== 32) throw new Error('POOLGATE_SECRET_KEY must be 32 bytes, as 64 hex digits or base64');
+  return key;
+}
+
+/** The configured key, or the one generated into the data dir (mode 0600) on first start. */
+export function loadMasterKey(secretKey: string | null, dataDir: string): Buffer {
+  if (secretKey) return parseMasterKey(secretKey);
+  const dir = resolve(dataDir);
+  const file = join(dir, 'secret.key');
+  if (existsSync(file)) return parseMasterKey(readFileSync(file, 'utf8'));
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(file, randomBytes(32).toString('hex') + '\n', { mode: 0o600, flag: 'wx' });
+  chmodSync(file, 0o600);
+  return parseMasterKey(readFileSync(file, 'utf8'));
+}

@@ -1,0 +1,142 @@
+// Starts the roles of one process (control, dataplane, worker) on one store, and stops them in order.
+import { resolve } from 'node:path';
+import type { Config } from './config/schema.js';
+import { buildControlApp, type ControlApp } from './control/app.js';
+import type { ControlContext } from './control/context.js';
+import { loadMasterKey, SecretBox } from './security/secret-box.js';
+import { systemLookup, type Lookup } from './security/targets.js';
+import { openStore } from './store/open.js';
+import type { Sql } from './store/sql.js';
+import { acquireDataDirLock, type DataDirLock } from './store/data-dir-lock.js';
+import { startAdminSocket, type AdminSocket } from './admin/socket.js';
+import { loadUws } from './http/uws.js';
+import { createLogger, type Logger } from './log.js';
+
+export type RoleName = 'control' | 'dataplane' | 'worker';
+
+export interface ServiceOptions {
+  config: Config;
+  roles: readonly RoleName[];
+  /** DNS resolution used by the target guard; tests pass one that maps names to fixed addresses. */
+  lookup?: Lookup;
+  now?: () => Date;
+  log?: Logger;
+}
+
+export interface Ports {
+  control?: number;
+  proxy?: number;
+  lock?: number;
+  metrics?: number;
+  pg?: number;
+  mysql?: number;
+}
+
+export interface Service {
+  readonly config: Config;
+  readonly sql: Sql;
+  readonly box: SecretBox;
+  readonly log: Logger;
+  readonly now: () => Date;
+  readonly ports: Ports;
+  readonly control: ControlApp | null;
+  close(): Promise<void>;
+}
+
+export function ownHosts(config: Config, urls: string[]): string[] {
+  const hosts = new Set<string>([config.poolDomain]);
+  for (const u of urls) {
+    try {
+      hosts.add(new URL(u).hostname.toLowerCase());
+    } catch {
+      /* not a URL: nothing to add */
+    }
+  }
+  return [...hosts];
+}
+
+export async function startService(opts: ServiceOptions): Promise<Service> {
+  const { config } = opts;
+  if (opts.roles.length < 3 && !config.databaseUrl) {
+    throw new Error('running roles in separate processes needs a shared store: set DATABASE_URL (PostgreSQL)');
+  }
+  // Refuse early, before anything binds, when the native uWS build is missing.
+  if (opts.roles.includes('dataplane')) loadUws();
+
+  const lock: DataDirLock | null = config.databaseUrl ? null : acquireDataDirLock(resolve(config.dataDir));
+  let sql: Sql;
+  try {
+    sql = await openStore(config);
+  } catch (err) {
+    lock?.release();
+    throw err;
+  }
+  const box = new SecretBox(loadMasterKey(config.secretKey, config.dataDir));
+  const now = opts.now ?? (() => new Date());
+  const log = opts.log ?? createLogger(config.logLevel);
+  const closers: Array<() => Promise<void>> = [];
+  const ports: Ports = {};
+  let control: ControlApp | null = null;
+  let admin: AdminSocket | null = null;
+
+  try {
+    if (opts.roles.includes('control')) {
+      const base = config.baseUrl ?? '';
+      const lockApi = config.lockApiUrl ?? '';
+      const urls = { base, lockApi, dashboard: config.dashboardUrl ?? base };
+      const own = ownHosts(config, [base, lockApi]);
+      const ctx: ControlContext = {
+        config,
+        sql,
+        box,
+        now,
+        log,
+        urls,
+        targets: { allowPrivate: config.allowPrivateTargets, ownHosts: own, lookup: opts.lookup ?? systemLookup },
+      };
+      control = await buildControlApp(ctx);
+      await control.listen({ host: config.host, port: config.controlPort });
+      const addr = control.server.address();
+      ports.control = typeof addr === 'object' && addr ? addr.port : config.controlPort;
+      // Public addresses default to what we bound, once the port is known.
+      const hostForUrl = config.host.includes(':') ? `[${config.host}]` : config.host;
+      if (!config.baseUrl) urls.base = `http://${hostForUrl}:${ports.control}`;
+      if (!config.dashboardUrl) urls.dashboard = urls.base;
+      if (!config.lockApiUrl) urls.lockApi = `http://${hostForUrl}:${config.lockPort}`;
+      own.splice(0, own.length, ...ownHosts(config, [urls.base, urls.lockApi]));
+      const app = control;
+      closers.push(() => app.close());
+    }
+    if (!config.databaseUrl) {
+      // The embedded store is held by this process; admin commands reach it through this socket.
+      admin = await startAdminSocket(resolve(config.dataDir), { config, sql, box, now });
+      const a = admin;
+      closers.push(() => a.close());
+    }
+  } catch (err) {
+    for (const c of closers.reverse()) await c().catch(() => {});
+    await sql.close().catch(() => {});
+    lock?.release();
+    throw err;
+  }
+
+  let closing: Promise<void> | null = null;
+  return {
+    config,
+    sql,
+    box,
+    log,
+    now,
+    ports,
+    control,
+    close() {
+      closing ??= (async () => {
+        // Stop accepting first, let in-flight work finish, then close the store.
+        for (const c of closers.reverse()) await c().catch(() => {});
+        await sql.close().catch(() => {});
+        lock?.release();
+      })();
+      return closing;
+    },
+  };
+}

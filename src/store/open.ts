@@ -1,0 +1,20 @@
+// Opens the configured store engine and brings its schema up to date.
+import { join, resolve } from 'node:path';
+import type { Config } from '../config/schema.js';
+import { migrate } from './migrate.js';
+import { openPglite } from './pglite.js';
+import { openPostgres } from './postgres.js';
+import type { Sql } from './sql.js';
+
+export async function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'>): Promise<Sql> {
+  const sql = config.databaseUrl
+    ? await openPostgres(config.databaseUrl)
+    : await openPglite(join(resolve(config.dataDir), 'pglite'));
+  try {
+    await migrate(sql);
+  } catch (err) {
+    await sql.close().catch(() => {});
+    throw err;
+  }
+  return sql;
+}

@@ -1,0 +1,71 @@
+// Pool rows and their Control API view (spec: Pool, with the embedded PoolBudget).
+import type { PoolT } from '../control/schemas.js';
+import type { Queryable } from './sql.js';
+
+export interface PoolRow {
+  id: number;
+  team_id: number;
+  name: string;
+  description: string | null;
+  subdomain: string;
+  backend: 'http' | 'postgres' | 'mysql';
+  origin: string | null;
+  origin_host: string | null;
+  db_host: string | null;
+  db_port: number | null;
+  db_name: string | null;
+  db_sslmode: string | null;
+  max_concurrent: number;
+  require_key: boolean;
+  auth_method: string | null;
+  managed_auth: boolean;
+  credential_id: number | null;
+  async_enabled: boolean;
+  async_on_queue: boolean;
+  settings: Record<string, unknown>;
+  status: string;
+  budget_id: number | null;
+  budget_name: string | null;
+  reserved_concurrent: number | null;
+}
+
+const POOL_SELECT = `
+  SELECT p.*, b.id AS budget_id, b.name AS budget_name, bp.reserved_concurrent
+    FROM pools p
+    LEFT JOIN budget_pools bp ON bp.pool_id = p.id
+    LEFT JOIN budgets b ON b.id = bp.budget_id`;
+
+export function poolView(row: PoolRow): PoolT {
+  return {
+    id: row.id,
+    name: row.name,
+    description: row.description,
+    subdomain: row.subdomain,
+    backend: row.backend,
+    max_concurrent: row.max_concurrent,
+    require_key: row.require_key,
+    has_credential: row.credential_id !== null,
+    budget:
+      row.budget_id !== null
+        ? { id: row.budget_id, name: row.budget_name!, reserved_concurrent: row.reserved_concurrent ?? 0 }
+        : null,
+  };
+}
+
+/** A live pool of the team by its subdomain label (another team's pool is simply not found). */
+export async function findPool(db: Queryable, teamId: number, subdomain: string): Promise<PoolRow | null> {
+  const { rows } = await db.query<PoolRow>(`${POOL_SELECT} WHERE p.team_id = $1 AND p.subdomain = $2 AND p.status <> 'deleted'`, [teamId, subdomain]);
+  return rows[0] ?? null;
+}
+
+export async function findPoolById(db: Queryable, teamId: number, id: number): Promise<PoolRow | null> {
+  const { rows } = await db.query<PoolRow>(`${POOL_SELECT} WHERE p.team_id = $1 AND p.id = $2 AND p.status <> 'deleted'`, [teamId, id]);
+  return rows[0] ?? null;
+}
+
+export async function listPools(db: Queryable, teamId: number, budgetId?: number): Promise<PoolRow[]> {
+  const { rows } = budgetId === undefined
+    ? await db.query<PoolRow>(`${POOL_SELECT} WHERE p.team_id = $1 AND p.status <> 'deleted' ORDER BY p.id`, [teamId])
+    : await db.query<PoolRow>(`${POOL_SELECT} WHERE p.team_id = $1 AND b.id = $2 AND p.status <> 'deleted' ORDER BY p.id`, [teamId, budgetId]);
+  return rows;
+}

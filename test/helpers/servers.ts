@@ -1,0 +1,33 @@
+// Real backing servers for tests. With CI=true a missing server fails the test run (CI starts them);
+// without CI the test is skipped with a one-line reason.
+import { connect } from 'node:net';
+
+export const PG_URL = process.env.POOLGATE_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+export const REDIS_URL = process.env.POOLGATE_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
+export const MYSQL = { host: '127.0.0.1', port: 3306, user: 'root', password: '' };
+
+const PORTS = { postgres: 5432, redis: 6379, mariadb: 3306 } as const;
+export type ServerName = keyof typeof PORTS;
+
+function reachable(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = connect({ host: '127.0.0.1', port });
+    s.setTimeout(1000);
+    s.once('connect', () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.once('timeout', () => {
+      s.destroy();
+      resolve(false);
+    });
+    s.once('error', () => resolve(false));
+  });
+}
+
+/** `false` to run the test; a skip reason when the server is absent outside CI. Throws in CI. */
+export async function needServer(name: ServerName): Promise<false | string> {
+  if (await reachable(PORTS[name])) return false;
+  if (process.env.CI) throw new Error(`${name} is not running on 127.0.0.1:${PORTS[name]}; CI requires it`);
+  return `${name} is not running on 127.0.0.1:${PORTS[name]}`;
+}

@@ -1,0 +1,124 @@
+// Starts poolgate in-process on random ports with a fresh store (PGlite in a temp dir, or a fresh
+// PostgreSQL database), and tears everything down after the test.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { request, type Dispatcher } from 'undici';
+import { loadConfig } from '../../src/config/load.js';
+import type { Config } from '../../src/config/schema.js';
+import { startService, type RoleName, type Service } from '../../src/service.js';
+import { runAdmin } from '../../src/admin/commands.js';
+import type { Lookup } from '../../src/security/targets.js';
+import { createLogger } from '../../src/log.js';
+import { PG_URL } from './servers.js';
+
+export type Engine = 'pglite' | 'postgres';
+
+export interface TestService {
+  service: Service;
+  config: Config;
+  controlUrl: string;
+  /** Runs `poolgate admin …` against this service's store and parses its JSON output. */
+  admin(argv: string[]): Promise<any>;
+  /** Bootstraps a team and returns its owner's token. */
+  bootstrap(opts?: { team?: string; plan?: string; email?: string }): Promise<{ token: string; team: { id: number; slug: string }; user: { id: number } }>;
+  api(method: Dispatcher.HttpMethod, path: string, opts?: { token?: string | null; body?: unknown; rawBody?: string; headers?: Record<string, string> }): Promise<{ status: number; body: any; headers: Record<string, unknown> }>;
+  close(): Promise<void>;
+}
+
+/** A fresh PostgreSQL database on the local server; dropped by the returned function. */
+export async function freshPostgresDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
+  const name = `poolgate_t_${randomBytes(6).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: PG_URL });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${name}`);
+  await admin.end();
+  const url = new URL(PG_URL);
+  url.pathname = `/${name}`;
+  return {
+    url: url.toString(),
+    async drop() {
+      const c = new pg.Client({ connectionString: PG_URL });
+      await c.connect();
+      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await c.end();
+    },
+  };
+}
+
+export async function startTestService(
+  opts: { engine?: Engine; roles?: RoleName[]; overrides?: Partial<Record<keyof Config, unknown>>; lookup?: Lookup; dataDir?: string } = {},
+): Promise<TestService> {
+  const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'poolgate-test-'));
+  const db = opts.engine === 'postgres' ? await freshPostgresDatabase() : null;
+  const config = loadConfig({
+    env: {},
+    overrides: {
+      host: '127.0.0.1',
+      controlPort: 0,
+      proxyPort: 0,
+      lockPort: 0,
+      metricsPort: 0,
+      pgPort: 0,
+      mysqlPort: 0,
+      dataDir,
+      databaseUrl: db?.url ?? null,
+      allowPrivateTargets: true,
+      logLevel: 'silent',
+      ...opts.overrides,
+    },
+  });
+  const service = await startService({
+    config,
+    roles: opts.roles ?? ['control', 'dataplane', 'worker'],
+    lookup: opts.lookup,
+    log: createLogger(process.env.POOLGATE_TEST_LOG ?? 'silent'),
+  });
+  const controlUrl = `http://127.0.0.1:${service.ports.control}`;
+  const deps = { config, sql: service.sql, box: service.box, now: () => new Date() };
+
+  const t: TestService = {
+    service,
+    config,
+    controlUrl,
+    async admin(argv) {
+      const res = await runAdmin(argv, deps);
+      if (res.code !== 0) throw new Error(`admin ${argv.join(' ')} failed (${res.code}): ${res.stderr}`);
+      return JSON.parse(res.stdout);
+    },
+    async bootstrap(b = {}) {
+      return t.admin([
+        'bootstrap',
+        '--team', b.team ?? `team-${randomBytes(3).toString('hex')}`,
+        '--email', b.email ?? `owner-${randomBytes(3).toString('hex')}@example.test`,
+        '--plan', b.plan ?? 'team',
+      ]);
+    },
+    async api(method, path, o = {}) {
+      const headers: Record<string, string> = { accept: 'application/json', ...o.headers };
+      if (o.token) headers.authorization = `Bearer ${o.token}`;
+      let body: string | undefined = o.rawBody;
+      if (o.body !== undefined) {
+        body = JSON.stringify(o.body);
+        headers['content-type'] ??= 'application/json';
+      }
+      const res = await request(controlUrl + path, { method, headers, body });
+      const text = await res.body.text();
+      let parsed: unknown = text;
+      try {
+        parsed = text ? JSON.parse(text) : undefined;
+      } catch {
+        /* not JSON: keep the text so the test can say so */
+      }
+      return { status: res.statusCode, body: parsed, headers: res.headers as Record<string, unknown> };
+    },
+    async close() {
+      await service.close();
+      if (db) await db.drop();
+      if (!opts.dataDir) rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+  return t;
+}
