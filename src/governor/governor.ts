@@ -1,0 +1,70 @@
+// The governor interface: admission to a pool's concurrency slots. One interface, two implementations
+// (memory: one node; redis: many nodes). A refusal is a value, never an exception; a permit is settled
+// exactly once.
+
+/** What the upstream said, fed to the adaptive limit and the RPM learner on release. */
+export interface Outcome {
+  /** Final upstream HTTP status (100–599); absent when there was no answer. */
+  status?: number;
+  /** Time the slot was held for the upstream call, in ms. */
+  latencyMs?: number;
+  /** Upstream 429 responses observed. */
+  throttled?: number;
+  /** Upstream retry hint in ms. */
+  retryAfterMs?: number;
+  /** The work was dropped (client abort, upstream reset or timeout): not a latency sample. */
+  dropped?: boolean;
+  /** Raw upstream response headers (rate-limit headers) for the RPM learner. */
+  headers?: Record<string, string | string[] | undefined>;
+}
+
+export interface Permit {
+  readonly poolId: number;
+  /** Frees the slot. Idempotent: only the first call counts. */
+  release(outcome?: Outcome): void;
+}
+
+export type RefusalReason = 'queue_full' | 'no_slot' | 'queue_timeout' | 'aborted' | 'unavailable';
+
+export type Admission =
+  | { ok: true; permit: Permit; queuedMs: number }
+  | { ok: false; reason: RefusalReason; queuedMs: number; retryAfterMs?: number };
+
+export interface AdmitRequest {
+  poolId: number;
+  /** How long to wait in the queue; 0 fails fast. Already clamped to the pool's queue timeout. */
+  waitMs: number;
+  /** Aborting leaves the queue (reason `aborted`) or, once admitted, changes nothing: release the permit. */
+  signal?: AbortSignal;
+}
+
+export interface PoolLimits {
+  poolId: number;
+  maxConcurrent: number;
+  queueLength: number;
+  queueTimeoutMs: number;
+  budgetId: number | null;
+  reservedConcurrent: number;
+}
+
+export interface BudgetLimits {
+  budgetId: number;
+  /** Across every pool of the budget; null means the budget does not cap the sum. */
+  originMaxConcurrent: number | null;
+}
+
+export interface PoolState {
+  inFlight: number;
+  queued: number;
+  effectiveLimit: number;
+  remaining: number;
+}
+
+export interface Governor {
+  /** Replaces the limits of every pool (called on each config snapshot). In-flight permits stay valid. */
+  configure(pools: readonly PoolLimits[], budgets: readonly BudgetLimits[]): void;
+  /** Synchronous when a slot is free (the hot path allocates no promise); a promise when it must wait. */
+  acquire(req: AdmitRequest): Admission | Promise<Admission>;
+  state(poolId: number): PoolState;
+  close(): Promise<void>;
+}
