@@ -11,6 +11,8 @@ import type { ControlContext } from './context.js';
 import { sharedSchemas } from './schemas.js';
 import { identityRoutes } from './identity.js';
 import { budgetRoutes } from './budgets.js';
+import { keyRoutes } from './keys.js';
+import { metricsRoutes } from './metrics.js';
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv;
 
@@ -115,6 +117,8 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
 
   identityRoutes(app, ctx);
   budgetRoutes(app, ctx);
+  keyRoutes(app, ctx);
+  metricsRoutes(app, ctx);
 
   await app.ready();
   return app;
