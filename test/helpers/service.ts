@@ -13,6 +13,7 @@ import { runAdmin } from '../../src/admin/commands.js';
 import type { Lookup } from '../../src/security/targets.js';
 import { createLogger } from '../../src/log.js';
 import { PG_URL } from './servers.js';
+import { OpenApiOracle, type OpenApiDoc } from './openapi.js';
 
 export type Engine = 'pglite' | 'postgres';
 
@@ -24,7 +25,13 @@ export interface TestService {
   admin(argv: string[]): Promise<any>;
   /** Bootstraps a team and returns its owner's token. */
   bootstrap(opts?: { team?: string; plan?: string; email?: string }): Promise<{ token: string; team: { id: number; slug: string }; user: { id: number } }>;
-  api(method: Dispatcher.HttpMethod, path: string, opts?: { token?: string | null; body?: unknown; rawBody?: string; headers?: Record<string, string> }): Promise<{ status: number; body: any; headers: Record<string, unknown> }>;
+  /**
+   * One Control API call. Every response is checked against the OpenAPI document the service serves
+   * (the schema for its route and status; an Error body for undeclared 4xx/5xx): a mismatch throws.
+   */
+  api(method: Dispatcher.HttpMethod, path: string, opts?: { token?: string | null; body?: unknown; rawBody?: string | Buffer; headers?: Record<string, string> }): Promise<{ status: number; body: any; headers: Record<string, unknown> }>;
+  /** The served OpenAPI document, loaded once, with its operations and response checker. */
+  openapi(): Promise<OpenApiOracle>;
   close(): Promise<void>;
 }
 
@@ -78,6 +85,7 @@ export async function startTestService(
   });
   const controlUrl = `http://127.0.0.1:${service.ports.control}`;
   const deps = { config, sql: service.sql, box: service.box, now: () => new Date() };
+  let oracle: Promise<OpenApiOracle> | null = null;
 
   const t: TestService = {
     service,
@@ -99,7 +107,7 @@ export async function startTestService(
     async api(method, path, o = {}) {
       const headers: Record<string, string> = { accept: 'application/json', ...o.headers };
       if (o.token) headers.authorization = `Bearer ${o.token}`;
-      let body: string | undefined = o.rawBody;
+      let body: string | Buffer | undefined = o.rawBody;
       if (o.body !== undefined) {
         body = JSON.stringify(o.body);
         headers['content-type'] ??= 'application/json';
@@ -112,7 +120,18 @@ export async function startTestService(
       } catch {
         /* not JSON: keep the text so the test can say so */
       }
+      const contentType = String(res.headers['content-type'] ?? '');
+      const mismatch = (await t.openapi()).checkResponse(method, path, res.statusCode, contentType, parsed, text);
+      if (mismatch) throw new Error(`response does not match the OpenAPI document: ${mismatch}`);
       return { status: res.statusCode, body: parsed, headers: res.headers as Record<string, unknown> };
+    },
+    openapi() {
+      oracle ??= (async () => {
+        const res = await request(`${controlUrl}/api/v1/openapi.json`, { headers: { accept: 'application/json' } });
+        if (res.statusCode !== 200) throw new Error(`GET /api/v1/openapi.json answered ${res.statusCode}`);
+        return new OpenApiOracle((await res.body.json()) as OpenApiDoc);
+      })();
+      return oracle;
     },
     async close() {
       await service.close();
