@@ -6,6 +6,7 @@ import type { Config } from '../config/schema.js';
 import type { SecretBox } from '../security/secret-box.js';
 import { ABILITIES } from '../control/schemas.js';
 import { CHANGE_CHANNEL, type Sql } from '../store/sql.js';
+import { webhookCommands } from './webhook-commands.js';
 import {
   PLANS,
   ROLES,
@@ -169,6 +170,8 @@ export const commands: Record<string, Command> = {
       return { team: { id: team.id, slug: team.slug, plan } };
     },
   },
+
+  ...webhookCommands,
 };
 
 export function helpText(): string {

@@ -11,6 +11,7 @@ import type { ControlContext } from './context.js';
 import { sharedSchemas } from './schemas.js';
 import { identityRoutes } from './identity.js';
 import { budgetRoutes } from './budgets.js';
+import { webhookRoutes } from './webhooks.js';
 import { keyRoutes } from './keys.js';
 import { metricsRoutes } from './metrics.js';
 
@@ -117,6 +118,7 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
 
   identityRoutes(app, ctx);
   budgetRoutes(app, ctx);
+  webhookRoutes(app, ctx);
   keyRoutes(app, ctx);
   metricsRoutes(app, ctx);
 

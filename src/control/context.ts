@@ -3,7 +3,7 @@ import type { Config } from '../config/schema.js';
 import type { Logger } from '../log.js';
 import type { SecretBox } from '../security/secret-box.js';
 import type { TargetPolicy } from '../security/targets.js';
-import type { Sql } from '../store/sql.js';
+import type { Queryable, Sql } from '../store/sql.js';
 
 export interface ControlContext {
   readonly config: Config;
@@ -14,6 +14,11 @@ export interface ControlContext {
   readonly log: Logger;
   /** Public addresses (from config, or the bound ports when config leaves them null). */
   readonly urls: { base: string; lockApi: string; dashboard: string };
+  /**
+   * Projects one config change (`<kind>:<id>`) to the data plane inside the writing transaction, so a
+   * failed projection rolls the write back. Absent: a pg_notify on CHANGE_CHANNEL through the transaction.
+   */
+  readonly project?: (tx: Queryable, change: string) => Promise<void>;
 }
 
 import type {

@@ -1,0 +1,69 @@
+// `poolgate admin webhook …`: the dashboard's webhook actions — Re-enable a deactivated destination and
+// read its delivery history. Spread into the command table of commands.ts (and only reached through it).
+import type { ParseArgsConfig } from 'node:util';
+import { AdminUsageError, type AdminDeps } from './commands.js';
+import { CHANGE_CHANNEL } from '../store/sql.js';
+import { findTeam, type TeamRow } from '../store/teams.js';
+import { deliveryHistory, findWebhook, reenableWebhook, type WebhookRow } from '../store/webhooks.js';
+
+interface WebhookCommand {
+  usage: string;
+  options: NonNullable<ParseArgsConfig['options']>;
+  run(values: Record<string, string | boolean | undefined>, deps: AdminDeps): Promise<unknown>;
+}
+
+const HISTORY_DEFAULT = 50;
+const HISTORY_MAX = 1000;
+
+function need(values: Record<string, unknown>, name: string): string {
+  const v = values[name];
+  if (typeof v !== 'string' || v.trim() === '') throw new AdminUsageError(`--${name} is required`);
+  return v.trim();
+}
+
+function intOption(value: string, name: string, min: number, max: number): number {
+  if (!/^\d{1,9}$/.test(value) || Number(value) < min || Number(value) > max) {
+    throw new AdminUsageError(`--${name} must be an integer from ${min} to ${max}`);
+  }
+  return Number(value);
+}
+
+async function destinationOf(deps: AdminDeps, v: Record<string, unknown>): Promise<{ team: TeamRow; webhook: WebhookRow }> {
+  const ref = need(v, 'team');
+  const team = await findTeam(deps.sql, ref);
+  if (!team) throw new AdminUsageError(`team ${JSON.stringify(ref)} not found`);
+  const id = intOption(need(v, 'id'), 'id', 1, 2147483647);
+  const webhook = await findWebhook(deps.sql, team.id, id);
+  if (!webhook) throw new AdminUsageError(`webhook destination ${id} not found in team ${team.slug}`);
+  return { team, webhook };
+}
+
+export const webhookCommands: Record<string, WebhookCommand> = {
+  'webhook enable': {
+    usage: 'admin webhook enable --team TEAM --id WEBHOOK_ID   (Re-enable: active again, failure streak reset)',
+    options: { team: { type: 'string' }, id: { type: 'string' } },
+    async run(v, deps) {
+      const { team, webhook } = await destinationOf(deps, v);
+      const row = (await reenableWebhook(deps.sql, team.id, webhook.id))!;
+      // Deliveries resume once the data plane and the deliverer see the change.
+      await deps.sql.notify(CHANGE_CHANNEL, `webhook:${row.id}`);
+      return {
+        webhook: { id: row.id, name: row.name, url: row.url, disabled: row.disabled, consecutive_failures: row.consecutive_failures, pool_ids: row.pool_ids },
+        was_disabled: webhook.disabled,
+      };
+    },
+  },
+
+  'webhook history': {
+    usage: `admin webhook history --team TEAM --id WEBHOOK_ID [--limit N]   (newest first; N default ${HISTORY_DEFAULT}, max ${HISTORY_MAX})`,
+    options: { team: { type: 'string' }, id: { type: 'string' }, limit: { type: 'string' } },
+    async run(v, deps) {
+      const { webhook } = await destinationOf(deps, v);
+      const limit = v.limit === undefined ? HISTORY_DEFAULT : intOption(need(v, 'limit'), 'limit', 1, HISTORY_MAX);
+      return {
+        webhook: { id: webhook.id, name: webhook.name, url: webhook.url, disabled: webhook.disabled, consecutive_failures: webhook.consecutive_failures },
+        attempts: await deliveryHistory(deps.sql, webhook.id, limit),
+      };
+    },
+  },
+};

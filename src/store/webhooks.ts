@@ -1,0 +1,175 @@
+// Webhook destinations, their pool attachments and their delivery history (tables webhook_endpoints,
+// pool_webhooks, webhook_delivery_attempts). Every lookup is scoped to the team.
+import type { WebhookEndpointT } from '../control/schemas.js';
+import type { Queryable } from './sql.js';
+
+export interface WebhookRow {
+  id: number;
+  team_id: number;
+  name: string;
+  description: string | null;
+  url: string;
+  disabled: boolean;
+  consecutive_failures: number;
+  signing_secret_enc: string;
+  credential_id: number | null;
+  auth_header: string | null;
+  /** Attached live pools, ascending. */
+  pool_ids: number[];
+}
+
+// Deleted pools keep their rows (status 'deleted') but are no longer attachments anyone can see.
+const WEBHOOK_SELECT = `
+  SELECT w.id, w.team_id, w.name, w.description, w.url, w.disabled, w.consecutive_failures,
+         w.signing_secret_enc, w.credential_id, w.auth_header,
+         COALESCE((SELECT array_agg(pw.pool_id ORDER BY pw.pool_id)
+                     FROM pool_webhooks pw JOIN pools p ON p.id = pw.pool_id
+                    WHERE pw.webhook_endpoint_id = w.id AND p.status <> 'deleted'), '{}') AS pool_ids
+    FROM webhook_endpoints w`;
+
+/** The Control API view (spec: WebhookEndpoint); the signing secret is added by the caller when shown once. */
+export function webhookView(row: WebhookRow): WebhookEndpointT {
+  return {
+    id: row.id,
+    name: row.name,
+    description: row.description,
+    url: row.url,
+    disabled: row.disabled,
+    pool_ids: row.pool_ids,
+  };
+}
+
+export async function listWebhooks(db: Queryable, teamId: number): Promise<WebhookRow[]> {
+  const { rows } = await db.query<WebhookRow>(`${WEBHOOK_SELECT} WHERE w.team_id = $1 ORDER BY w.id`, [teamId]);
+  return rows;
+}
+
+/** A destination of the team; another team's destination is simply not found. `lock` takes a row lock. */
+export async function findWebhook(db: Queryable, teamId: number, id: number, lock = false): Promise<WebhookRow | null> {
+  const { rows } = await db.query<WebhookRow>(
+    `${WEBHOOK_SELECT} WHERE w.team_id = $1 AND w.id = $2${lock ? ' FOR UPDATE OF w' : ''}`,
+    [teamId, id],
+  );
+  return rows[0] ?? null;
+}
+
+export async function countWebhooks(db: Queryable, teamId: number): Promise<number> {
+  const { rows } = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM webhook_endpoints WHERE team_id = $1', [teamId]);
+  return rows[0]!.n;
+}
+
+export async function webhookNameTaken(db: Queryable, teamId: number, name: string): Promise<boolean> {
+  const { rows } = await db.query('SELECT 1 FROM webhook_endpoints WHERE team_id = $1 AND name = $2', [teamId, name]);
+  return rows.length > 0;
+}
+
+export interface NewWebhook {
+  teamId: number;
+  name: string;
+  description: string | null;
+  url: string;
+  signingSecretEnc: string;
+  credentialId: number | null;
+  authHeader: string | null;
+}
+
+export async function insertWebhook(db: Queryable, w: NewWebhook): Promise<number> {
+  const { rows } = await db.query<{ id: number }>(
+    `INSERT INTO webhook_endpoints (team_id, name, description, url, signing_secret_enc, credential_id, auth_header)
+     VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`,
+    [w.teamId, w.name, w.description, w.url, w.signingSecretEnc, w.credentialId, w.authHeader],
+  );
+  return rows[0]!.id;
+}
+
+export async function setSigningSecret(db: Queryable, id: number, signingSecretEnc: string): Promise<void> {
+  await db.query('UPDATE webhook_endpoints SET signing_secret_enc = $2, updated_at = now() WHERE id = $1', [id, signingSecretEnc]);
+}
+
+/** Live pools of the team among `ids` (ids of other teams or deleted pools are absent from the answer). */
+export async function teamPoolIds(db: Queryable, teamId: number, ids: readonly number[]): Promise<Set<number>> {
+  const { rows } = await db.query<{ id: number }>(
+    `SELECT id FROM pools WHERE team_id = $1 AND id = ANY($2::int[]) AND status <> 'deleted'`,
+    [teamId, ids],
+  );
+  return new Set(rows.map((r) => r.id));
+}
+
+/** Destinations of the team among `ids`. */
+export async function teamWebhookIds(db: Queryable, teamId: number, ids: readonly number[]): Promise<Set<number>> {
+  const { rows } = await db.query<{ id: number }>(
+    'SELECT id FROM webhook_endpoints WHERE team_id = $1 AND id = ANY($2::int[])',
+    [teamId, ids],
+  );
+  return new Set(rows.map((r) => r.id));
+}
+
+/** Attaches one destination to pools (already attached pairs are left as they are). */
+export async function attachToPools(db: Queryable, webhookId: number, poolIds: readonly number[]): Promise<void> {
+  if (poolIds.length === 0) return;
+  await db.query(
+    `INSERT INTO pool_webhooks (pool_id, webhook_endpoint_id) SELECT unnest($1::int[]), $2 ON CONFLICT DO NOTHING`,
+    [poolIds, webhookId],
+  );
+}
+
+/** Replaces the destinations attached to one pool. */
+export async function replacePoolWebhooks(db: Queryable, poolId: number, webhookIds: readonly number[]): Promise<void> {
+  await db.query('DELETE FROM pool_webhooks WHERE pool_id = $1', [poolId]);
+  if (webhookIds.length === 0) return;
+  await db.query(`INSERT INTO pool_webhooks (pool_id, webhook_endpoint_id) SELECT $1, unnest($2::int[])`, [poolId, webhookIds]);
+}
+
+export async function poolWebhookIds(db: Queryable, poolId: number): Promise<number[]> {
+  const { rows } = await db.query<{ id: number }>(
+    'SELECT webhook_endpoint_id AS id FROM pool_webhooks WHERE pool_id = $1 ORDER BY webhook_endpoint_id',
+    [poolId],
+  );
+  return rows.map((r) => r.id);
+}
+
+/** Turns async on for the given pools and returns those that were off before (spec: async_enabled_on_pool_ids). */
+export async function enableAsync(db: Queryable, poolIds: readonly number[]): Promise<number[]> {
+  if (poolIds.length === 0) return [];
+  const { rows } = await db.query<{ id: number }>(
+    `UPDATE pools SET async_enabled = true, updated_at = now()
+      WHERE id = ANY($1::int[]) AND async_enabled = false RETURNING id`,
+    [poolIds],
+  );
+  return rows.map((r) => r.id).sort((a, b) => a - b);
+}
+
+/** The dashboard's Re-enable: active again with a fresh failure streak. */
+export async function reenableWebhook(db: Queryable, teamId: number, id: number): Promise<WebhookRow | null> {
+  const { rowCount } = await db.query(
+    `UPDATE webhook_endpoints SET disabled = false, consecutive_failures = 0, updated_at = now()
+      WHERE team_id = $1 AND id = $2`,
+    [teamId, id],
+  );
+  return rowCount === 0 ? null : findWebhook(db, teamId, id);
+}
+
+export interface DeliveryAttempt {
+  time: string;
+  job_id: string;
+  pool_id: number | null;
+  pool: string | null;
+  result: 'success' | 'failure';
+  http_status: number | null;
+  error: string | null;
+  attempt: number;
+  latency_ms: number;
+}
+
+/** Delivery history of one destination (spec: Delivery semantics 4), newest first. */
+export async function deliveryHistory(db: Queryable, webhookId: number, limit: number): Promise<DeliveryAttempt[]> {
+  const { rows } = await db.query<Omit<DeliveryAttempt, 'time'> & { attempted_at: Date }>(
+    `SELECT a.attempted_at, a.job_id, a.pool_id, p.subdomain AS pool, a.result, a.http_status, a.error, a.attempt, a.latency_ms
+       FROM webhook_delivery_attempts a LEFT JOIN pools p ON p.id = a.pool_id
+      WHERE a.webhook_endpoint_id = $1
+      ORDER BY a.attempted_at DESC, a.id DESC
+      LIMIT $2`,
+    [webhookId, limit],
+  );
+  return rows.map(({ attempted_at, ...r }) => ({ time: new Date(attempted_at).toISOString(), ...r }));
+}
