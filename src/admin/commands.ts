@@ -7,6 +7,7 @@ import type { SecretBox } from '../security/secret-box.js';
 import { ABILITIES } from '../control/schemas.js';
 import { CHANGE_CHANNEL, type Sql } from '../store/sql.js';
 import { webhookCommands } from './webhook-commands.js';
+import { budgetCommands } from './budget-commands.js';
 import {
   PLANS,
   ROLES,
@@ -172,6 +173,7 @@ export const commands: Record<string, Command> = {
   },
 
   ...webhookCommands,
+  ...budgetCommands,
 };
 
 export function helpText(): string {

@@ -11,6 +11,9 @@ import type { ControlContext } from './context.js';
 import { sharedSchemas } from './schemas.js';
 import { identityRoutes } from './identity.js';
 import { budgetRoutes } from './budgets.js';
+import { poolRoutes } from './pools.js';
+import { credentialRoutes } from './credential-attach.js';
+import { intakeRoutes } from './intake.js';
 import { webhookRoutes } from './webhooks.js';
 import { keyRoutes } from './keys.js';
 import { metricsRoutes } from './metrics.js';
@@ -118,6 +121,9 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
 
   identityRoutes(app, ctx);
   budgetRoutes(app, ctx);
+  poolRoutes(app, ctx);
+  credentialRoutes(app, ctx);
+  intakeRoutes(app, ctx);
   webhookRoutes(app, ctx);
   keyRoutes(app, ctx);
   metricsRoutes(app, ctx);
