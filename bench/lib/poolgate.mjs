@@ -1,0 +1,107 @@
+// Starts the real CLI (`node bin/poolgate.js start`) as a child process and runs `poolgate admin …` next to it.
+import { spawn, execFile } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+
+export const root = fileURLToPath(new URL('../..', import.meta.url));
+const BIN = join(root, 'bin', 'poolgate.js');
+
+/**
+ * Starts poolgate on free ports with a fresh data dir. Resolves once its `listening` line is printed.
+ * @param {Record<string, string>} extraEnv
+ */
+export async function startPoolgate(extraEnv = {}) {
+  const dataDir = mkdtempSync(join(tmpdir(), 'poolgate-bench-'));
+  const env = {
+    ...process.env,
+    POOLGATE_CONFIG: '',
+    POOLGATE_HOST: '127.0.0.1',
+    POOLGATE_CONTROL_PORT: '0',
+    POOLGATE_PROXY_PORT: '0',
+    POOLGATE_LOCK_PORT: '0',
+    POOLGATE_METRICS_PORT: '0',
+    POOLGATE_PG_PORT: '0',
+    POOLGATE_MYSQL_PORT: '0',
+    POOLGATE_DATA_DIR: dataDir,
+    DATABASE_URL: '',
+    REDIS_URL: '',
+    ...extraEnv,
+  };
+  // An empty POOLGATE_CONFIG would be read as a file name; drop it unless the caller set one.
+  if (!env.POOLGATE_CONFIG) delete env.POOLGATE_CONFIG;
+  const child = spawn(process.execPath, [BIN, 'start'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr.setEncoding('utf8');
+  child.stderr.on('data', (chunk) => {
+    // Keep the tail for error messages; the service log is not the benchmark's business.
+    stderr = (stderr + chunk).slice(-8192);
+  });
+  const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+
+  const listening = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`poolgate did not print its listening line within 60 s\n${stderr}`)), 60_000);
+    const lines = createInterface({ input: child.stdout });
+    lines.on('line', (line) => {
+      try {
+        const msg = JSON.parse(line);
+        if (msg.event === 'listening') {
+          clearTimeout(timer);
+          resolve(msg);
+        }
+      } catch {
+        /* not a JSON line */
+      }
+    });
+    void exited.then(({ code, signal }) => {
+      clearTimeout(timer);
+      reject(new Error(`poolgate exited (${code ?? signal}) before listening\n${stderr}`));
+    });
+  });
+
+  return {
+    listening,
+    controlUrl: `http://127.0.0.1:${listening.control}`,
+    dataDir,
+    pid: child.pid,
+    /** Runs `poolgate admin …` (forwarded to this process over its admin socket) and parses its JSON output. */
+    admin(argv) {
+      return new Promise((resolve, reject) => {
+        execFile(process.execPath, [BIN, 'admin', ...argv], { cwd: root, env }, (err, stdout, errOut) => {
+          if (err) return reject(new Error(`poolgate admin ${argv.join(' ')} failed: ${errOut || err.message}`));
+          try {
+            resolve(JSON.parse(stdout));
+          } catch {
+            reject(new Error(`poolgate admin ${argv.join(' ')} printed no JSON: ${stdout}`));
+          }
+        });
+      });
+    },
+    /** SIGTERM, wait for the drain, remove the data dir. */
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      const done = await exited;
+      rmSync(dataDir, { recursive: true, force: true });
+      return done;
+    },
+  };
+}
+
+/** One JSON request to the Control API. */
+export async function api(baseUrl, token, method, path, body) {
+  const res = await fetch(baseUrl + path, {
+    method,
+    headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let json = null;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    /* not JSON */
+  }
+  return { status: res.status, body: json ?? text };
+}

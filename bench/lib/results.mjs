@@ -1,0 +1,55 @@
+// Writes one section of bench/RESULTS.md (other benchmarks own the other sections) and the raw JSON.
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { root } from './poolgate.mjs';
+
+export const RESULTS_PATH = join(root, 'bench', 'RESULTS.md');
+const OUT_DIR = join(root, 'bench', 'out');
+
+const HEADER = `# Benchmark results
+
+Measured figures, one section per benchmark. Each section is rewritten by its script (\`npm run bench:…\`),
+which starts the real service from \`bin/poolgate.js\` on this machine, drives it with autocannon (or
+pgbench/sysbench for the database listeners), and writes the raw results as JSON into \`bench/out/\`
+(not committed). The load generator runs on the same machine as the service, so the figures are a
+lower bound for a dedicated server and are comparable only between runs on the same machine. Each
+section names its date, machine and settings.
+`;
+
+export function machine() {
+  const cpu = cpus();
+  return {
+    nproc: cpu.length,
+    cpu: cpu[0]?.model?.trim() ?? 'unknown',
+    memory_gib: Math.round(totalmem() / 2 ** 30),
+    node: process.version,
+    platform: `${process.platform}-${process.arch}`,
+    // Other work on the machine skews every figure; the 1-minute load average at the start says how much.
+    loadavg_1m: Math.round(loadavg()[0] * 100) / 100,
+  };
+}
+
+/** Replaces the section that starts with `heading` (up to the next `## `), or appends it. */
+export function writeSection(heading, body) {
+  const text = existsSync(RESULTS_PATH) ? readFileSync(RESULTS_PATH, 'utf8') : HEADER;
+  const lines = text.split('\n');
+  const start = lines.findIndex((l) => l.trim() === heading);
+  const section = [heading, '', ...body.trimEnd().split('\n'), ''];
+  let out;
+  if (start < 0) {
+    out = [...lines.slice(0, lines.length - (lines.at(-1) === '' ? 1 : 0)), '', ...section];
+  } else {
+    let end = lines.findIndex((l, i) => i > start && l.startsWith('## '));
+    if (end < 0) end = lines.length;
+    out = [...lines.slice(0, start), ...section, ...lines.slice(end)];
+  }
+  writeFileSync(RESULTS_PATH, out.join('\n').replace(/\n{3,}/g, '\n\n').replace(/\n*$/, '\n'));
+}
+
+export function writeJson(name, data) {
+  mkdirSync(OUT_DIR, { recursive: true });
+  const path = join(OUT_DIR, name);
+  writeFileSync(path, JSON.stringify(data, null, 2) + '\n');
+  return path;
+}
