@@ -4,6 +4,7 @@ import t from 'tap';
 import { randomBytes } from 'node:crypto';
 import { request } from 'undici';
 import { startTestService } from './helpers/service.js';
+import { needServer } from './helpers/servers.js';
 import { buildControlApp } from '../src/control/app.js';
 import { runAdmin } from '../src/admin/commands.js';
 import { sha256Hex } from '../src/security/tokens.js';
@@ -426,4 +427,22 @@ t.test('admin webhook history lists delivery attempts newest first', async (t) =
   t.equal((await runAdmin(['webhook', 'history', '--team', team.slug, '--id', String(hook.id), '--limit', '0'], deps)).code, 2);
   t.equal((await runAdmin(['webhook', 'history', '--team', team.slug], deps)).code, 2, '--id is required');
   t.match((await runAdmin(['webhook', 'history', '--help'], deps)).stdout, /--limit N/);
+});
+
+t.test('on PostgreSQL, concurrent creates never pass the cap and a raced name is 422, not 500', { skip: await needServer('postgres') }, async (t) => {
+  const pgSvc = await startTestService({ engine: 'postgres', overrides: { allowPrivateTargets: false, maxWebhookDestinations: CAP }, lookup });
+  t.teardown(() => pgSvc.close());
+  const boot = await pgSvc.bootstrap({ plan: 'team' });
+  const burst = await Promise.all(
+    Array.from({ length: 10 }, (_, i) => pgSvc.api('POST', '/api/v1/webhooks', { token: boot.token, body: { name: `hook ${i}`, url: HOOK_URL } })),
+  );
+  t.same(burst.map((r) => r.status).sort(), [201, 201, 201, 422, 422, 422, 422, 422, 422, 422]);
+  const { rows } = await pgSvc.service.sql.query<{ n: number }>('SELECT count(*)::int AS n FROM webhook_endpoints WHERE team_id = $1', [boot.team.id]);
+  t.equal(rows[0]!.n, CAP);
+
+  const other = await pgSvc.bootstrap({ plan: 'business' });
+  const same = await Promise.all(
+    Array.from({ length: 5 }, () => pgSvc.api('POST', '/api/v1/webhooks', { token: other.token, body: { name: 'same', url: HOOK_URL } })),
+  );
+  t.same(same.map((r) => r.status).sort(), [201, 422, 422, 422, 422]);
 });
