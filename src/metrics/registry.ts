@@ -1,0 +1,206 @@
+// Every Prometheus metric of poolgate, defined once, with per-pool handles bound to their labels.
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { Admission, PoolState, RefusalReason } from '../governor/governor.js';
+
+/**
+ * The final outcome of one pool request; each request is counted once in poolgate_pool_requests_total.
+ * `admitted` is a request that got a slot and an upstream answer; `upstream_error` one that got a slot
+ * but no answer (connect error, reset, timeout).
+ */
+export const REQUEST_OUTCOMES = [
+  'admitted',
+  'rejected_queue_full',
+  'rejected_no_slot',
+  'queue_timeout',
+  'aborted',
+  'unavailable',
+  'unauthorized',
+  'forbidden',
+  'not_found',
+  'policy_denied',
+  'upstream_error',
+] as const;
+export type RequestOutcome = (typeof REQUEST_OUTCOMES)[number];
+
+export const REFUSAL_REASONS: readonly RefusalReason[] = ['queue_full', 'no_slot', 'queue_timeout', 'aborted', 'unavailable'];
+
+/** The request outcome a governor refusal counts as. */
+export const OUTCOME_OF_REFUSAL: Readonly<Record<RefusalReason, RequestOutcome>> = {
+  queue_full: 'rejected_queue_full',
+  no_slot: 'rejected_no_slot',
+  queue_timeout: 'queue_timeout',
+  aborted: 'aborted',
+  unavailable: 'unavailable',
+};
+
+export const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx', 'error'] as const;
+export type StatusClass = (typeof STATUS_CLASSES)[number];
+
+/** `2xx` … `5xx` for an upstream status; `error` when there was no valid answer. */
+export function statusClass(status: number | undefined): StatusClass {
+  if (status === undefined || !(status >= 100 && status <= 599)) return 'error';
+  return STATUS_CLASSES[Math.floor(status / 100) - 1]!;
+}
+
+const MISNAMED_DEFAULT_GAUGES = ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'];
+
+const QUEUE_WAIT_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+const UPSTREAM_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+
+interface Inc {
+  inc(value?: number): void;
+}
+interface Observe {
+  observe(value: number): void;
+}
+
+/** One pool's handles, made once; the request path only calls inc() and observe(). */
+export interface PoolHandles {
+  readonly pool: string;
+  readonly requests: Readonly<Record<RequestOutcome, Inc>>;
+  readonly admitted: Inc;
+  readonly queued: Inc;
+  readonly rejected: Readonly<Record<RefusalReason, Inc>>;
+  /** Seconds an admitted request waited for its slot (0 when admitted at once). */
+  readonly queueWait: Observe;
+  readonly upstream: Readonly<Record<StatusClass, Observe>>;
+}
+
+/** What the scrape-time gauges read: the governor's state of each live pool. */
+export interface GaugeSource {
+  pools(): Iterable<{ poolId: number; pool: string }>;
+  state(poolId: number): PoolState;
+}
+
+export interface PoolMetricsOptions {
+  /** Process metrics (CPU, memory, event loop lag, GC); on by default. */
+  defaultMetrics?: boolean;
+}
+
+function record<K extends string, V>(keys: readonly K[], make: (k: K) => V): Record<K, V> {
+  const out = {} as Record<K, V>;
+  for (const k of keys) out[k] = make(k);
+  return out;
+}
+
+/** The registry and every poolgate metric. One per process; `forPool` caches handles by pool label. */
+export class PoolMetrics {
+  readonly registry = new Registry();
+  readonly #handles = new Map<string, PoolHandles>();
+  #source: GaugeSource | null = null;
+
+  readonly #requests = new Counter({
+    name: 'poolgate_pool_requests_total',
+    help: 'Pool requests by final outcome; each request is counted once.',
+    labelNames: ['pool', 'outcome'] as const,
+    registers: [this.registry],
+  });
+  readonly #admitted = new Counter({
+    name: 'poolgate_pool_admitted_total',
+    help: 'Requests granted a concurrency slot.',
+    labelNames: ['pool'] as const,
+    registers: [this.registry],
+  });
+  readonly #queued = new Counter({
+    name: 'poolgate_pool_queued_total',
+    help: 'Requests that entered the wait queue (whatever the result).',
+    labelNames: ['pool'] as const,
+    registers: [this.registry],
+  });
+  readonly #rejected = new Counter({
+    name: 'poolgate_pool_rejected_total',
+    help: 'Requests the governor refused, by reason.',
+    labelNames: ['pool', 'reason'] as const,
+    registers: [this.registry],
+  });
+  readonly #queueWait = new Histogram({
+    name: 'poolgate_pool_queue_wait_seconds',
+    help: 'Time admitted requests waited for a slot (0 when admitted at once).',
+    labelNames: ['pool'] as const,
+    buckets: QUEUE_WAIT_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly #upstream = new Histogram({
+    name: 'poolgate_upstream_duration_seconds',
+    help: 'Time from forwarding a request to the end of the upstream response, by status class.',
+    labelNames: ['pool', 'status_class'] as const,
+    buckets: UPSTREAM_BUCKETS,
+    registers: [this.registry],
+  });
+
+  constructor(opts: PoolMetricsOptions = {}) {
+    if (opts.defaultMetrics !== false) {
+      collectDefaultMetrics({ register: this.registry });
+      // Gauges named like counters (promtool flags them); each is the sum of its by-type twin without _total.
+      for (const name of MISNAMED_DEFAULT_GAUGES) this.registry.removeSingleMetric(name);
+    }
+    // Gauges are read from the governor at scrape time, never written per request.
+    const source = () => this.#source;
+    const gauge = (name: string, help: string, read: (s: PoolState) => number) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ['pool'] as const,
+        registers: [this.registry],
+        collect() {
+          this.reset();
+          const src = source();
+          if (src === null) return;
+          for (const { poolId, pool } of src.pools()) this.set({ pool }, read(src.state(poolId)));
+        },
+      });
+    gauge('poolgate_pool_in_flight', 'Slots held now.', (s) => s.inFlight);
+    gauge('poolgate_pool_queue_length', 'Requests waiting for a slot now.', (s) => s.queued);
+    gauge('poolgate_pool_effective_limit', 'Concurrency limit in force now: min(max_concurrent, adaptive limit).', (s) => s.effectiveLimit);
+  }
+
+  /** Where the in-flight, queue-length and effective-limit gauges read from at scrape time. */
+  watch(source: GaugeSource): void {
+    this.#source = source;
+  }
+
+  /** The cached handles of one pool (label: its subdomain). */
+  forPool(pool: string): PoolHandles {
+    let h = this.#handles.get(pool);
+    if (h === undefined) {
+      h = {
+        pool,
+        requests: record(REQUEST_OUTCOMES, (outcome) => this.#requests.labels({ pool, outcome })),
+        admitted: this.#admitted.labels({ pool }),
+        queued: this.#queued.labels({ pool }),
+        rejected: record(REFUSAL_REASONS, (reason) => this.#rejected.labels({ pool, reason })),
+        queueWait: this.#queueWait.labels({ pool }),
+        upstream: record(STATUS_CLASSES, (status_class) => this.#upstream.labels({ pool, status_class })),
+      };
+      this.#handles.set(pool, h);
+    }
+    return h;
+  }
+
+  /** Drops a deleted (or renamed) pool's series and handles. */
+  forget(pool: string): void {
+    if (!this.#handles.delete(pool)) return;
+    for (const outcome of REQUEST_OUTCOMES) this.#requests.remove({ pool, outcome });
+    for (const reason of REFUSAL_REASONS) this.#rejected.remove({ pool, reason });
+    for (const status_class of STATUS_CLASSES) this.#upstream.remove({ pool, status_class });
+    this.#admitted.remove({ pool });
+    this.#queued.remove({ pool });
+    this.#queueWait.remove({ pool });
+  }
+}
+
+/**
+ * Counts one governor answer: admitted (+ its queue wait) or refused (by reason). `waited` is whether the
+ * request entered the queue (acquire returned a promise). A refusal is also the request's final outcome;
+ * an admission's final outcome is counted when the upstream answers.
+ */
+export function recordAdmission(h: PoolHandles, a: Admission, waited: boolean): void {
+  if (waited) h.queued.inc();
+  if (a.ok) {
+    h.admitted.inc();
+    h.queueWait.observe(a.queuedMs / 1000);
+    return;
+  }
+  h.rejected[a.reason].inc();
+  h.requests[OUTCOME_OF_REFUSAL[a.reason]].inc();
+}
