@@ -135,3 +135,14 @@ t.test('poolgate start refuses a bad env value before binding anything, and says
   t.equal(res.code, 1);
   t.match(res.stderr, /POOLGATE_CONTROL_PORT must be an integer/);
 });
+
+t.test('the Dockerfile exposes the ports config/default.json binds, and its health check uses the control port', async (t) => {
+  const dockerfile = readFileSync(join(root, 'Dockerfile'), 'utf8');
+  const shipped = JSON.parse(readFileSync(join(root, 'config', 'default.json'), 'utf8')) as Record<string, unknown>;
+  const ports = configEntries.filter((e) => e.key.endsWith('Port')).map((e) => Number(shipped[e.key] ?? (e.schema as { default: number }).default));
+  const exposed = (dockerfile.match(/^EXPOSE (.+)$/m)?.[1] ?? '').split(/\s+/).map(Number);
+  t.same([...exposed].sort(), [...ports].sort());
+  t.match(dockerfile, `process.env.POOLGATE_CONTROL_PORT || ${String(shipped.controlPort)}`);
+  t.match(dockerfile, /^ENV[^]*POOLGATE_HOST=0\.0\.0\.0/m);
+  t.match(dockerfile, /^CMD \["node", "bin\/poolgate\.js", "start"\]$/m);
+});
