@@ -176,6 +176,8 @@ t.test('keys:write is required; another team\'s pool and unknown pools are 404',
   t.equal(denied.status, 403);
   t.match(denied.body.message, /keys:write/);
   t.equal(await countKeys(pool.id), 0);
+  t.equal((await mint(pool.subdomain, { label: 'x'.repeat(61) }, limited.token)).status, 403, 'the ability is checked before the body');
+  t.equal((await svc.api('DELETE', `/api/v1/pools/${pool.subdomain}/keys/abc`, { token: limited.token })).status, 403);
 
   const made = await mint(pool.subdomain);
   const delDenied = await svc.api('DELETE', `/api/v1/pools/${pool.subdomain}/keys/${made.body.data.id}`, { token: limited.token });

@@ -213,6 +213,7 @@ t.test('GET /api/v1/pools/:pool/metrics', async (t) => {
     const denied = await metrics('', limited.token);
     t.equal(denied.status, 403);
     t.match(denied.body.message, /metrics:read/);
+    t.equal((await metrics('?from=yesterday', limited.token)).status, 403, 'the ability is checked before the query');
     const foreign = await metrics('', other.token);
     t.equal(foreign.status, 404);
     t.same(foreign.body, { message: 'pool not found' });

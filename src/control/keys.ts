@@ -2,7 +2,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import type { PoolKeyT } from './schemas.js';
 import { DataOf } from './schemas.js';
-import { requireAbility } from './auth.js';
+import { actorOf, requireAbility } from './auth.js';
 import type { ControlContext, TypedApp } from './context.js';
 import { notFound, unprocessable } from './errors.js';
 import { findPool } from '../store/pools.js';
@@ -103,13 +103,15 @@ export function keyRoutes(app: TypedApp, ctx: ControlContext): void {
         body: MintKeyBody,
         response: { 201: DataOf('PoolKey'), 403: Type.Ref('Error'), 404: Type.Ref('Error'), 422: Type.Ref('Error') },
       },
-      // The body is optional: no body (or an empty one) mints with every default.
+      // Ability first, so a token without keys:write learns nothing from validation errors. The body is
+      // optional: no body (or an empty one) mints with every default.
       preValidation: async (req) => {
+        requireAbility(req, 'keys:write');
         if (req.body === undefined) req.body = {};
       },
     },
     async (req, reply) => {
-      const actor = requireAbility(req, 'keys:write');
+      const actor = actorOf(req);
       const body: MintKeyBodyT = req.body;
       const pool = await findPool(ctx.sql, actor.teamId, req.params.pool);
       if (!pool) throw notFound('pool');
@@ -143,9 +145,12 @@ export function keyRoutes(app: TypedApp, ctx: ControlContext): void {
         params: KeyParams,
         response: { 200: DataOf('PoolKey'), 403: Type.Ref('Error'), 404: Type.Ref('Error') },
       },
+      preValidation: async (req) => {
+        requireAbility(req, 'keys:write');
+      },
     },
     async (req) => {
-      const actor = requireAbility(req, 'keys:write');
+      const actor = actorOf(req);
       const pool = await findPool(ctx.sql, actor.teamId, req.params.pool);
       if (!pool) throw notFound('pool');
       const revoked = await revokeKey(ctx.sql, pool.id, req.params.apiKey, ctx.now());

@@ -1,7 +1,7 @@
 // GET /api/v1/pools/:pool/metrics: admit and queue summary of a pool over a range, clamped to retention.
 import { Type } from '@sinclair/typebox';
 import type { PoolMetricsSummaryT } from './schemas.js';
-import { requireAbility } from './auth.js';
+import { actorOf, requireAbility } from './auth.js';
 import type { ControlContext, TypedApp } from './context.js';
 import { notFound, unprocessable } from './errors.js';
 import { findPool } from '../store/pools.js';
@@ -56,9 +56,13 @@ export function metricsRoutes(app: TypedApp, ctx: ControlContext): void {
         querystring: MetricsQuery,
         response: { 200: Type.Ref('PoolMetricsSummary'), 403: Type.Ref('Error'), 404: Type.Ref('Error'), 422: Type.Ref('Error') },
       },
+      // Ability first, so a token without metrics:read learns nothing from validation errors.
+      preValidation: async (req) => {
+        requireAbility(req, 'metrics:read');
+      },
     },
     async (req): Promise<PoolMetricsSummaryT> => {
-      const actor = requireAbility(req, 'metrics:read');
+      const actor = actorOf(req);
       const from = parseInstant('from', req.query.from);
       const to = parseInstant('to', req.query.to);
       const pool = await findPool(ctx.sql, actor.teamId, req.params.pool);
