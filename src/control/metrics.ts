@@ -65,10 +65,10 @@ export function metricsRoutes(app: TypedApp, ctx: ControlContext): void {
       const actor = actorOf(req);
       const from = parseInstant('from', req.query.from);
       const to = parseInstant('to', req.query.to);
-      const pool = await findPool(ctx.sql, actor.teamId, req.params.pool);
-      if (!pool) throw notFound('pool');
       const retentionDays = ctx.config.metricsRetentionDays;
       const range = applyRange(from, to, ctx.now(), retentionDays);
+      const pool = await findPool(ctx.sql, actor.teamId, req.params.pool);
+      if (!pool) throw notFound('pool');
       const totals = await sumRollups(ctx.sql, pool.id, range.lowerBound, range.to);
       return {
         pool_id: pool.id,
