@@ -1,6 +1,7 @@
 import t from 'tap';
 import { startTestService, type TestService } from './helpers/service.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
+import { needServer } from './helpers/servers.js';
 
 const SUBDOMAIN = /^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$/;
 
@@ -235,4 +236,31 @@ t.test('the target guard refuses private, loopback and unresolvable hosts after 
     t.equal(res.status, 422, db_host);
   }
   t.equal((await guarded.api('GET', '/api/v1/pools', { token: boot.token })).body.data.length, 2, 'refusals created nothing');
+});
+
+t.test('on PostgreSQL (real concurrency), racing creates and racing intake posts still have one winner', async (t) => {
+  const skip = await needServer('postgres');
+  if (skip) return t.skip(skip);
+  const pgsvc = await startTestService({ engine: 'postgres' });
+  t.teardown(() => pgsvc.close());
+  const boot = await pgsvc.bootstrap();
+  const creates = await Promise.all(
+    Array.from({ length: 10 }, (_, i) =>
+      pgsvc.api('POST', '/api/v1/pools', { token: boot.token, body: { origin: 'https://race.example.com', name: i % 2 ? `Race ${i}` : null } }),
+    ),
+  );
+  t.same(creates.map((r) => r.status).sort(), [200, 200, 200, 200, 200, 200, 200, 200, 200, 201]);
+  t.equal(new Set(creates.map((r) => r.body.data.id)).size, 1);
+  const named = await Promise.all(
+    Array.from({ length: 6 }, (_, i) => pgsvc.api('POST', '/api/v1/pools', { token: boot.token, body: { origin: `https://n${i}.example.com`, name: 'Same Name' } })),
+  );
+  t.same(named.map((r) => r.status).sort(), [201, 422, 422, 422, 422, 422], 'racing explicit names: one wins, the rest are 422, none 500');
+
+  const pool = creates[0]!.body.data;
+  const h = await pgsvc.api('POST', `/api/v1/pools/${pool.subdomain}/auth-handoff`, { token: boot.token, body: { auth_method: 'bearer_static' } });
+  const path = new URL(h.body.intake_url).pathname;
+  const posts = await Promise.all(Array.from({ length: 6 }, (_, i) => pgsvc.api('POST', path, { body: { token: `t${i}` } })));
+  t.same(posts.map((r) => r.status).sort(), [200, 410, 410, 410, 410, 410]);
+  const { rows } = await pgsvc.service.sql.query<{ n: number }>('SELECT count(*)::int AS n FROM credentials');
+  t.equal(rows[0]!.n, 1, 'one credential was created');
 });
