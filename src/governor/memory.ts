@@ -66,23 +66,16 @@ function onWaitTimeout(w: Waiter): void {
   w.pool.refuse(w, 'queue_timeout');
 }
 
-/**
- * A granted slot. The admission and the permit are one object (`permit` points at itself) so the hot
- * path allocates exactly one object per admission.
- */
-class Grant implements Permit {
-  readonly ok = true as const;
-  readonly permit: Permit = this;
-  readonly queuedMs: number;
+/** A granted slot; settled once (the first release counts). */
+class SlotPermit implements Permit {
   readonly poolId: number;
   readonly #pool: PoolSlots;
   readonly #grantedAt: number;
   #released = false;
 
-  constructor(pool: PoolSlots, queuedMs: number, grantedAt: number) {
+  constructor(pool: PoolSlots, grantedAt: number) {
     this.#pool = pool;
     this.poolId = pool.poolId;
-    this.queuedMs = queuedMs;
     this.#grantedAt = grantedAt;
   }
 
@@ -130,10 +123,10 @@ class PoolSlots {
     return this.budget === null ? own : Math.min(own, this.budget.headroom(this));
   }
 
-  take(queuedMs: number): Grant {
+  take(queuedMs: number): Admission {
     this.budget?.take(this);
     this.inFlight++;
-    return new Grant(this, queuedMs, this.now());
+    return { ok: true, permit: new SlotPermit(this, this.now()), queuedMs };
   }
 
   give(grantedAt: number): void {
@@ -225,7 +218,7 @@ function sanitize(l: PoolLimits): PoolLimits {
 const EMPTY_STATE: PoolState = Object.freeze({ inFlight: 0, queued: 0, effectiveLimit: 0, remaining: 0 });
 
 /**
- * Admission for one node. A free slot is granted synchronously (one allocation, no promise); otherwise
+ * Admission for one node. A free slot is granted synchronously (no promise, two small objects); otherwise
  * the caller waits in its pool's FIFO until a release hands it the slot directly, its wait ends
  * (`queue_timeout`) or its signal aborts (`aborted`). Everything runs on the event loop, so counts and
  * queues need no locks: each take/give and each queue move is one synchronous step.
