@@ -29,7 +29,7 @@ export interface MemoryGovernorOptions {
   now?: () => number;
 }
 
-/** One waiter; it is also its own abort listener (handleEvent) so waiting allocates no closures. */
+/** One waiter; it is also its own abort listener (handleEvent), so no listener closure is made per waiter. */
 class Waiter implements WaitNode<Waiter> {
   prev: Waiter | null = null;
   next: Waiter | null = null;
