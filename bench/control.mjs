@@ -111,6 +111,13 @@ async function main() {
     if (exit.code !== 0) notes.push(`poolgate exited with ${exit.code ?? exit.signal} on SIGTERM`);
   }
 
+  for (const r of rows) {
+    if (r.timeouts > 0) notes.push(`${r.name}: ${r.timeouts} of the errors are timeouts (no response within autocannon's 10 s).`);
+  }
+  // Said in the table's own words, so a figure from a busy machine is not read as the service's ceiling.
+  if (m.loadavg_1m > m.nproc) {
+    notes.push(`the machine was busy with other work (load average ${m.loadavg_1m} on ${m.nproc} CPUs at the start); figures are lower than on an idle machine.`);
+  }
   const when = new Date();
   const report = { benchmark: 'control', date: when.toISOString(), machine: m, settings, notes, rows };
   const stamp = when.toISOString().replace(/[:.]/g, '-');
@@ -136,7 +143,7 @@ async function main() {
       `- settings: ${settings.duration_s} s per row, ${settings.connections} connections, ${settings.warmup_s} s warm-up, no pipelining, service log level \`${settings.log_level}\``,
       '',
       ...table,
-      ...(notes.length ? ['', ...notes.map((n) => `Note: ${n}`)] : []),
+      ...(notes.length ? ['', 'Notes:', '', ...notes.map((n) => `- ${n}`)] : []),
     ].join('\n'),
   );
   log(`wrote ${jsonPath} and the "## Control API" section of ${RESULTS_PATH}`);
