@@ -116,7 +116,7 @@ async function main() {
   }
   // Said in the table's own words, so a figure from a busy machine is not read as the service's ceiling.
   if (m.loadavg_1m > m.nproc) {
-    notes.push(`the machine was busy with other work (load average ${m.loadavg_1m} on ${m.nproc} CPUs at the start); figures are lower than on an idle machine.`);
+    notes.push(`The machine was busy with other work (load average ${m.loadavg_1m} on ${m.nproc} CPUs at the start); figures are lower than on an idle machine.`);
   }
   const when = new Date();
   const report = { benchmark: 'control', date: when.toISOString(), machine: m, settings, notes, rows };
