@@ -1,7 +1,7 @@
 // The configuration contract: generated schema and docs never drift, loading validates and names the env var.
 import t from 'tap';
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -12,6 +12,7 @@ import { renderDocs, renderSchema, root, DOCS_PATH, SCHEMA_PATH } from '../scrip
 
 const run = promisify(execFile);
 const dir = mkdtempSync(join(tmpdir(), 'poolgate-config-'));
+t.teardown(() => rmSync(dir, { recursive: true, force: true }));
 let n = 0;
 /** Writes a POOLGATE_CONFIG file and returns its path. */
 function configFile(content: unknown): string {
