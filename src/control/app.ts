@@ -7,6 +7,7 @@ import { Ajv, type Options as AjvOptions } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import { ApiError } from './errors.js';
 import { authenticate } from './auth.js';
+import { hasUnstorableText } from './unstorable-text.js';
 import type { ControlContext } from './context.js';
 import { sharedSchemas } from './schemas.js';
 import { identityRoutes } from './identity.js';
@@ -51,6 +52,11 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
     bodyLimit: ctx.config.controlBodyLimit,
     return503OnClosing: true,
     routerOptions: { caseSensitive: true, ignoreTrailingSlash: false, maxParamLength: 200 },
+    // Router-level refusals bypass the error handler; keep them in the `{ message }` shape (an over-long id addresses nothing).
+    frameworkErrors: (err: FastifyError, _req: FastifyRequest, reply: FastifyReply) => {
+      const status = err.code === 'FST_ERR_BAD_URL' ? 400 : err.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 404 : 500;
+      void reply.code(status).send({ message: status === 400 ? 'the request path is not valid URL encoding' : status === 404 ? 'not found' : 'internal error' });
+    },
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   // Bodies are validated exactly (no coercion, no silent stripping); path and query strings are coerced.
@@ -82,6 +88,13 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
     if (req.routeOptions.config?.public) return;
     // Unknown routes fall through to the not-found handler after auth, so paths are not probeable without a token.
     req.actor = await authenticate(ctx.sql, req.headers.authorization, ctx.now());
+  });
+  // NUL or an unpaired surrogate would fail (or be mangled) in the store: refuse it as bad input, never a 5xx.
+  app.addHook('preValidation', async (req: FastifyRequest) => {
+    if (hasUnstorableText(req.params)) throw new ApiError(404, 'not found');
+    if (hasUnstorableText(req.query) || hasUnstorableText(req.body)) {
+      throw new ApiError(422, 'text must not contain NUL characters or unpaired UTF-16 surrogates');
+    }
   });
 
   app.setErrorHandler((err: FastifyError, req: FastifyRequest, reply: FastifyReply) => {

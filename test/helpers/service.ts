@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { request, type Dispatcher } from 'undici';
+import { Pool, request, type Dispatcher } from 'undici';
 import { loadConfig } from '../../src/config/load.js';
 import type { Config } from '../../src/config/schema.js';
 import { startService, type RoleName, type Service } from '../../src/service.js';
@@ -86,6 +86,8 @@ export async function startTestService(
   const controlUrl = `http://127.0.0.1:${service.ports.control}`;
   const deps = { config, sql: service.sql, box: service.box, now: () => new Date() };
   let oracle: Promise<OpenApiOracle> | null = null;
+  // A dispatcher sends the path exactly as given (no URL normalisation), so tests can send `..` and odd bytes.
+  const http = new Pool(controlUrl, { connections: 8 });
 
   const t: TestService = {
     service,
@@ -112,7 +114,7 @@ export async function startTestService(
         body = JSON.stringify(o.body);
         headers['content-type'] ??= 'application/json';
       }
-      const res = await request(controlUrl + path, { method, headers, body });
+      const res = await http.request({ path, method, headers, body });
       const text = await res.body.text();
       let parsed: unknown = text;
       try {
@@ -134,6 +136,7 @@ export async function startTestService(
       return oracle;
     },
     async close() {
+      await http.close();
       await service.close();
       if (db) await db.drop();
       if (!opts.dataDir) rmSync(dataDir, { recursive: true, force: true });
