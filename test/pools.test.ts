@@ -80,6 +80,9 @@ t.test('explicit names: taken → 422; subdomains are DNS labels ≤ 40 characte
   t.ok(long.body.data.subdomain.length <= 40);
   t.match(long.body.data.subdomain, SUBDOMAIN);
 
+  const accented = await svc.api('POST', '/api/v1/pools', { token: owner.token, body: { origin: 'https://creme.example.com', name: 'Crème Brûlée API' } });
+  t.equal(accented.body.data.subdomain, 'creme-brulee-api');
+
   // Labels that name the service's own routes are never used bare.
   const reserved = await svc.api('POST', '/api/v1/pools', { token: owner.token, body: { origin: 'https://db.example.com', name: 'database' } });
   t.equal(reserved.status, 201);

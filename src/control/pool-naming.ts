@@ -60,11 +60,12 @@ const RESERVED_LABELS = new Set(['www', 'api', 'app', 'lock', 'mcp', 'admin', 'd
 
 export const SUBDOMAIN_MAX = 40;
 
-/** The base DNS label for a name: lowercase a-z0-9 and '-', no leading/trailing '-', at most 40 characters. */
+/** The base DNS label for a name: accents dropped, lowercase a-z0-9 and '-', no leading/trailing '-', at most 40 characters. */
 export function subdomainBase(name: string): string {
   const label = name
     .toLowerCase()
     .normalize('NFKD')
+    .replace(/[\u0300-\u036f]/g, '') // accents dropped, not turned into '-'
     .replace(/[^a-z0-9]+/g, '-')
     .replace(/^-+|-+$/g, '')
     .slice(0, SUBDOMAIN_MAX)
