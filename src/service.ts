@@ -11,6 +11,12 @@ import { acquireDataDirLock, type DataDirLock } from './store/data-dir-lock.js';
 import { startAdminSocket, type AdminSocket } from './admin/socket.js';
 import { loadUws } from './http/uws.js';
 import { createLogger, type Logger } from './log.js';
+import { Dataplane } from './dataplane/server.js';
+import { RequestMetrics } from './dataplane/pool-metrics.js';
+import { MemoryGovernor } from './governor/memory.js';
+import { PoolMetrics } from './metrics/registry.js';
+import { RollupBuffer } from './metrics/rollups.js';
+import { startMetricsServer } from './metrics/server.js';
 
 export type RoleName = 'control' | 'dataplane' | 'worker';
 
@@ -40,6 +46,8 @@ export interface Service {
   readonly now: () => Date;
   readonly ports: Ports;
   readonly control: ControlApp | null;
+  /** The pool traffic listener (and its governor), when this process runs the dataplane role. */
+  readonly dataplane: Dataplane | null;
   close(): Promise<void>;
 }
 
@@ -77,6 +85,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
   const closers: Array<() => Promise<void>> = [];
   const ports: Ports = {};
   let control: ControlApp | null = null;
+  let dataplane: Dataplane | null = null;
   let admin: AdminSocket | null = null;
 
   try {
@@ -113,6 +122,33 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       const a = admin;
       closers.push(() => a.close());
     }
+    if (opts.roles.includes('dataplane')) {
+      const governor = new MemoryGovernor();
+      const poolMetrics = new PoolMetrics();
+      const rollups = new RollupBuffer({ db: sql, onError: (err) => log.warn({ err }, 'pool metrics rollup flush failed; counts kept for the next try') });
+      closers.push(async () => {
+        await rollups.close().catch((err: unknown) => log.warn({ err }, 'final pool metrics rollup flush failed'));
+        await governor.close();
+      });
+      const metricsServer = await startMetricsServer(config.host, config.metricsPort, poolMetrics.registry);
+      ports.metrics = metricsServer.port;
+      closers.push(() => metricsServer.close());
+      let sink: RequestMetrics | null = null;
+      const dp = await Dataplane.start({
+        config,
+        sql,
+        box,
+        log,
+        governor,
+        metrics: { record: (r) => sink?.record(r) },
+        clock: () => now().getTime(),
+      });
+      sink = new RequestMetrics(poolMetrics, rollups, dp.snapshots, governor);
+      ports.proxy = dp.port;
+      dataplane = dp;
+      // Closed first on shutdown: stop taking pool traffic and let in-flight requests finish.
+      closers.push(() => dp.close());
+    }
   } catch (err) {
     for (const c of closers.reverse()) await c().catch(() => {});
     await sql.close().catch(() => {});
@@ -129,6 +165,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
     now,
     ports,
     control,
+    dataplane,
     close() {
       closing ??= (async () => {
         // Stop accepting first, let in-flight work finish, then close the store.

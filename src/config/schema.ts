@@ -85,6 +85,37 @@ export const ConfigSchema = Type.Object(
       env: 'POOLGATE_INTAKE_TTL_SECONDS',
       description: 'Lifetime of a one-shot credential intake minted by auth-handoff.',
     }),
+    originCaFile: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
+      default: null,
+      env: 'POOLGATE_ORIGIN_CA_FILE',
+      description: 'Extra CA certificates (PEM file) trusted for https origins, besides the system roots.',
+    }),
+    proxyBodyLimit: Type.Integer({
+      minimum: 0,
+      maximum: Number.MAX_SAFE_INTEGER,
+      default: 1024 * 1024 * 1024,
+      env: 'POOLGATE_PROXY_BODY_LIMIT',
+      description: 'Largest request body in bytes the data plane forwards to an origin; larger bodies get 413. 0 means no limit.',
+    }),
+    accessLogFile: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
+      default: null,
+      env: 'POOLGATE_ACCESS_LOG_FILE',
+      description: 'Data plane access log (JSON lines); null writes it to stderr.',
+    }),
+    accessLogSample: Type.Integer({
+      minimum: 0,
+      maximum: 1_000_000,
+      default: 1,
+      env: 'POOLGATE_ACCESS_LOG_SAMPLE',
+      description: 'Log one in N successful pool requests (1 logs every one, 0 none of them); refusals and errors are always logged.',
+    }),
+    snapshotResyncMs: Type.Integer({
+      minimum: 1000,
+      maximum: 3_600_000,
+      default: 30_000,
+      env: 'POOLGATE_SNAPSHOT_RESYNC_MS',
+      description: 'Period of the data plane\'s full config resync, besides the change feed.',
+    }),
     logLevel: Type.Union(
       ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((l) => Type.Literal(l)),
       { default: 'info', env: 'POOLGATE_LOG_LEVEL', description: 'Log level of the service log (stderr).' },

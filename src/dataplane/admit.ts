@@ -1,0 +1,68 @@
+// Stage 5, admit: ask the governor for a slot. The wait is X-Service-Queue-Timeout-Ms clamped to the
+// pool's queue timeout (its default), or 0 with X-Service-No-Queue; refusals become 429/504/503.
+import type { Admission, Governor } from '../governor/governor.js';
+import { reply, type Exchange, type Reply } from './exchange.js';
+
+const DIGITS = /^\d{1,15}$/;
+
+/** The queue wait this request asks for, or a 400 when the header is not a non-negative integer. */
+export function requestedWait(ex: Exchange): number | Reply {
+  const max = ex.pool!.settings.queueTimeoutMs;
+  const noQueue = ex.headers['x-service-no-queue'];
+  if (noQueue !== undefined && noQueue !== '' && noQueue !== '0' && noQueue.toLowerCase() !== 'false') return 0;
+  const raw = ex.headers['x-service-queue-timeout-ms'];
+  if (raw === undefined || raw === '') return max;
+  const v = raw.trim();
+  if (!DIGITS.test(v)) return reply(400, 'bad_request', 'X-Service-Queue-Timeout-Ms must be a non-negative integer (milliseconds)');
+  return Math.min(Number(v), max);
+}
+
+/** Retry-After in whole seconds, at least 1. */
+export function retryAfterSeconds(ms: number | undefined): string {
+  return String(Math.max(1, Math.ceil((ms ?? 1000) / 1000)));
+}
+
+/** The reply for a refused admission; null for `aborted` (the client is gone, nothing to send). */
+export function refusalReply(a: Extract<Admission, { ok: false }>, governorHeaders: Array<[string, string]>): Reply | null {
+  switch (a.reason) {
+    case 'queue_full':
+    case 'no_slot':
+      return reply(429, 'too_many_requests', a.reason === 'queue_full' ? 'the pool queue is full' : 'no free slot in the pool', [
+        ['retry-after', retryAfterSeconds(a.retryAfterMs)],
+        ...governorHeaders,
+      ]);
+    case 'queue_timeout':
+      return reply(504, 'queue_timeout', 'no slot opened within the queue wait', governorHeaders);
+    case 'unavailable':
+      return reply(503, 'unavailable', 'the governor is unavailable', [['retry-after', retryAfterSeconds(a.retryAfterMs)]]);
+    case 'aborted':
+      return null;
+  }
+}
+
+/** The governor response headers (spec: x-service-remaining-slots, -effective-limit, -queued-ms). */
+export function governorHeaders(governor: Governor, poolId: number, queuedMs: number): Array<[string, string]> {
+  let remaining = 0;
+  let limit = 0;
+  try {
+    const s = governor.state(poolId);
+    remaining = s.remaining;
+    limit = s.effectiveLimit;
+  } catch {
+    // A governor that cannot answer (e.g. a remote one that is down) must not fail a response.
+  }
+  return [
+    ['x-service-remaining-slots', String(Math.max(0, remaining))],
+    ['x-service-effective-limit', String(limit)],
+    ['x-service-queued-ms', String(Math.round(queuedMs))],
+  ];
+}
+
+/** Acquires a slot: synchronous when one is free (no promise on the hot path). */
+export function admit(governor: Governor, ex: Exchange, waitMs: number, signal: AbortSignal): Admission | Promise<Admission> {
+  try {
+    return governor.acquire({ poolId: ex.pool!.id, waitMs, signal });
+  } catch {
+    return { ok: false, reason: 'unavailable', queuedMs: 0 };
+  }
+}

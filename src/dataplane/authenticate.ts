@@ -1,0 +1,36 @@
+// Stage 2, authenticate: the pool key from X-Service-Key, or `Authorization: Bearer <key>` where the
+// pool allows it. Keys are looked up by SHA-256 hash in the snapshot; expiry is checked on the clock.
+import { sha256Hex } from '../security/tokens.js';
+import { reply, type Exchange, type Gate, type Reply } from './exchange.js';
+
+const UNAUTHORIZED: Reply = reply(401, 'unauthorized', 'missing or invalid pool key');
+const BEARER = /^bearer[ \t]+(\S+)[ \t]*$/i;
+
+export function authenticateGate(clock: () => number): Gate {
+  return (ex: Exchange) => {
+    const pool = ex.pool!;
+    let presented = ex.headers['x-service-key'] || null;
+    let fromAuthorization = false;
+    if (presented === null && pool.settings.allowBearerKey) {
+      const m = BEARER.exec(ex.headers.authorization ?? '');
+      if (m) {
+        presented = m[1]!;
+        fromAuthorization = true;
+      }
+    }
+    if (presented === null) {
+      // A pool that does not require a key admits anonymous traffic (and forwards Authorization as is).
+      return pool.requireKey ? UNAUTHORIZED : null;
+    }
+    // The hash lookup is the comparison: a map hit on a SHA-256 digest leaks nothing usable about the key.
+    const key = ex.snapshot.keys.get(sha256Hex(presented));
+    if (!key || key.poolId !== pool.id || (key.expiresAt !== null && key.expiresAt <= clock())) {
+      // A Bearer token that is not a pool key of an open pool is the origin's own auth: pass it through.
+      if (fromAuthorization && !pool.requireKey) return null;
+      return UNAUTHORIZED;
+    }
+    ex.key = key;
+    ex.keyInAuthorization = fromAuthorization;
+    return null;
+  };
+}

@@ -1,0 +1,143 @@
+// The client side of one pool request over uWS: every write is corked, and nothing touches the uWS
+// response after it was aborted or ended (both forbidden by uWS).
+import { STATUS_CODES } from 'node:http';
+import type { HttpResponse } from 'uWebSockets.js';
+import type { Reply } from './exchange.js';
+
+const statusLines = new Map<number, string>();
+function statusLine(status: number): string {
+  let line = statusLines.get(status);
+  if (line === undefined) {
+    line = `${status} ${STATUS_CODES[status] ?? 'Unknown'}`;
+    statusLines.set(status, line);
+  }
+  return line;
+}
+
+export class ClientResponse {
+  readonly #res: HttpResponse;
+  #aborted = false;
+  #ended = false;
+  #started = false;
+  #onAbort: Array<() => void> = [];
+  #writable: ((offset: number) => boolean) | null = null;
+  /** The status sent to the client, once a response started. */
+  status = 0;
+
+  constructor(res: HttpResponse) {
+    this.#res = res;
+    res.onAborted(() => {
+      this.#aborted = true;
+      const handlers = this.#onAbort;
+      this.#onAbort = [];
+      for (const h of handlers) h();
+    });
+  }
+
+  /** Neither aborted nor ended: uWS calls are still allowed. */
+  get open(): boolean {
+    return !this.#aborted && !this.#ended;
+  }
+
+  get aborted(): boolean {
+    return this.#aborted;
+  }
+
+  /** A status line went out: errors from now on can only close the connection. */
+  get started(): boolean {
+    return this.#started;
+  }
+
+  /** Runs once when the client goes away before the response ended. */
+  onAbort(handler: () => void): void {
+    if (this.#aborted) handler();
+    else if (!this.#ended) this.#onAbort.push(handler);
+  }
+
+  pause(): void {
+    if (this.open) this.#res.pause();
+  }
+
+  resume(): void {
+    if (this.open) this.#res.resume();
+  }
+
+  /** Sends a JSON error reply with the governor headers it carries. */
+  sendReply(r: Reply, extra: ReadonlyArray<readonly [string, string]> | null, closeConnection: boolean): void {
+    if (!this.open || this.#started) return;
+    const body = JSON.stringify({ error: r.error, message: r.message });
+    this.status = r.status;
+    this.#started = true;
+    this.#ended = true;
+    this.#res.cork(() => {
+      this.#res.writeStatus(statusLine(r.status)).writeHeader('content-type', 'application/json');
+      if (r.headers) for (const [k, v] of r.headers) this.#res.writeHeader(k, v);
+      if (extra) for (const [k, v] of extra) this.#res.writeHeader(k, v);
+      this.#res.end(body, closeConnection);
+    });
+  }
+
+  /** Writes the status line and headers (sent with the first body bytes). */
+  writeHead(status: number, headers: ReadonlyArray<readonly [string, string]>): void {
+    if (!this.open) return;
+    this.status = status;
+    this.#started = true;
+    this.#res.cork(() => {
+      this.#res.writeStatus(statusLine(status));
+      for (const [k, v] of headers) this.#res.writeHeader(k, v);
+    });
+  }
+
+  /** Chunked write; false means backpressure built up (the bytes are buffered; wait for onWritable). */
+  write(chunk: Uint8Array): boolean {
+    if (!this.open) return false;
+    let ok = false;
+    this.#res.cork(() => {
+      ok = this.#res.write(chunk);
+    });
+    return ok;
+  }
+
+  /** Content-length write: [accepted whole chunk, response complete]. */
+  tryEnd(chunk: Uint8Array, total: number): [boolean, boolean] {
+    if (!this.open) return [false, false];
+    let r: [boolean, boolean] = [false, false];
+    this.#res.cork(() => {
+      r = this.#res.tryEnd(chunk, total);
+    });
+    if (r[1]) this.#ended = true;
+    return r;
+  }
+
+  writeOffset(): number {
+    return this.open ? this.#res.getWriteOffset() : 0;
+  }
+
+  /** Registers the drain handler (one per response; later calls replace it). */
+  onWritable(handler: (offset: number) => boolean): void {
+    if (!this.open) return;
+    if (this.#writable === null) this.#res.onWritable((offset) => (this.#writable ? this.#writable(offset) : true));
+    this.#writable = handler;
+  }
+
+  end(): void {
+    if (!this.open) return;
+    this.#ended = true;
+    this.#res.cork(() => this.#res.end());
+  }
+
+  /** Ends a response that has no body (HEAD, 204, 304), reporting the length a GET would have had. */
+  endWithoutBody(reportedLength: number | undefined): void {
+    if (!this.open) return;
+    this.#ended = true;
+    this.#res.cork(() => this.#res.endWithoutBody(reportedLength));
+  }
+
+  /** Drops the connection: the only honest signal once a response is under way and cannot complete. */
+  close(): void {
+    if (!this.open) return;
+    this.#ended = true;
+    this.#onAbort = [];
+    this.#res.close();
+  }
+}

@@ -1,0 +1,66 @@
+// One pool request as the stages see it, and the answer a stage gives to stop it.
+import type { Admission, Permit } from '../governor/governor.js';
+import type { KeyEntry, PoolEntry, Snapshot } from './snapshot.js';
+
+/** What the access log and metrics call the way a request ended. */
+export type OutcomeName =
+  | 'proxied'
+  | 'not_found'
+  | 'unauthorized'
+  | 'forbidden'
+  | 'bad_request'
+  | 'payload_too_large'
+  | 'too_many_requests'
+  | 'queue_timeout'
+  | 'unavailable'
+  | 'upstream_unreachable'
+  | 'upstream_timeout'
+  | 'upstream_aborted'
+  | 'client_aborted';
+
+/** A stage's refusal: the status, the stable error code, and headers such as Retry-After. */
+export interface Reply {
+  status: number;
+  error: OutcomeName;
+  message: string;
+  headers?: ReadonlyArray<readonly [string, string]>;
+}
+
+export const reply = (status: number, error: OutcomeName, message: string, headers?: Reply['headers']): Reply => ({
+  status,
+  error,
+  message,
+  headers,
+});
+
+export interface Exchange {
+  /** Upper-case method as sent. */
+  readonly method: string;
+  /** Path as sent (without the query). */
+  readonly path: string;
+  /** Raw query string without `?`, or ''. */
+  readonly query: string;
+  /** Request headers, names lower-case; repeated headers joined with ", ". */
+  readonly headers: Record<string, string>;
+  readonly clientAddress: string;
+  /** The snapshot the request started on: every stage reads the same one. */
+  readonly snapshot: Snapshot;
+  readonly startedAt: number;
+  /** Set by route. */
+  pool: PoolEntry | null;
+  /** Set by authenticate; null when the pool admits without a key. */
+  key: KeyEntry | null;
+  /** The key came in Authorization (so that header is not forwarded). */
+  keyInAuthorization: boolean;
+  /** Set by admit. */
+  admission: Admission | null;
+  permit: Permit | null;
+  /** acquire had to wait (returned a promise). */
+  waited: boolean;
+  queuedMs: number;
+  /** Time from dispatch upstream to the end of the response, once known. */
+  upstreamMs: number | null;
+}
+
+/** A synchronous gate: null lets the request continue, a Reply stops it. Gates never throw to refuse. */
+export type Gate = (ex: Exchange) => Reply | null;

@@ -1,0 +1,233 @@
+// Stage 6, forward: the request to the origin over a keep-alive undici Pool per origin, both bodies
+// streamed with backpressure, and the origin's answer streamed back to the client.
+import { readFileSync } from 'node:fs';
+import { rootCertificates } from 'node:tls';
+import type { Readable } from 'node:stream';
+import { Pool, type Dispatcher } from 'undici';
+import type { Governor, Outcome } from '../governor/governor.js';
+import { governorHeaders } from './admit.js';
+import type { ClientResponse } from './client-response.js';
+import { reply, type Exchange, type Reply } from './exchange.js';
+import { clientResponseHeaders, upstreamRequestHeaders } from './headers.js';
+import { BodyTooLargeError, type RequestBody } from './request-body.js';
+import type { Settlement } from './release.js';
+
+/** One undici Pool (keep-alive connections) per origin, trusting the system roots plus originCaFile. */
+export class Upstreams {
+  readonly #pools = new Map<string, Pool>();
+  readonly #ca: string[] | undefined;
+
+  constructor(opts: { caFile: string | null }) {
+    if (opts.caFile) {
+      let pem: string;
+      try {
+        pem = readFileSync(opts.caFile, 'utf8');
+      } catch (err) {
+        throw new Error(`cannot read originCaFile ${opts.caFile}: ${(err as Error).message}`);
+      }
+      // connect.ca replaces the default roots, so keep them alongside the extra ones.
+      this.#ca = [...rootCertificates, pem];
+    }
+  }
+
+  get(origin: string): Pool {
+    let pool = this.#pools.get(origin);
+    if (!pool) {
+      pool = new Pool(origin, {
+        connect: this.#ca ? { ca: this.#ca } : {},
+        keepAliveTimeout: 30_000,
+        keepAliveMaxTimeout: 300_000,
+      });
+      this.#pools.set(origin, pool);
+    }
+    return pool;
+  }
+
+  /** Closes every pool: in-flight requests finish first, unless `force`. */
+  async close(force = false): Promise<void> {
+    const pools = [...this.#pools.values()];
+    this.#pools.clear();
+    await Promise.all(pools.map((p) => (force ? p.destroy() : p.close()).catch(() => {})));
+  }
+}
+
+const NO_BODY_STATUS = new Set([204, 205, 304]);
+
+/** Drops an origin body nobody will read (destroying an undici body emits an error: swallow it). */
+function discard(body: Readable): void {
+  body.on('error', () => {});
+  body.destroy();
+}
+
+/** Retry-After (seconds or an HTTP date) in ms. */
+function retryAfterMs(value: string | string[] | undefined, now: number): number | undefined {
+  const v = Array.isArray(value) ? value[0] : value;
+  if (!v) return undefined;
+  if (/^\d+$/.test(v.trim())) return Number(v.trim()) * 1000;
+  const at = Date.parse(v);
+  return Number.isNaN(at) ? undefined : Math.max(0, at - now);
+}
+
+/** What a failed upstream call becomes for the client (when nothing was sent yet). */
+function failureReply(err: unknown, body: RequestBody | null): Reply {
+  if (body?.errored instanceof BodyTooLargeError || err instanceof BodyTooLargeError) {
+    return reply(413, 'payload_too_large', (body?.errored as Error | undefined)?.message ?? 'request body too large');
+  }
+  const code = (err as { code?: string } | null)?.code;
+  if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') {
+    return reply(504, 'upstream_timeout', 'the origin did not answer within the request timeout');
+  }
+  return reply(502, 'upstream_unreachable', 'the origin could not be reached');
+}
+
+export interface ForwardDeps {
+  upstreams: Upstreams;
+  governor: Governor;
+}
+
+/**
+ * Sends the admitted request to the origin and streams the answer to the client. Resolves (never
+ * rejects) with how it ended; an error reply is sent here when no response had started.
+ */
+export async function forward(deps: ForwardDeps, ex: Exchange, client: ClientResponse, body: RequestBody | null, signal: AbortSignal): Promise<Settlement> {
+  const pool = ex.pool!;
+  const started = performance.now();
+  const headers = upstreamRequestHeaders({
+    headers: ex.headers,
+    originHost: pool.originHost!,
+    clientAddress: ex.clientAddress,
+    clientHost: ex.headers.host ?? '',
+    keyInAuthorization: ex.keyInAuthorization,
+    credential: pool.credential,
+  });
+  let res: Dispatcher.ResponseData;
+  try {
+    res = await deps.upstreams.get(pool.origin!).request({
+      origin: pool.origin!,
+      path: ex.query ? `${ex.path}?${ex.query}` : ex.path,
+      method: ex.method as Dispatcher.HttpMethod,
+      headers,
+      body: body ?? undefined,
+      signal,
+      headersTimeout: pool.settings.requestTimeoutMs,
+      bodyTimeout: pool.settings.requestTimeoutMs,
+    });
+  } catch (err) {
+    ex.upstreamMs = performance.now() - started;
+    if (signal.aborted || client.aborted) return { outcome: 'client_aborted', status: 0 };
+    const r = failureReply(err, body);
+    const timedOut = r.error === 'upstream_timeout';
+    // The rest of an unread request body is discarded with the connection.
+    body?.release();
+    client.sendReply(r, governorHeaders(deps.governor, pool.id, ex.queuedMs), body !== null && !body.complete);
+    return {
+      outcome: r.error,
+      status: r.status,
+      // A 413 is the client's doing: the slot was not held by the origin's fault, so not a latency sample.
+      upstream: { dropped: true, ...(timedOut ? { latencyMs: ex.upstreamMs } : {}) },
+    };
+  }
+
+  const status = res.statusCode;
+  const upstream: Outcome = {
+    status,
+    throttled: status === 429 ? 1 : 0,
+    retryAfterMs: retryAfterMs(res.headers['retry-after'], Date.now()),
+    headers: res.headers,
+  };
+  if (!client.open) {
+    discard(res.body);
+    ex.upstreamMs = performance.now() - started;
+    return { outcome: 'client_aborted', status: 0, upstream: { ...upstream, dropped: true } };
+  }
+  client.writeHead(status, [...clientResponseHeaders(res.headers), ...governorHeaders(deps.governor, pool.id, ex.queuedMs)]);
+
+  const cl = res.headers['content-length'];
+  const length = typeof cl === 'string' && /^\d+$/.test(cl) ? Number(cl) : null;
+  let ended: 'done' | 'client_aborted' | 'upstream_aborted';
+  if (ex.method === 'HEAD' || NO_BODY_STATUS.has(status)) {
+    discard(res.body);
+    client.endWithoutBody(ex.method === 'HEAD' && length !== null ? length : undefined);
+    ended = 'done';
+  } else {
+    ended = await pipeBody(client, res.body, length);
+  }
+  ex.upstreamMs = performance.now() - started;
+  upstream.latencyMs = ex.upstreamMs;
+  if (ended === 'done') return { outcome: 'proxied', status, upstream };
+  return { outcome: ended, status: ended === 'client_aborted' ? 0 : status, upstream: { ...upstream, dropped: true } };
+}
+
+/**
+ * Streams the origin's body to the client. With a known length uWS frames it (tryEnd: the part it could
+ * not take yet is retried from onWritable); without one it is sent chunked. Either way the origin body
+ * is paused while the client's socket is backed up.
+ */
+function pipeBody(client: ClientResponse, body: Readable, total: number | null): Promise<'done' | 'client_aborted' | 'upstream_aborted'> {
+  return new Promise((resolve) => {
+    let settled = false;
+    const finish = (r: 'done' | 'client_aborted' | 'upstream_aborted') => {
+      if (settled) return;
+      settled = true;
+      // A finished body drains on its own (its connection goes back to the pool); any other is cut.
+      if (r !== 'done') body.destroy();
+      resolve(r);
+    };
+    client.onAbort(() => finish('client_aborted'));
+    body.on('error', () => {
+      client.close();
+      finish('upstream_aborted');
+    });
+
+    if (total === null) {
+      body.on('data', (chunk: Buffer) => {
+        if (!client.write(chunk) && client.open) body.pause();
+      });
+      client.onWritable(() => {
+        body.resume();
+        return true;
+      });
+      body.on('end', () => {
+        client.end();
+        finish('done');
+      });
+      return;
+    }
+
+    let pending: Buffer | null = null;
+    let pendingAt = 0;
+    body.on('data', (chunk: Buffer) => {
+      if (!client.open) return;
+      pendingAt = client.writeOffset();
+      const [ok, done] = client.tryEnd(chunk, total);
+      if (done) finish('done');
+      else if (!ok) {
+        pending = chunk;
+        body.pause();
+      }
+    });
+    client.onWritable((offset) => {
+      if (pending === null) return true;
+      const [ok, done] = client.tryEnd(pending.subarray(offset - pendingAt), total);
+      if (done) {
+        pending = null;
+        finish('done');
+      } else if (ok) {
+        pending = null;
+        body.resume();
+      }
+      return ok;
+    });
+    body.on('end', () => {
+      if (settled) return;
+      if (total === 0) {
+        client.end();
+        finish('done');
+        return;
+      }
+      // The origin sent fewer bytes than it announced: the client must not take this as complete.
+      client.close();
+      finish('upstream_aborted');
+    });
+  });
+}

@@ -1,0 +1,101 @@
+// Header rules of the proxy: hop-by-hop headers dropped both ways, pool auth kept from the origin,
+// X-Forwarded-* set, the managed origin credential injected.
+import type { CredentialSecret } from '../store/credentials.js';
+
+/** RFC 9110 §7.6.1 connection-specific headers, plus `expect` (undici cannot send 100-continue). */
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'expect',
+]);
+
+/** Header names listed in a Connection header value: they are hop-by-hop too. */
+export function connectionListed(value: string | undefined): Set<string> | null {
+  if (!value) return null;
+  const names = new Set<string>();
+  for (const part of value.split(',')) {
+    const name = part.trim().toLowerCase();
+    if (name) names.add(name);
+  }
+  return names.size > 0 ? names : null;
+}
+
+export function isHopByHop(name: string, listed: Set<string> | null): boolean {
+  return HOP_BY_HOP.has(name) || name.startsWith('proxy-') || (listed !== null && listed.has(name));
+}
+
+export interface UpstreamHeaderInput {
+  /** The client's headers, names lower-case, repeated headers already joined. */
+  headers: Record<string, string>;
+  /** host[:port] of the origin: the Host the origin expects. */
+  originHost: string;
+  clientAddress: string;
+  /** The Host header the client sent (the pool hostname). */
+  clientHost: string;
+  /** The pool key travelled in Authorization: that header is pool auth, not the origin's. */
+  keyInAuthorization: boolean;
+  credential: CredentialSecret | null;
+}
+
+/** The headers sent to the origin. */
+export function upstreamRequestHeaders(input: UpstreamHeaderInput): Record<string, string> {
+  const { headers } = input;
+  const listed = connectionListed(headers.connection);
+  const out: Record<string, string> = {};
+  for (const name in headers) {
+    if (isHopByHop(name, listed)) continue;
+    // Pool auth and our own control headers never reach the origin.
+    if (name.startsWith('x-service-')) continue;
+    if (name === 'host' || name.startsWith('x-forwarded-')) continue;
+    if (name === 'authorization' && input.keyInAuthorization) continue;
+    out[name] = headers[name]!;
+  }
+  out.host = input.originHost;
+  const prior = headers['x-forwarded-for'];
+  out['x-forwarded-for'] = prior ? `${prior}, ${input.clientAddress}` : input.clientAddress;
+  out['x-forwarded-proto'] = 'http';
+  out['x-forwarded-host'] = input.clientHost;
+  const cred = input.credential;
+  if (cred) {
+    switch (cred.method) {
+      case 'bearer_static':
+        out.authorization = `Bearer ${cred.token}`;
+        break;
+      case 'api_key':
+        out[(cred.header_name || 'x-api-key').toLowerCase()] = cred.api_key;
+        break;
+      case 'basic':
+        out.authorization = `Basic ${Buffer.from(`${cred.username}:${cred.password}`).toString('base64')}`;
+        break;
+      default:
+        // postgres_role belongs to database pools; an http origin gets nothing injected.
+        break;
+    }
+  }
+  return out;
+}
+
+/**
+ * Response headers passed back to the client. Framing (content-length, transfer-encoding) is dropped
+ * because the listener frames the body itself; `date` because the listener writes its own.
+ */
+export function clientResponseHeaders(headers: Record<string, string | string[] | undefined>): Array<[string, string]> {
+  const conn = headers.connection;
+  const listed = connectionListed(Array.isArray(conn) ? conn.join(',') : conn);
+  const out: Array<[string, string]> = [];
+  for (const name in headers) {
+    const value = headers[name];
+    if (value === undefined) continue;
+    if (isHopByHop(name, listed) || name === 'content-length' || name === 'date') continue;
+    if (Array.isArray(value)) for (const v of value) out.push([name, v]);
+    else out.push([name, value]);
+  }
+  return out;
+}

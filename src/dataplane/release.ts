@@ -1,0 +1,62 @@
+// Stage 7, release: settle the slot exactly once with what the origin said (feeding the adaptive limit
+// and the RPM learner), and record the request once: counters for metrics and one access-log line.
+import type { Admission, Outcome, Permit } from '../governor/governor.js';
+import type { AccessLog } from './access-log.js';
+import type { Exchange, OutcomeName } from './exchange.js';
+
+/** How one request ended, as the metrics need it. */
+export interface RequestRecord {
+  poolId: number;
+  /** The pool's subdomain (the metrics label). */
+  pool: string;
+  status: number;
+  outcome: OutcomeName;
+  /** The governor's answer; null when the request was stopped before admission. */
+  admission: Admission | null;
+  /** It entered the wait queue (acquire had to wait). */
+  waited: boolean;
+  queuedMs: number;
+  upstreamMs: number | null;
+}
+
+/** Where per-pool counters and histograms go; the request path only calls this. */
+export interface DataplaneMetrics {
+  record(r: RequestRecord): void;
+}
+
+export interface Settlement {
+  outcome: OutcomeName;
+  /** What the client got (0 when it went away first). */
+  status: number;
+  /** The upstream's answer for the governor, when the request was admitted. */
+  upstream?: Outcome;
+}
+
+export function releaseStage(metrics: DataplaneMetrics | null, accessLog: AccessLog | null) {
+  return (ex: Exchange, permit: Permit | null, s: Settlement): void => {
+    if (permit) permit.release(s.upstream ?? { dropped: true });
+    const pool = ex.pool;
+    if (pool && metrics) {
+      metrics.record({
+        poolId: pool.id,
+        pool: pool.subdomain,
+        status: s.status,
+        outcome: s.outcome,
+        admission: ex.admission,
+        waited: ex.waited,
+        queuedMs: ex.queuedMs,
+        upstreamMs: ex.upstreamMs,
+      });
+    }
+    accessLog?.write({
+      pool: pool?.subdomain ?? null,
+      method: ex.method,
+      path: ex.path,
+      status: s.status,
+      outcome: s.outcome,
+      queuedMs: Math.round(ex.queuedMs),
+      upstreamMs: ex.upstreamMs === null ? null : Math.round(ex.upstreamMs),
+      keyId: ex.key?.id ?? null,
+    });
+  };
+}

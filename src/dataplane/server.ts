@@ -1,0 +1,245 @@
+// The pool traffic listener (uWS): one handler running the stage chain, which is built once here.
+// route → authenticate → scope → (policies) → admit → forward → release.
+import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket } from 'uWebSockets.js';
+import type { Config } from '../config/schema.js';
+import type { Admission, Governor } from '../governor/governor.js';
+import { loadUws } from '../http/uws.js';
+import type { Logger } from '../log.js';
+import type { SecretBox } from '../security/secret-box.js';
+import type { Sql } from '../store/sql.js';
+import { AccessLog } from './access-log.js';
+import { admit, refusalReply, requestedWait, governorHeaders } from './admit.js';
+import { authenticateGate } from './authenticate.js';
+import { ClientResponse } from './client-response.js';
+import { reply, type Exchange, type Gate, type Reply } from './exchange.js';
+import { forward, Upstreams } from './forward.js';
+import { releaseStage, type DataplaneMetrics, type Settlement } from './release.js';
+import { RequestBody } from './request-body.js';
+import { routeGate } from './route.js';
+import { scopeGate } from './scope.js';
+import { poolLimits, SnapshotSource } from './snapshot.js';
+
+export interface DataplaneOptions {
+  config: Config;
+  sql: Sql;
+  box: SecretBox;
+  log: Logger;
+  governor: Governor;
+  metrics?: DataplaneMetrics | null;
+  /** Unix ms; key expiry is checked against it. */
+  clock?: () => number;
+  /** How long close() lets in-flight requests finish before cutting them. */
+  drainMs?: number;
+}
+
+const BAD_TARGET = reply(400, 'bad_request', 'the request target must be a path');
+
+/** The request carries a body (uWS then delivers it through onData). */
+function hasBody(headers: Record<string, string>): boolean {
+  if (headers['transfer-encoding'] !== undefined) return true;
+  const cl = headers['content-length'];
+  return cl !== undefined && cl !== '0';
+}
+
+export class Dataplane {
+  readonly governor: Governor;
+  readonly snapshots: SnapshotSource;
+  #port = 0;
+  readonly #opts: DataplaneOptions;
+  readonly #app: TemplatedApp;
+  readonly #gates: readonly Gate[];
+  readonly #upstreams: Upstreams;
+  readonly #accessLog: AccessLog;
+  readonly #release: ReturnType<typeof releaseStage>;
+  readonly #bodyLimit: number;
+  #listenSocket: us_listen_socket | null = null;
+  #inFlight = 0;
+  #drained: (() => void) | null = null;
+  #closing: Promise<void> | null = null;
+
+  private constructor(opts: DataplaneOptions) {
+    const clock = opts.clock ?? Date.now;
+    this.#opts = opts;
+    this.governor = opts.governor;
+    this.#bodyLimit = opts.config.proxyBodyLimit;
+    this.#upstreams = new Upstreams({ caFile: opts.config.originCaFile });
+    this.#accessLog = new AccessLog({ file: opts.config.accessLogFile, sample: opts.config.accessLogSample });
+    this.#release = releaseStage(opts.metrics ?? null, this.#accessLog);
+    // Stage 4 (policies: IP allowlist, HMAC, JWT) joins this chain between scope and admit.
+    this.#gates = [routeGate(opts.config.poolDomain), authenticateGate(clock), scopeGate()];
+    this.snapshots = new SnapshotSource({
+      sql: opts.sql,
+      box: opts.box,
+      log: opts.log,
+      clock,
+      resyncMs: opts.config.snapshotResyncMs,
+      onLoad: (s) => this.governor.configure(poolLimits(s), s.budgets),
+    });
+    this.#app = loadUws().App();
+    this.#app.any('/*', (res, req) => this.#handle(res, req));
+  }
+
+  /** Loads the snapshot, then listens on config.proxyPort. */
+  static async start(opts: DataplaneOptions): Promise<Dataplane> {
+    const dp = new Dataplane(opts);
+    await dp.snapshots.start();
+    try {
+      await dp.#listen(opts.config.host, opts.config.proxyPort);
+    } catch (err) {
+      await dp.snapshots.close();
+      await dp.#upstreams.close(true);
+      throw err;
+    }
+    return dp;
+  }
+
+  get port(): number {
+    return this.#port;
+  }
+
+  /** Requests between arrival and release. */
+  get inFlight(): number {
+    return this.#inFlight;
+  }
+
+  #listen(host: string, port: number): Promise<void> {
+    const uws = loadUws();
+    return new Promise((resolve, reject) => {
+      this.#app.listen(host, port, (socket) => {
+        if (!socket) {
+          reject(new Error(`data plane cannot listen on ${host}:${port}`));
+          return;
+        }
+        this.#listenSocket = socket;
+        this.#port = uws.us_socket_local_port(socket);
+        resolve();
+      });
+    });
+  }
+
+  #handle(res: HttpResponse, req: HttpRequest): void {
+    // Everything from req is read here, synchronously: it is invalid after the handler returns.
+    const client = new ClientResponse(res);
+    const headers: Record<string, string> = {};
+    req.forEach((k, v) => {
+      const prev = headers[k];
+      headers[k] = prev === undefined ? v : `${prev}, ${v}`;
+    });
+    const ex: Exchange = {
+      method: req.getCaseSensitiveMethod(),
+      path: req.getUrl(),
+      query: req.getQuery() ?? '',
+      headers,
+      clientAddress: Buffer.from(res.getRemoteAddressAsText()).toString(),
+      snapshot: this.snapshots.current,
+      startedAt: performance.now(),
+      pool: null,
+      key: null,
+      keyInAuthorization: false,
+      admission: null,
+      permit: null,
+      waited: false,
+      queuedMs: 0,
+      upstreamMs: null,
+    };
+    this.#inFlight++;
+    const bodyPresent = hasBody(headers);
+    // A refusal leaves any request body unread: close that connection rather than parse the body.
+    const stop = (r: Reply) => {
+      client.sendReply(r, null, bodyPresent);
+      this.#settle(ex, { outcome: r.error, status: r.status });
+    };
+    if (ex.path.charCodeAt(0) !== 47 /* '/' */) return stop(BAD_TARGET);
+    for (const gate of this.#gates) {
+      const r = gate(ex);
+      if (r !== null) return stop(r);
+    }
+    if (this.#bodyLimit > 0 && Number(headers['content-length'] ?? 0) > this.#bodyLimit) {
+      return stop(reply(413, 'payload_too_large', `request body exceeds ${this.#bodyLimit} bytes`));
+    }
+    const wait = requestedWait(ex);
+    if (typeof wait !== 'number') return stop(wait);
+
+    const body = bodyPresent ? new RequestBody(client, (h) => res.onData(h), this.#bodyLimit) : null;
+    const abort = new AbortController();
+    client.onAbort(() => abort.abort());
+    const a = admit(this.governor, ex, wait, abort.signal);
+    if (a instanceof Promise) {
+      ex.waited = true;
+      a.then(
+        (x) => this.#admitted(ex, client, body, abort, x),
+        (err: unknown) => {
+          this.#opts.log.error({ err }, 'governor acquire failed');
+          this.#admitted(ex, client, body, abort, { ok: false, reason: 'unavailable', queuedMs: 0 });
+        },
+      );
+    } else {
+      this.#admitted(ex, client, body, abort, a);
+    }
+  }
+
+  #admitted(ex: Exchange, client: ClientResponse, body: RequestBody | null, abort: AbortController, a: Admission): void {
+    ex.admission = a;
+    ex.queuedMs = a.queuedMs;
+    if (!a.ok) {
+      if (a.reason === 'aborted' || client.aborted) {
+        this.#settle(ex, { outcome: 'client_aborted', status: 0 });
+        return;
+      }
+      const r = refusalReply(a, governorHeaders(this.governor, ex.pool!.id, a.queuedMs))!;
+      body?.release();
+      client.sendReply(r, null, body !== null && !body.complete);
+      this.#settle(ex, { outcome: r.error, status: r.status });
+      return;
+    }
+    ex.permit = a.permit;
+    if (!client.open) {
+      this.#settle(ex, { outcome: 'client_aborted', status: 0 });
+      return;
+    }
+    forward({ upstreams: this.#upstreams, governor: this.governor }, ex, client, body, abort.signal).then(
+      (s) => this.#settle(ex, s),
+      (err: unknown) => {
+        // forward() resolves on every failure it knows; this is a bug, but the slot must still come back.
+        this.#opts.log.error({ err }, 'forward failed unexpectedly');
+        client.close();
+        this.#settle(ex, { outcome: 'upstream_unreachable', status: 502 });
+      },
+    );
+  }
+
+  /** Stage 7 for every path, exactly once per request. */
+  #settle(ex: Exchange, s: Settlement): void {
+    try {
+      this.#release(ex, ex.permit, s);
+    } catch (err) {
+      this.#opts.log.error({ err }, 'release failed');
+    }
+    ex.permit = null;
+    this.#inFlight--;
+    if (this.#inFlight === 0 && this.#drained) this.#drained();
+  }
+
+  /** Stops accepting, lets in-flight requests finish (up to drainMs), then closes every connection. */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      if (this.#listenSocket) loadUws().us_listen_socket_close(this.#listenSocket);
+      this.#listenSocket = null;
+      await this.snapshots.close();
+      if (this.#inFlight > 0) {
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, this.#opts.drainMs ?? 10_000);
+          this.#drained = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+      }
+      // Drops idle keep-alive connections too (present at runtime, missing from the typings).
+      (this.#app as TemplatedApp & { close(): void }).close();
+      await this.#upstreams.close(this.#inFlight > 0);
+      await this.#accessLog.close();
+    })();
+    return this.#closing;
+  }
+}

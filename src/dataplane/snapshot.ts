@@ -1,0 +1,242 @@
+// The data plane's in-memory view of the store: pools by subdomain, live keys by hash, opened origin
+// credentials and budgets. Loaded at start, reloaded on the change feed (coalesced) and by a periodic
+// full resync, so the hot path reads maps and never awaits the store.
+import type { Logger } from '../log.js';
+import type { SecretBox } from '../security/secret-box.js';
+import { openCredential, type CredentialSecret } from '../store/credentials.js';
+import { allowedMethods, resolvePoolSettings, type PoolSettings } from '../store/pool-settings.js';
+import { CHANGE_CHANNEL, type Queryable, type Sql } from '../store/sql.js';
+import type { BudgetLimits, PoolLimits } from '../governor/governor.js';
+
+export interface PoolEntry {
+  readonly id: number;
+  readonly subdomain: string;
+  readonly backend: 'http' | 'postgres' | 'mysql';
+  readonly status: 'active' | 'suspended';
+  /** https origin without a trailing slash, e.g. `https://api.example.com:8443`; null for database pools. */
+  readonly origin: string | null;
+  /** host[:port] of the origin, sent as Host upstream. */
+  readonly originHost: string | null;
+  readonly maxConcurrent: number;
+  readonly requireKey: boolean;
+  readonly settings: PoolSettings;
+  /** Methods a `read` key admits, and the path prefixes each extra read method is limited to. */
+  readonly readMethods: ReadonlySet<string>;
+  readonly readPaths: ReadonlyMap<string, readonly string[]>;
+  readonly budgetId: number | null;
+  readonly reservedConcurrent: number;
+  /** The managed origin credential, opened; null when none is attached (or it could not be opened). */
+  readonly credential: CredentialSecret | null;
+}
+
+export interface KeyEntry {
+  readonly id: number;
+  readonly poolId: number;
+  readonly access: 'read' | 'write';
+  /** Unix ms; checked against the clock on every request. */
+  readonly expiresAt: number | null;
+}
+
+export interface Snapshot {
+  readonly pools: ReadonlyMap<string, PoolEntry>;
+  readonly keys: ReadonlyMap<string, KeyEntry>;
+  readonly budgets: readonly BudgetLimits[];
+  readonly loadedAt: number;
+}
+
+export const EMPTY_SNAPSHOT: Snapshot = { pools: new Map(), keys: new Map(), budgets: [], loadedAt: 0 };
+
+interface PoolRow {
+  id: number;
+  subdomain: string;
+  backend: 'http' | 'postgres' | 'mysql';
+  status: 'active' | 'suspended';
+  origin: string | null;
+  max_concurrent: number;
+  require_key: boolean;
+  settings: unknown;
+  credential_id: number | null;
+  secret_enc: string | null;
+  budget_id: number | null;
+  reserved_concurrent: number | null;
+}
+
+interface KeyRow {
+  id: number;
+  pool_id: number;
+  key_hash: string;
+  access: 'read' | 'write';
+  expires_at: Date | string | null;
+}
+
+/** Reads one consistent snapshot of everything the data plane needs. */
+export async function loadSnapshot(db: Queryable, box: SecretBox, now: number, log: Logger): Promise<Snapshot> {
+  await db.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY');
+  const pools = await db.query<PoolRow>(
+    `SELECT p.id, p.subdomain, p.backend, p.status, p.origin, p.max_concurrent, p.require_key, p.settings,
+            p.credential_id, c.secret_enc, bp.budget_id, bp.reserved_concurrent
+       FROM pools p
+       LEFT JOIN credentials c ON c.id = p.credential_id
+       LEFT JOIN budget_pools bp ON bp.pool_id = p.id
+      WHERE p.status <> 'deleted'`,
+  );
+  const keys = await db.query<KeyRow>(
+    `SELECT k.id, k.pool_id, k.key_hash, k.access, k.expires_at
+       FROM pool_keys k JOIN pools p ON p.id = k.pool_id
+      WHERE p.status <> 'deleted' AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > $1)`,
+    [new Date(now)],
+  );
+  const budgets = await db.query<{ id: number; origin_max_concurrent: number | null }>('SELECT id, origin_max_concurrent FROM budgets');
+
+  const poolMap = new Map<string, PoolEntry>();
+  for (const row of pools.rows) {
+    const settings = resolvePoolSettings(row.settings);
+    let credential: CredentialSecret | null = null;
+    if (row.secret_enc) {
+      try {
+        credential = openCredential(box, { secret_enc: row.secret_enc });
+      } catch (err) {
+        // A credential sealed under another master key must not take the whole snapshot down.
+        log.error({ err, poolId: row.id, credentialId: row.credential_id }, 'cannot open the origin credential of a pool');
+      }
+    }
+    let origin: string | null = null;
+    let originHost: string | null = null;
+    if (row.origin) {
+      try {
+        const u = new URL(row.origin);
+        origin = u.origin;
+        originHost = u.host;
+      } catch {
+        log.error({ poolId: row.id }, 'pool origin is not a URL; the pool cannot forward');
+      }
+    }
+    const readPaths = new Map<string, readonly string[]>();
+    for (const [method, prefixes] of Object.entries(settings.readPaths)) {
+      if (prefixes.length > 0) readPaths.set(method, prefixes);
+    }
+    poolMap.set(row.subdomain.toLowerCase(), {
+      id: row.id,
+      subdomain: row.subdomain,
+      backend: row.backend,
+      status: row.status,
+      origin,
+      originHost,
+      maxConcurrent: row.max_concurrent,
+      requireKey: row.require_key,
+      settings,
+      readMethods: new Set(allowedMethods('read', settings)),
+      readPaths,
+      budgetId: row.budget_id,
+      reservedConcurrent: row.reserved_concurrent ?? 0,
+      credential,
+    });
+  }
+  const keyMap = new Map<string, KeyEntry>();
+  for (const row of keys.rows) {
+    keyMap.set(row.key_hash, {
+      id: row.id,
+      poolId: row.pool_id,
+      access: row.access,
+      expiresAt: row.expires_at === null ? null : new Date(row.expires_at).getTime(),
+    });
+  }
+  return {
+    pools: poolMap,
+    keys: keyMap,
+    budgets: budgets.rows.map((b) => ({ budgetId: b.id, originMaxConcurrent: b.origin_max_concurrent })),
+    loadedAt: now,
+  };
+}
+
+/** The governor's view of a snapshot. */
+export function poolLimits(snapshot: Snapshot): PoolLimits[] {
+  const out: PoolLimits[] = [];
+  for (const p of snapshot.pools.values()) {
+    out.push({
+      poolId: p.id,
+      maxConcurrent: p.maxConcurrent,
+      queueLength: p.settings.queueLength,
+      queueTimeoutMs: p.settings.queueTimeoutMs,
+      budgetId: p.budgetId,
+      reservedConcurrent: p.reservedConcurrent,
+    });
+  }
+  return out;
+}
+
+export interface SnapshotSourceOptions {
+  sql: Sql;
+  box: SecretBox;
+  log: Logger;
+  clock: () => number;
+  resyncMs: number;
+  /** Called with each new snapshot, before the hot path sees it. */
+  onLoad: (snapshot: Snapshot) => void;
+}
+
+/**
+ * Keeps `current` fresh. Reloads are coalesced: one load runs at a time and any number of
+ * notifications that arrive meanwhile cause exactly one more. A failed load keeps the previous
+ * snapshot and is retried by the next notification or resync.
+ */
+export class SnapshotSource {
+  current: Snapshot = EMPTY_SNAPSHOT;
+  readonly #opts: SnapshotSourceOptions;
+  #running: Promise<void> | null = null;
+  #queued = false;
+  #timer: NodeJS.Timeout | null = null;
+  #unlisten: (() => Promise<void>) | null = null;
+  #closed = false;
+
+  constructor(opts: SnapshotSourceOptions) {
+    this.#opts = opts;
+  }
+
+  /** Loads the first snapshot (a failure here fails start-up), then follows the change feed. */
+  async start(): Promise<void> {
+    await this.#loadOnce();
+    this.#unlisten = await this.#opts.sql.listen(CHANGE_CHANNEL, () => void this.reload());
+    this.#timer = setInterval(() => void this.reload(), this.#opts.resyncMs);
+    this.#timer.unref();
+  }
+
+  /** Asks for a reload; resolves when a load that started after this call has finished. */
+  reload(): Promise<void> {
+    if (this.#closed) return Promise.resolve();
+    if (this.#running) {
+      this.#queued = true;
+      return this.#running;
+    }
+    this.#running = (async () => {
+      try {
+        do {
+          this.#queued = false;
+          try {
+            await this.#loadOnce();
+          } catch (err) {
+            this.#opts.log.error({ err }, 'data plane snapshot reload failed; keeping the previous snapshot');
+          }
+        } while (this.#queued && !this.#closed);
+      } finally {
+        this.#running = null;
+      }
+    })();
+    return this.#running;
+  }
+
+  async #loadOnce(): Promise<void> {
+    const { sql, box, log, clock } = this.#opts;
+    const snapshot = await sql.transaction((tx) => loadSnapshot(tx, box, clock(), log));
+    if (this.#closed) return;
+    this.#opts.onLoad(snapshot);
+    this.current = snapshot;
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    if (this.#timer) clearInterval(this.#timer);
+    await this.#unlisten?.().catch(() => {});
+    await this.#running?.catch(() => {});
+  }
+}

@@ -1,0 +1,391 @@
+// The HTTP data plane through the real uWS listener, with undici as the client (Host header names the
+// pool) and a real https origin on loopback: routing, keys, read scope, admission, forwarding, errors.
+import t from 'tap';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { connect } from 'node:net';
+import { Pool } from 'undici';
+import { startTestService, type TestService } from './helpers/service.js';
+import { startOrigin, type Origin } from './helpers/origin.js';
+import { createCredential, type CredentialSecret } from '../src/store/credentials.js';
+import { CHANGE_CHANNEL } from '../src/store/sql.js';
+
+const logDir = mkdtempSync(join(tmpdir(), 'poolgate-access-'));
+const accessLogFile = join(logDir, 'access.log');
+let origin: Origin;
+let svc: TestService;
+let proxy: Pool;
+let token: string;
+let teamId: number;
+
+t.before(async () => {
+  origin = await startOrigin();
+  svc = await startTestService({ overrides: { originCaFile: origin.caFile, accessLogFile, proxyBodyLimit: 1024 * 1024 } });
+  const boot = await svc.bootstrap();
+  token = boot.token;
+  teamId = boot.team.id;
+  proxy = new Pool(`http://127.0.0.1:${svc.service.ports.proxy}`, { connections: 32 });
+});
+t.teardown(async () => {
+  await proxy?.close();
+  await svc?.close();
+  await origin?.close();
+  rmSync(logDir, { recursive: true, force: true });
+});
+
+const dp = () => svc.service.dataplane!;
+
+interface PoolOpts {
+  origin?: string;
+  maxConcurrent?: number;
+  requireKey?: boolean;
+  settings?: Record<string, unknown>;
+  credential?: CredentialSecret;
+}
+
+/** A pool made with SQL (its settings are not in the Control API), announced on the change feed. */
+async function createPool(sub: string, o: PoolOpts = {}): Promise<number> {
+  const sql = svc.service.sql;
+  const credId = o.credential ? (await createCredential(sql, svc.service.box, teamId, `cred-${sub}`, o.credential)).id : null;
+  const url = o.origin ?? origin.url;
+  const { rows } = await sql.query<{ id: number }>(
+    `INSERT INTO pools (team_id, name, subdomain, backend, origin, origin_host, max_concurrent, require_key, settings, credential_id, managed_auth)
+     VALUES ($1, $2, $3, 'http', $4, $5, $6, $7, $8::jsonb, $9, $10) RETURNING id`,
+    [teamId, sub, sub, url, new URL(url).host, o.maxConcurrent ?? 10, o.requireKey ?? true, JSON.stringify(o.settings ?? {}), credId, credId !== null],
+  );
+  await sql.notify(CHANGE_CHANNEL, `pool:${rows[0]!.id}`);
+  await dp().snapshots.reload();
+  return rows[0]!.id;
+}
+
+async function mintKey(sub: string, body: Record<string, unknown> = {}): Promise<{ id: number; key: string }> {
+  const res = await svc.api('POST', `/api/v1/pools/${sub}/keys`, { token, body });
+  if (res.status !== 201) throw new Error(`mint failed: ${res.status} ${JSON.stringify(res.body)}`);
+  await dp().snapshots.reload();
+  return { id: res.body.data.id, key: res.body.data.key };
+}
+
+interface CallResult {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  text: string;
+  json: any;
+  ms: number;
+}
+
+async function call(sub: string | null, path: string, o: { method?: string; headers?: Record<string, string>; body?: string | Buffer; host?: string } = {}): Promise<CallResult> {
+  const started = performance.now();
+  const res = await proxy.request({
+    path,
+    method: (o.method ?? 'GET') as 'GET',
+    headers: { host: o.host ?? `${sub}.pools.localhost`, ...o.headers },
+    body: o.body,
+  });
+  const text = await res.body.text();
+  let json: any;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  return { status: res.statusCode, headers: res.headers, text, json, ms: performance.now() - started };
+}
+
+/** One request written byte for byte on a fresh connection; resolves with the whole raw response. */
+function rawRequest(text: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    // Not end(): a half-closed client is a gone client to uWS. The response ends the exchange.
+    const sock = connect(svc.service.ports.proxy!, '127.0.0.1', () => sock.write(text));
+    const chunks: Buffer[] = [];
+    sock.on('data', (c: Buffer) => {
+      chunks.push(c);
+      const sofar = Buffer.concat(chunks).toString('utf8');
+      const head = sofar.indexOf('\r\n\r\n');
+      const len = /content-length: (\d+)/i.exec(sofar);
+      if (head !== -1 && len && Buffer.byteLength(sofar) - head - 4 >= Number(len[1])) sock.destroy();
+    });
+    sock.on('close', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    sock.on('error', reject);
+  });
+}
+
+const settle = () => new Promise((r) => setTimeout(r, 30));
+
+t.test('the Host header names the pool; unknown hosts and pools are 404 not_found', async (t) => {
+  await createPool('route', { requireKey: false });
+  const ok = await call('route', '/hello?x=1');
+  t.equal(ok.status, 200);
+  t.equal(ok.json.url, '/hello?x=1', 'path and query reach the origin as sent');
+  t.equal((await call(null, '/', { host: 'ROUTE.Pools.LocalHost:7071' })).status, 200, 'case-insensitive, port ignored');
+  for (const host of ['nope.pools.localhost', 'pools.localhost', 'route.example.com', 'a.route.pools.localhost', '']) {
+    const r = await call(null, '/', { host });
+    t.equal(r.status, 404, `host ${JSON.stringify(host)}`);
+    t.equal(r.json.error, 'not_found');
+    t.type(r.json.message, 'string');
+  }
+});
+
+t.test('keys: X-Service-Key or Bearer admit; missing, wrong, revoked and expired keys are 401', async (t) => {
+  await createPool('keys');
+  const { id, key } = await mintKey('keys');
+  const before = origin.count;
+  for (const headers of [{}, { 'x-service-key': 'pgk_wrong' }, { authorization: 'Bearer pgk_wrong' }, { authorization: `Basic ${key}` }]) {
+    const r = await call('keys', '/', { headers });
+    t.equal(r.status, 401, JSON.stringify(headers));
+    t.same(r.json?.error, 'unauthorized');
+  }
+  t.equal(origin.count, before, 'refused requests never reached the origin');
+
+  const viaHeader = await call('keys', '/', { headers: { 'x-service-key': key } });
+  t.equal(viaHeader.status, 200);
+  t.notOk(viaHeader.json.headers['x-service-key'], 'the key header does not reach the origin');
+  const viaBearer = await call('keys', '/', { headers: { authorization: `Bearer ${key}` } });
+  t.equal(viaBearer.status, 200);
+  t.notOk(viaBearer.json.headers.authorization, 'Authorization carrying the key does not reach the origin');
+  const withBoth = await call('keys', '/', { headers: { 'x-service-key': key, authorization: 'Bearer origin-token' } });
+  t.equal(withBoth.json.headers.authorization, 'Bearer origin-token', 'an Authorization that is not the key is the origin\'s');
+
+  // A key of another pool does not open this one.
+  await createPool('keys-other');
+  const other = await mintKey('keys-other');
+  t.equal((await call('keys', '/', { headers: { 'x-service-key': other.key } })).status, 401);
+
+  const del = await svc.api('DELETE', `/api/v1/pools/keys/keys/${id}`, { token });
+  t.equal(del.status, 200);
+  await dp().snapshots.reload();
+  t.equal((await call('keys', '/', { headers: { 'x-service-key': key } })).status, 401, 'revoked');
+
+  // Expiry is checked at request time against the clock, not only at reload.
+  const soon = await mintKey('keys', { expires_at: new Date(Date.now() + 1500).toISOString() });
+  t.equal((await call('keys', '/', { headers: { 'x-service-key': soon.key } })).status, 200, 'before expiry');
+  await new Promise((r) => setTimeout(r, 1600));
+  t.equal((await call('keys', '/', { headers: { 'x-service-key': soon.key } })).status, 401, 'after expiry');
+});
+
+t.test('Bearer keys are refused where the pool does not allow them; require_key false admits without a key', async (t) => {
+  await createPool('nobearer', { settings: { allowBearerKey: false } });
+  const { key } = await mintKey('nobearer');
+  t.equal((await call('nobearer', '/', { headers: { authorization: `Bearer ${key}` } })).status, 401);
+  const r = await call('nobearer', '/', { headers: { 'x-service-key': key, authorization: `Bearer ${key}` } });
+  t.equal(r.status, 200);
+  t.equal(r.json.headers.authorization, `Bearer ${key}`, 'on such a pool Authorization is not pool auth and passes');
+
+  await createPool('open', { requireKey: false });
+  t.equal((await call('open', '/')).status, 200);
+  t.equal((await call('open', '/', { headers: { authorization: 'Bearer for-the-origin' } })).json.headers.authorization, 'Bearer for-the-origin');
+  t.equal((await call('open', '/', { headers: { 'x-service-key': 'pgk_wrong' } })).status, 401, 'a wrong explicit key is still refused');
+});
+
+t.test('a read key with a method it does not admit is 403 before the origin and before a slot', async (t) => {
+  const poolId = await createPool('readonly', { maxConcurrent: 1, settings: { readMethods: ['POST'], readPaths: { POST: ['/search'] }, queueTimeoutMs: 5000 } });
+  const read = await mintKey('readonly', { access: 'read' });
+  const write = await mintKey('readonly', { access: 'write' });
+  // Hold the pool's only slot: a request that needed a slot would now wait, not get 403 at once.
+  const holder = call('readonly', '/delay/600', { headers: { 'x-service-key': write.key } });
+  await settle();
+  t.equal(dp().governor.state(poolId).inFlight, 1);
+  const before = origin.count;
+  for (const [method, path] of [['DELETE', '/x'], ['PUT', '/x'], ['PATCH', '/x'], ['POST', '/other'], ['POST', '/search/../admin'], ['POST', '/search/%2e%2e/admin']] as const) {
+    const r = await call('readonly', path, { method, headers: { 'x-service-key': read.key }, body: method === 'DELETE' ? undefined : '{}' });
+    t.equal(r.status, 403, `${method} ${path}`);
+    t.equal(r.json.error, 'forbidden');
+    t.ok(r.ms < 300, 'refused at once, not queued');
+  }
+  t.equal(origin.count, before, 'the origin saw none of them');
+  t.equal(dp().governor.state(poolId).queued, 0, 'none of them took a place in the queue');
+  t.equal((await holder).status, 200);
+  t.equal((await call('readonly', '/x', { headers: { 'x-service-key': read.key } })).status, 200, 'GET');
+  t.equal((await call('readonly', '/x', { method: 'HEAD', headers: { 'x-service-key': read.key } })).status, 200, 'HEAD');
+  t.equal((await call('readonly', '/x', { method: 'OPTIONS', headers: { 'x-service-key': read.key } })).status, 200, 'OPTIONS');
+  t.equal((await call('readonly', '/search/q', { method: 'POST', headers: { 'x-service-key': read.key }, body: '{}' })).status, 200, 'a pool read method on its path');
+  t.equal((await call('readonly', '/x', { method: 'DELETE', headers: { 'x-service-key': write.key } })).status, 200, 'a write key admits every method');
+});
+
+t.test('admission: fail fast 429 with Retry-After, queue timeout 504, the header clamped to the pool queue timeout', async (t) => {
+  const poolId = await createPool('admit', { maxConcurrent: 1, requireKey: false, settings: { queueTimeoutMs: 300 } });
+  const holder = call('admit', '/delay/1500');
+  await settle();
+  t.equal(dp().governor.state(poolId).inFlight, 1);
+
+  for (const v of ['1', 'true', 'yes']) {
+    const ff = await call('admit', '/', { headers: { 'x-service-no-queue': v } });
+    t.equal(ff.status, 429, `X-Service-No-Queue: ${v}`);
+    t.equal(ff.json.error, 'too_many_requests');
+    t.match(ff.headers['retry-after'], /^[1-9]\d*$/);
+    t.equal(ff.headers['x-service-remaining-slots'], '0');
+    t.equal(ff.headers['x-service-effective-limit'], '1');
+    t.ok(ff.ms < 200, 'fails fast');
+  }
+  const short = await call('admit', '/', { headers: { 'x-service-queue-timeout-ms': '100' } });
+  t.equal(short.status, 504);
+  t.equal(short.json.error, 'queue_timeout');
+  t.ok(short.ms >= 90 && short.ms < 280, `waited the header's 100 ms (${Math.round(short.ms)} ms)`);
+  const clamped = await call('admit', '/', { headers: { 'x-service-queue-timeout-ms': '60000' } });
+  t.equal(clamped.status, 504);
+  t.ok(clamped.ms >= 290 && clamped.ms < 1000, `clamped to the pool's 300 ms (${Math.round(clamped.ms)} ms)`);
+  const dflt = await call('admit', '/');
+  t.equal(dflt.status, 504, 'no header waits the pool queue timeout');
+  t.ok(dflt.ms >= 290 && dflt.ms < 1000);
+  const noWait = await call('admit', '/', { headers: { 'x-service-no-queue': 'false', 'x-service-queue-timeout-ms': '0' } });
+  t.equal(noWait.status, 429, '"false" keeps queueing on, and a 0 ms wait fails fast');
+  for (const bad of ['abc', '-1', '1.5', '1e3']) {
+    const r = await call('admit', '/', { headers: { 'x-service-queue-timeout-ms': bad } });
+    t.equal(r.status, 400, `X-Service-Queue-Timeout-Ms: ${bad}`);
+    t.equal(r.json.error, 'bad_request');
+  }
+  t.equal((await holder).status, 200);
+  const ok = await call('admit', '/');
+  t.equal(ok.status, 200);
+  t.equal(ok.headers['x-service-effective-limit'], '1');
+  t.equal(ok.headers['x-service-remaining-slots'], '0', 'counted while this request held the slot');
+  t.equal(ok.headers['x-service-queued-ms'], '0');
+  t.same(dp().governor.state(poolId), { ...dp().governor.state(poolId), inFlight: 0, queued: 0 });
+});
+
+t.test('a queued request is admitted when a slot frees, and reports its wait', async (t) => {
+  await createPool('queued', { maxConcurrent: 1, requireKey: false });
+  const holder = call('queued', '/delay/300');
+  await settle();
+  const waiter = await call('queued', '/');
+  t.equal(waiter.status, 200);
+  t.ok(Number(waiter.headers['x-service-queued-ms']) >= 150, `queued ${waiter.headers['x-service-queued-ms']} ms`);
+  await holder;
+});
+
+t.test('upstream failures: unreachable and untrusted TLS → 502, reset → 502, slow → 504; no slot held afterwards', async (t) => {
+  const closed = await startOrigin();
+  const closedUrl = closed.url;
+  await closed.close();
+  const downId = await createPool('down', { origin: closedUrl, requireKey: false });
+  const down = await call('down', '/');
+  t.equal(down.status, 502);
+  t.equal(down.json.error, 'upstream_unreachable');
+
+  const untrusted = await startOrigin();
+  t.teardown(() => untrusted.close());
+  const tlsId = await createPool('untrusted', { origin: untrusted.url, requireKey: false });
+  const tls = await call('untrusted', '/');
+  t.equal(tls.status, 502, 'a certificate not in originCaFile is refused');
+  t.equal(untrusted.count, 0);
+
+  const resetId = await createPool('resets', { requireKey: false });
+  const reset = await call('resets', '/reset');
+  t.equal(reset.status, 502);
+
+  const slowId = await createPool('slow', { requireKey: false, settings: { requestTimeoutMs: 200 } });
+  const slow = await call('slow', '/delay/2000');
+  t.equal(slow.status, 504);
+  t.equal(slow.json.error, 'upstream_timeout');
+  t.ok(slow.ms < 1500, `gave up at the request timeout (${Math.round(slow.ms)} ms)`);
+
+  for (const id of [downId, tlsId, resetId, slowId]) {
+    t.equal(dp().governor.state(id).inFlight, 0, `pool ${id}: no slot held`);
+    t.equal(dp().governor.state(id).queued, 0);
+  }
+});
+
+t.test('forwarding: managed credentials injected, pool auth and hop-by-hop headers stripped, X-Forwarded-* set', async (t) => {
+  await createPool('bearer', { credential: { method: 'bearer_static', token: 'origin-secret' } });
+  const b = await mintKey('bearer');
+  const seen = await call('bearer', '/h', {
+    headers: {
+      authorization: `Bearer ${b.key}`,
+      'x-service-queue-timeout-ms': '100',
+      'x-service-no-queue': '0',
+      'proxy-authorization': 'Basic eA==',
+      te: 'trailers',
+      'x-forwarded-for': '203.0.113.9',
+      'x-forwarded-host': 'spoofed.example',
+      'x-custom': 'kept',
+    },
+  });
+  t.equal(seen.status, 200);
+  const h = seen.json.headers;
+  t.equal(h.authorization, 'Bearer origin-secret', 'the managed credential replaces pool auth');
+  for (const gone of ['x-service-key', 'x-service-queue-timeout-ms', 'x-service-no-queue', 'proxy-authorization', 'te']) {
+    t.notOk(gone in h, `${gone} does not reach the origin`);
+  }
+  t.equal(h['x-custom'], 'kept');
+  t.equal(h.host, `127.0.0.1:${origin.port}`, 'Host is the origin\'s');
+  t.equal(h['x-forwarded-for'], '203.0.113.9, 127.0.0.1', 'the client address is appended');
+  t.equal(h['x-forwarded-proto'], 'http');
+  t.equal(h['x-forwarded-host'], 'bearer.pools.localhost');
+
+  // undici (the test client) refuses to send keep-alive and upgrade itself: write that request by hand.
+  const raw = await rawRequest(
+    `GET /raw HTTP/1.1\r\nHost: bearer.pools.localhost\r\nX-Service-Key: ${b.key}\r\nConnection: close, x-drop-me\r\nX-Drop-Me: 1\r\nKeep-Alive: timeout=5\r\nUpgrade: h2c\r\nTrailer: x-t\r\n\r\n`,
+  );
+  t.match(raw, /^HTTP\/1.1 200 /, raw);
+  const rh = JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4)).headers;
+  for (const gone of ['keep-alive', 'upgrade', 'trailer', 'x-drop-me']) t.notOk(gone in rh, `${gone} does not reach the origin`);
+
+  await createPool('apikey', { credential: { method: 'api_key', api_key: 'k-123', header_name: 'X-Origin-Key' } });
+  const a = await mintKey('apikey');
+  t.equal((await call('apikey', '/', { headers: { 'x-service-key': a.key, 'x-origin-key': 'client-tried' } })).json.headers['x-origin-key'], 'k-123');
+  await createPool('apikey-default', { credential: { method: 'api_key', api_key: 'k-456', header_name: '' } });
+  const ad = await mintKey('apikey-default');
+  t.equal((await call('apikey-default', '/', { headers: { 'x-service-key': ad.key } })).json.headers['x-api-key'], 'k-456');
+  await createPool('basic', { credential: { method: 'basic', username: 'u', password: 'p:w' } });
+  const bs = await mintKey('basic');
+  t.equal((await call('basic', '/', { headers: { 'x-service-key': bs.key } })).json.headers.authorization, `Basic ${Buffer.from('u:p:w').toString('base64')}`);
+
+  const hop = await call('bearer', '/hop', { headers: { 'x-service-key': b.key } });
+  t.equal(hop.text, 'hop');
+  t.equal(hop.headers['x-kept'], 'yes');
+  t.notOk(hop.headers['x-hop'], 'a header named in the origin\'s Connection is dropped');
+  t.notOk(hop.headers['keep-alive'], 'keep-alive from the origin is dropped');
+});
+
+t.test('bodies: POST bodies reach the origin, HEAD keeps the length, oversized bodies are 413', async (t) => {
+  await createPool('bodies', { requireKey: false });
+  const post = await call('bodies', '/up', { method: 'POST', body: Buffer.alloc(300_000, 1), headers: { 'content-type': 'application/octet-stream' } });
+  t.equal(post.json.bodyBytes, 300_000);
+  const chunked = await call('bodies', '/download/70000?chunked=1');
+  t.equal(chunked.text.length, 70_000, 'a body without a length arrives whole');
+  const head = await call('bodies', '/download/12345', { method: 'HEAD' });
+  t.equal(head.status, 200);
+  t.equal(head.headers['content-length'], '12345');
+  t.equal(head.text, '');
+  const upstream429 = await call('bodies', '/status/429');
+  t.equal(upstream429.status, 429, 'origin statuses pass through');
+  t.equal(upstream429.headers['retry-after'], '7');
+  const before = origin.count;
+  const big = await call('bodies', '/up', { method: 'POST', body: Buffer.alloc(2 * 1024 * 1024, 1) });
+  t.equal(big.status, 413);
+  t.equal(big.json.error, 'payload_too_large');
+  t.equal(origin.count, before, 'a declared oversized body never reaches the origin');
+});
+
+t.test('a key minted and revoked through the Control API takes effect within one second', async (t) => {
+  await createPool('live');
+  const res = await svc.api('POST', '/api/v1/pools/live/keys', { token, body: { label: 'live' } });
+  t.equal(res.status, 201);
+  const key: string = res.body.data.key;
+  const waitFor = async (status: number) => {
+    const start = performance.now();
+    while (performance.now() - start < 3000) {
+      if ((await call('live', '/', { headers: { 'x-service-key': key } })).status === status) return performance.now() - start;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    return Infinity;
+  };
+  const minted = await waitFor(200);
+  t.ok(minted < 1000, `admitted ${Math.round(minted)} ms after mint`);
+  const del = await svc.api('DELETE', `/api/v1/pools/live/keys/${res.body.data.id}`, { token });
+  t.equal(del.status, 200);
+  const revoked = await waitFor(401);
+  t.ok(revoked < 1000, `refused ${Math.round(revoked)} ms after revoke`);
+});
+
+t.test('the access log has one JSON line per request', async (t) => {
+  await createPool('logged', { requireKey: false });
+  await call('logged', '/logged-path');
+  await call('logged', '/x', { headers: { 'x-service-queue-timeout-ms': 'bad' } });
+  await svc.service.dataplane!.close();
+  const lines = readFileSync(accessLogFile, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  const ok = lines.find((l) => l.path === '/logged-path');
+  t.match(ok, { pool: 'logged', method: 'GET', status: 200, outcome: 'proxied', queuedMs: 0 });
+  t.type(ok.upstreamMs, 'number');
+  t.match(lines.find((l) => l.pool === 'logged' && l.path === '/x'), { status: 400, outcome: 'bad_request', upstreamMs: null });
+});
