@@ -206,7 +206,8 @@ export function credentialRoutes(app: TypedApp, ctx: ControlContext): void {
         );
         return pool.id;
       }).catch((err: unknown) => {
-        if (isUniqueViolation(err)) throw unprocessable(`a credential named ${JSON.stringify(name)} already exists`);
+        // Only a concurrent write can get here: the names were checked inside the transaction.
+        if (isUniqueViolation(err)) throw unprocessable(name !== null ? `a credential named ${JSON.stringify(name)} already exists` : 'a concurrent change took the credential name; try again');
         throw err;
       });
       await ctx.sql.notify(CHANGE_CHANNEL, `pool:${poolId}`);
