@@ -8,9 +8,11 @@ const MIGRATIONS_DIR = fromRoot('src', 'store', 'migrations');
 const MIGRATION_LOCK = 74_210_117;
 
 export async function migrate(sql: Sql): Promise<string[]> {
-  await sql.exec(
-    'CREATE TABLE IF NOT EXISTS schema_migrations (version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())',
-  );
+  // Under the lock too: concurrent CREATE TABLE IF NOT EXISTS on a fresh database races in PostgreSQL's catalog.
+  await sql.transaction(async (tx) => {
+    if (sql.engine === 'postgres') await tx.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK]);
+    await tx.query('CREATE TABLE IF NOT EXISTS schema_migrations (version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())');
+  });
   const files = readdirSync(MIGRATIONS_DIR).filter((f) => f.endsWith('.sql')).sort();
   const applied: string[] = [];
   for (const file of files) {
