@@ -1,5 +1,6 @@
 // Starts the roles of one process (control, dataplane, worker) on one store, and stops them in order.
 import { resolve } from 'node:path';
+import ipaddr from 'ipaddr.js';
 import type { Config } from './config/schema.js';
 import { buildControlApp, type ControlApp } from './control/app.js';
 import type { ControlContext } from './control/context.js';
@@ -51,14 +52,21 @@ export interface Service {
   close(): Promise<void>;
 }
 
+/**
+ * Names that address this service: the pool domain and the public host names of its URLs. Addresses
+ * (127.0.0.1, [::1]) and localhost are left to the address check: without a port they do not say "us",
+ * and with POOLGATE_ALLOW_PRIVATE_TARGETS a loopback origin on another port is legitimate.
+ */
 export function ownHosts(config: Config, urls: string[]): string[] {
   const hosts = new Set<string>([config.poolDomain]);
   for (const u of urls) {
+    let host: string;
     try {
-      hosts.add(new URL(u).hostname.toLowerCase());
+      host = new URL(u).hostname.toLowerCase().replace(/^\[|\]$/g, '');
     } catch {
-      /* not a URL: nothing to add */
+      continue; // not a URL: nothing to add
     }
+    if (!ipaddr.isValid(host) && host !== 'localhost') hosts.add(host);
   }
   return [...hosts];
 }

@@ -1,44 +1,19 @@
 // `poolgate admin budget …`: Capacity budgets are created and pools attached to them here (the spec
 // puts this in the dashboard); the Control API only reads them.
-import type { ParseArgsConfig } from 'node:util';
-import { AdminUsageError, type AdminDeps } from './commands.js';
-import { findTeam, type TeamRow } from '../store/teams.js';
+import { AdminUsageError, intOption, need, teamOf, type Command } from './command.js';
 import { findPool } from '../store/pools.js';
 import { CHANGE_CHANNEL } from '../store/sql.js';
 
-interface BudgetCommand {
-  usage: string;
-  options: NonNullable<ParseArgsConfig['options']>;
-  run(values: Record<string, string | boolean | undefined>, deps: AdminDeps): Promise<unknown>;
-}
-
-function need(values: Record<string, unknown>, name: string): string {
-  const v = values[name];
-  if (typeof v !== 'string' || v.trim() === '') throw new AdminUsageError(`--${name} is required`);
-  return v.trim();
-}
-
-function integer(value: string, name: string, min: number): number {
-  if (!/^\d{1,9}$/.test(value) || Number(value) < min) throw new AdminUsageError(`--${name} must be an integer ≥ ${min}`);
-  return Number(value);
-}
-
-async function teamOf(deps: AdminDeps, ref: string): Promise<TeamRow> {
-  const team = await findTeam(deps.sql, ref);
-  if (!team) throw new AdminUsageError(`team ${JSON.stringify(ref)} not found`);
-  return team;
-}
-
 interface BudgetRow { id: number; name: string; origin_max_concurrent: number | null }
 
-export const budgetCommands: Record<string, BudgetCommand> = {
+export const budgetCommands: Record<string, Command> = {
   'budget create': {
     usage: 'admin budget create --team TEAM --name NAME [--origin-max N]  (N: concurrency the origin allows across the budget\'s pools)',
     options: { team: { type: 'string' }, name: { type: 'string' }, 'origin-max': { type: 'string' } },
     async run(v, deps) {
       const team = await teamOf(deps, need(v, 'team'));
       const name = need(v, 'name');
-      const originMax = v['origin-max'] === undefined ? null : integer(String(v['origin-max']), 'origin-max', 1);
+      const originMax = v['origin-max'] === undefined ? null : intOption(String(v['origin-max']), 'origin-max', 1);
       const { rows } = await deps.sql.query<BudgetRow>(
         `INSERT INTO budgets (team_id, name, origin_max_concurrent) VALUES ($1, $2, $3)
          ON CONFLICT (team_id, name) DO NOTHING RETURNING id, name, origin_max_concurrent`,
@@ -56,9 +31,9 @@ export const budgetCommands: Record<string, BudgetCommand> = {
     options: { team: { type: 'string' }, budget: { type: 'string' }, pool: { type: 'string' }, reserved: { type: 'string' } },
     async run(v, deps) {
       const team = await teamOf(deps, need(v, 'team'));
-      const budgetId = integer(need(v, 'budget'), 'budget', 1);
+      const budgetId = intOption(need(v, 'budget'), 'budget', 1);
       const subdomain = need(v, 'pool').toLowerCase();
-      const reserved = v.reserved === undefined ? 0 : integer(String(v.reserved), 'reserved', 0);
+      const reserved = v.reserved === undefined ? 0 : intOption(String(v.reserved), 'reserved', 0);
 
       const out = await deps.sql.transaction(async (tx) => {
         // Locking the budget row serialises attaches to it, so Σ reserved is checked against settled rows.

@@ -1,11 +1,10 @@
 // `poolgate admin …`: the operator's side of what the spec puts in the dashboard and organization settings.
 // Each command is a function of (args, store) that returns JSON or fails with a usage message; the CLI
 // runs it on the store directly or forwards it to the process that holds the embedded store.
-import { parseArgs, type ParseArgsConfig } from 'node:util';
-import type { Config } from '../config/schema.js';
-import type { SecretBox } from '../security/secret-box.js';
+import { parseArgs } from 'node:util';
 import { ABILITIES } from '../control/schemas.js';
-import { CHANGE_CHANNEL, type Sql } from '../store/sql.js';
+import { CHANGE_CHANNEL } from '../store/sql.js';
+import { AdminUsageError, intOption, need, oneOf, teamOf, type AdminDeps, type AdminResult, type Command } from './command.js';
 import { webhookCommands } from './webhook-commands.js';
 import { budgetCommands } from './budget-commands.js';
 import {
@@ -15,66 +14,19 @@ import {
   createTeam,
   createToken,
   createUser,
-  findTeam,
   findUser,
   type Plan,
   type Role,
-  type TeamRow,
   type TokenLifetime,
 } from '../store/teams.js';
 
-export interface AdminDeps {
-  config: Config;
-  sql: Sql;
-  box: SecretBox;
-  now: () => Date;
-}
-
-export class AdminUsageError extends Error {
-  override name = 'AdminUsageError';
-}
-
-export interface AdminResult {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-type Options = NonNullable<ParseArgsConfig['options']>;
-
-interface Command {
-  usage: string;
-  options: Options;
-  run(values: Record<string, string | boolean | undefined>, deps: AdminDeps): Promise<unknown>;
-}
+export { AdminUsageError, type AdminDeps, type AdminResult } from './command.js';
 
 const LIFETIME_NAMES: Record<string, TokenLifetime> = {
   '1m': '1m', '1month': '1m', '1-month': '1m', month: '1m',
   '6m': '6m', '6months': '6m', '6-months': '6m',
   '1y': '1y', '1year': '1y', '1-year': '1y', year: '1y', '12m': '1y',
 };
-
-function need(values: Record<string, unknown>, name: string): string {
-  const v = values[name];
-  if (typeof v !== 'string' || v.trim() === '') throw new AdminUsageError(`--${name} is required`);
-  return v.trim();
-}
-
-function oneOf<T extends string>(value: string, allowed: readonly T[], name: string): T {
-  if (!(allowed as readonly string[]).includes(value)) throw new AdminUsageError(`--${name} must be one of ${allowed.join(', ')}`);
-  return value as T;
-}
-
-function positiveInt(value: string, name: string, min = 0): number {
-  if (!/^\d{1,9}$/.test(value) || Number(value) < min) throw new AdminUsageError(`--${name} must be an integer ≥ ${min}`);
-  return Number(value);
-}
-
-async function teamOf(deps: AdminDeps, ref: string): Promise<TeamRow> {
-  const team = await findTeam(deps.sql, ref);
-  if (!team) throw new AdminUsageError(`team ${JSON.stringify(ref)} not found`);
-  return team;
-}
 
 function parseAbilities(raw: string | undefined): string[] {
   if (!raw || raw === 'all') return [...ABILITIES];
@@ -150,7 +102,7 @@ export const commands: Record<string, Command> = {
     options: { team: { type: 'string' }, id: { type: 'string' } },
     async run(v, deps) {
       const team = await teamOf(deps, need(v, 'team'));
-      const id = positiveInt(need(v, 'id'), 'id', 1);
+      const id = intOption(need(v, 'id'), 'id', 1);
       const { rows } = await deps.sql.query<{ id: number; revoked_at: Date }>(
         `UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, $3) WHERE id = $1 AND team_id = $2 RETURNING id, revoked_at`,
         [id, team.id, deps.now()],

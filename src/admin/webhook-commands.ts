@@ -1,44 +1,22 @@
 // `poolgate admin webhook …`: the dashboard's webhook actions — Re-enable a deactivated destination and
 // read its delivery history. Spread into the command table of commands.ts (and only reached through it).
-import type { ParseArgsConfig } from 'node:util';
-import { AdminUsageError, type AdminDeps } from './commands.js';
+import { AdminUsageError, intOption, need, teamOf, type AdminDeps, type Command } from './command.js';
 import { CHANGE_CHANNEL } from '../store/sql.js';
-import { findTeam, type TeamRow } from '../store/teams.js';
+import type { TeamRow } from '../store/teams.js';
 import { deliveryHistory, findWebhook, reenableWebhook, type WebhookRow } from '../store/webhooks.js';
-
-interface WebhookCommand {
-  usage: string;
-  options: NonNullable<ParseArgsConfig['options']>;
-  run(values: Record<string, string | boolean | undefined>, deps: AdminDeps): Promise<unknown>;
-}
 
 const HISTORY_DEFAULT = 50;
 const HISTORY_MAX = 1000;
 
-function need(values: Record<string, unknown>, name: string): string {
-  const v = values[name];
-  if (typeof v !== 'string' || v.trim() === '') throw new AdminUsageError(`--${name} is required`);
-  return v.trim();
-}
-
-function intOption(value: string, name: string, min: number, max: number): number {
-  if (!/^\d{1,9}$/.test(value) || Number(value) < min || Number(value) > max) {
-    throw new AdminUsageError(`--${name} must be an integer from ${min} to ${max}`);
-  }
-  return Number(value);
-}
-
 async function destinationOf(deps: AdminDeps, v: Record<string, unknown>): Promise<{ team: TeamRow; webhook: WebhookRow }> {
-  const ref = need(v, 'team');
-  const team = await findTeam(deps.sql, ref);
-  if (!team) throw new AdminUsageError(`team ${JSON.stringify(ref)} not found`);
+  const team = await teamOf(deps, need(v, 'team'));
   const id = intOption(need(v, 'id'), 'id', 1, 2147483647);
   const webhook = await findWebhook(deps.sql, team.id, id);
   if (!webhook) throw new AdminUsageError(`webhook destination ${id} not found in team ${team.slug}`);
   return { team, webhook };
 }
 
-export const webhookCommands: Record<string, WebhookCommand> = {
+export const webhookCommands: Record<string, Command> = {
   'webhook enable': {
     usage: 'admin webhook enable --team TEAM --id WEBHOOK_ID   (Re-enable: active again, failure streak reset)',
     options: { team: { type: 'string' }, id: { type: 'string' } },
