@@ -378,6 +378,25 @@ t.test('a key minted and revoked through the Control API takes effect within one
   t.ok(revoked < 1000, `refused ${Math.round(revoked)} ms after revoke`);
 });
 
+t.test('each request is counted once in the Prometheus metrics of its pool', async (t) => {
+  await createPool('counted', { maxConcurrent: 1, requireKey: false });
+  const metricsText = async () => (await (await fetch(`http://127.0.0.1:${svc.service.ports.metrics}/metrics`)).text());
+  const value = (text: string, series: string) => Number(new RegExp(`^${series.replace(/[{}"]/g, '\\$&')} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
+  await call('counted', '/');
+  await call('counted', '/');
+  await call('counted', '/', { headers: { 'x-service-key': 'pgk_wrong' } });
+  const holder = call('counted', '/delay/300');
+  await settle();
+  await call('counted', '/', { headers: { 'x-service-no-queue': '1' } });
+  await holder;
+  const text = await metricsText();
+  t.equal(value(text, 'poolgate_pool_requests_total{pool="counted",outcome="admitted"}'), 3);
+  t.equal(value(text, 'poolgate_pool_requests_total{pool="counted",outcome="unauthorized"}'), 1);
+  t.equal(value(text, 'poolgate_pool_requests_total{pool="counted",outcome="rejected_no_slot"}'), 1);
+  t.equal(value(text, 'poolgate_pool_in_flight{pool="counted"}'), 0);
+  t.equal(value(text, 'poolgate_pool_effective_limit{pool="counted"}'), 1);
+});
+
 t.test('the access log has one JSON line per request', async (t) => {
   await createPool('logged', { requireKey: false });
   await call('logged', '/logged-path');

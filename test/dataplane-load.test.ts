@@ -1,0 +1,204 @@
+// The data plane under load, through the real listener and a real https origin: the concurrency cap
+// holds under 500 concurrent clients, 200 MB bodies stream both ways with flat memory, client aborts
+// release their slot and cancel the upstream call, and 20,000 mixed requests leave no slot behind.
+import t from 'tap';
+import { Readable } from 'node:stream';
+import { Pool } from 'undici';
+import { startTestService, type TestService } from './helpers/service.js';
+import { startOrigin, type Origin } from './helpers/origin.js';
+import { CHANGE_CHANNEL } from '../src/store/sql.js';
+
+let origin: Origin;
+let svc: TestService;
+let teamId: number;
+
+t.before(async () => {
+  origin = await startOrigin();
+  svc = await startTestService({ overrides: { originCaFile: origin.caFile, accessLogSample: 0, accessLogFile: '/dev/null' } });
+  teamId = (await svc.bootstrap()).team.id;
+});
+t.teardown(async () => {
+  await svc?.close();
+  await origin?.close();
+});
+
+const dp = () => svc.service.dataplane!;
+const proxyUrl = () => `http://127.0.0.1:${svc.service.ports.proxy}`;
+
+async function createPool(sub: string, maxConcurrent: number, settings: Record<string, unknown> = {}): Promise<number> {
+  const { rows } = await svc.service.sql.query<{ id: number }>(
+    `INSERT INTO pools (team_id, name, subdomain, backend, origin, origin_host, max_concurrent, require_key, settings)
+     VALUES ($1, $2, $2, 'http', $3, $4, $5, false, $6::jsonb) RETURNING id`,
+    [teamId, sub, origin.url, new URL(origin.url).host, maxConcurrent, JSON.stringify(settings)],
+  );
+  await svc.service.sql.notify(CHANGE_CHANNEL, `pool:${rows[0]!.id}`);
+  await dp().snapshots.reload();
+  return rows[0]!.id;
+}
+
+async function until(cond: () => boolean, ms = 2000): Promise<boolean> {
+  const end = performance.now() + ms;
+  while (performance.now() < end) {
+    if (cond()) return true;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  return cond();
+}
+
+/** Peak RSS growth (MB) over a baseline while fn runs, sampled every 20 ms. */
+async function rssGrowth(fn: () => Promise<void>): Promise<number> {
+  global.gc?.();
+  const base = process.memoryUsage.rss();
+  let peak = base;
+  const timer = setInterval(() => {
+    peak = Math.max(peak, process.memoryUsage.rss());
+  }, 20);
+  try {
+    await fn();
+  } finally {
+    clearInterval(timer);
+  }
+  return (Math.max(peak, process.memoryUsage.rss()) - base) / 1024 / 1024;
+}
+
+t.test('max_concurrent holds under 500 concurrent clients; every one is served from the queue', async (t) => {
+  const poolId = await createPool('crowd', 10, { queueTimeoutMs: 60_000 });
+  const client = new Pool(proxyUrl(), { connections: 500 });
+  t.teardown(() => client.close());
+  origin.reset();
+  const statuses = await Promise.all(
+    Array.from({ length: 500 }, async () => {
+      const res = await client.request({ path: '/delay/20', method: 'GET', headers: { host: 'crowd.pools.localhost' } });
+      await res.body.dump();
+      return res.statusCode;
+    }),
+  );
+  t.equal(statuses.filter((s) => s === 200).length, 500, 'all 500 served');
+  t.equal(origin.count, 500);
+  t.ok(origin.peak <= 10, `origin peak concurrency ${origin.peak} ≤ max_concurrent 10`);
+  t.equal(origin.peak, 10, 'and the pool used all of its slots');
+  t.same(dp().governor.state(poolId).inFlight, 0);
+  t.same(dp().governor.state(poolId).queued, 0);
+});
+
+t.test('200 MB download and upload stream through with flat memory', async (t) => {
+  await createPool('stream', 4, { requestTimeoutMs: 120_000 });
+  const client = new Pool(proxyUrl(), { connections: 2 });
+  t.teardown(() => client.close());
+  const SIZE = 200 * 1024 * 1024;
+
+  let received = 0;
+  const down = await rssGrowth(async () => {
+    const res = await client.request({ path: `/download/${SIZE}`, method: 'GET', headers: { host: 'stream.pools.localhost' } });
+    t.equal(res.headers['content-length'], String(SIZE));
+    for await (const chunk of res.body) received += (chunk as Buffer).length;
+  });
+  t.equal(received, SIZE, 'every byte downloaded');
+  t.ok(down < 80, `download RSS growth ${down.toFixed(1)} MB`);
+
+  let chunkedReceived = 0;
+  const downChunked = await rssGrowth(async () => {
+    const res = await client.request({ path: `/download/${SIZE}?chunked=1`, method: 'GET', headers: { host: 'stream.pools.localhost' } });
+    for await (const chunk of res.body) chunkedReceived += (chunk as Buffer).length;
+  });
+  t.equal(chunkedReceived, SIZE, 'every byte of a body without a length');
+  t.ok(downChunked < 80, `chunked download RSS growth ${downChunked.toFixed(1)} MB`);
+
+  const piece = Buffer.alloc(64 * 1024, 0x62);
+  let echoed: any;
+  const up = await rssGrowth(async () => {
+    let sent = 0;
+    const body = new Readable({
+      read() {
+        if (sent >= SIZE) return void this.push(null);
+        sent += piece.length;
+        this.push(piece);
+      },
+    });
+    const res = await client.request({
+      path: '/upload',
+      method: 'POST',
+      headers: { host: 'stream.pools.localhost', 'content-length': String(SIZE), 'content-type': 'application/octet-stream' },
+      body,
+    });
+    echoed = await res.body.json();
+  });
+  t.equal(echoed.bodyBytes, SIZE, 'the origin received every byte');
+  t.ok(up < 80, `upload RSS growth ${up.toFixed(1)} MB`);
+  t.comment(`RSS growth: download ${down.toFixed(1)} MB, chunked download ${downChunked.toFixed(1)} MB, upload ${up.toFixed(1)} MB`);
+});
+
+t.test('a client that disconnects releases its slot and cancels the upstream call', async (t) => {
+  const poolId = await createPool('quitter', 1);
+  const client = new Pool(proxyUrl(), { connections: 4 });
+  t.teardown(() => client.close());
+  origin.reset();
+  const ac = new AbortController();
+  const p = client.request({ path: '/delay/3000', method: 'GET', headers: { host: 'quitter.pools.localhost' }, signal: ac.signal }).catch((e: Error) => e);
+  t.ok(await until(() => origin.active === 1), 'the origin is working on it');
+  t.equal(dp().governor.state(poolId).inFlight, 1);
+  ac.abort();
+  t.type(await p, Error);
+  t.ok(await until(() => dp().governor.state(poolId).inFlight === 0, 500), 'slot released');
+  t.ok(await until(() => origin.active === 0, 500), 'upstream call cancelled');
+  // Released once: the pool's one slot is free again, exactly one.
+  const res = await client.request({ path: '/', method: 'GET', headers: { host: 'quitter.pools.localhost' } });
+  await res.body.dump();
+  t.equal(res.headers['x-service-remaining-slots'], '0');
+  t.equal(res.headers['x-service-effective-limit'], '1');
+  t.same(dp().governor.state(poolId), { ...dp().governor.state(poolId), inFlight: 0, queued: 0 });
+
+  // A client that leaves while queued leaves the queue.
+  const holder = client.request({ path: '/delay/500', method: 'GET', headers: { host: 'quitter.pools.localhost' } });
+  t.ok(await until(() => dp().governor.state(poolId).inFlight === 1));
+  const ac2 = new AbortController();
+  const queued = client.request({ path: '/', method: 'GET', headers: { host: 'quitter.pools.localhost' }, signal: ac2.signal }).catch((e: Error) => e);
+  t.ok(await until(() => dp().governor.state(poolId).queued === 1), 'waiting');
+  ac2.abort();
+  await queued;
+  t.ok(await until(() => dp().governor.state(poolId).queued === 0, 500), 'left the queue');
+  await (await holder).body.dump();
+  t.ok(await until(() => dp().governor.state(poolId).inFlight === 0));
+});
+
+t.test('20,000 requests with random client aborts, upstream resets and timeouts leave zero slots and zero waiters', async (t) => {
+  const poolId = await createPool('churn', 50, { requestTimeoutMs: 100, queueTimeoutMs: 200, queueLength: 400 });
+  const client = new Pool(proxyUrl(), { connections: 200 });
+  t.teardown(() => client.close());
+  const TOTAL = 20_000;
+  let next = 0;
+  const tally = new Map<string, number>();
+  const count = (k: string) => tally.set(k, (tally.get(k) ?? 0) + 1);
+  // A fixed seed keeps the mix reproducible.
+  let seed = 42;
+  const rand = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+  const worker = async () => {
+    while (next < TOTAL) {
+      next++;
+      const r = rand();
+      const path = r < 0.05 ? '/reset' : r < 0.08 ? '/delay/400' : `/delay/${Math.floor(rand() * 3)}`;
+      const ac = new AbortController();
+      const abortIn = rand() < 0.1 ? Math.floor(rand() * 10) : -1;
+      const timer = abortIn >= 0 ? setTimeout(() => ac.abort(), abortIn) : null;
+      try {
+        const res = await client.request({ path, method: 'GET', headers: { host: 'churn.pools.localhost' }, signal: ac.signal });
+        await res.body.dump();
+        count(String(res.statusCode));
+      } catch {
+        count('aborted');
+      } finally {
+        if (timer) clearTimeout(timer);
+      }
+    }
+  };
+  const started = performance.now();
+  await Promise.all(Array.from({ length: 200 }, worker));
+  const secs = (performance.now() - started) / 1000;
+  t.comment(`${TOTAL} requests in ${secs.toFixed(1)} s (${Math.round(TOTAL / secs)}/s): ${JSON.stringify(Object.fromEntries(tally))}`);
+  t.ok((tally.get('200') ?? 0) > TOTAL / 2, 'most were served');
+  t.ok((tally.get('502') ?? 0) > 0 && (tally.get('504') ?? 0) > 0 && (tally.get('aborted') ?? 0) > 0, 'resets, timeouts and aborts all happened');
+  t.ok(await until(() => dp().inFlight === 0, 3000), 'no request left in the data plane');
+  const s = dp().governor.state(poolId);
+  t.equal(s.inFlight, 0, 'zero slots held');
+  t.equal(s.queued, 0, 'zero waiters');
+});
