@@ -108,6 +108,8 @@ export const commands: Record<string, Command> = {
         [id, team.id, deps.now()],
       );
       if (!rows[0]) throw new AdminUsageError(`token ${id} not found in team ${team.slug}`);
+      // Control API processes cache recently seen tokens; this drops them everywhere at once.
+      await deps.sql.notify(CHANGE_CHANNEL, `token:${id}`);
       return { id: rows[0].id, revoked_at: rows[0].revoked_at.toISOString() };
     },
   },

@@ -6,7 +6,8 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv, type Options as AjvOptions } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import { ApiError } from './errors.js';
-import { authenticate } from './auth.js';
+import { ActorCache, authenticate } from './auth.js';
+import { CHANGE_CHANNEL } from '../store/sql.js';
 import { hasUnstorableText } from './unstorable-text.js';
 import type { ControlContext } from './context.js';
 import { sharedSchemas } from './schemas.js';
@@ -83,11 +84,18 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
     }
   });
 
+  // Token and role changes (revoke, user role) arrive on the change feed and drop every cached actor.
+  const actors = new ActorCache();
+  const unlisten = await ctx.sql.listen(CHANGE_CHANNEL, (payload) => {
+    if (payload.startsWith('token:') || payload.startsWith('user:')) actors.clear();
+  });
+  app.addHook('onClose', async () => unlisten());
+
   app.decorateRequest('actor', null);
   app.addHook('onRequest', async (req: FastifyRequest) => {
     if (req.routeOptions.config?.public) return;
     // Unknown routes fall through to the not-found handler after auth, so paths are not probeable without a token.
-    req.actor = await authenticate(ctx.sql, req.headers.authorization, ctx.now());
+    req.actor = await authenticate(ctx.sql, req.headers.authorization, ctx.now(), actors);
   });
   // NUL or an unpaired surrogate would fail (or be mangled) in the store: refuse it as bad input, never a 5xx.
   app.addHook('preValidation', async (req: FastifyRequest) => {

@@ -21,18 +21,56 @@ declare module 'fastify' {
 
 const BEARER = /^Bearer[ \t]+([A-Za-z0-9_\-.~+/]+=*)[ \t]*$/i;
 
-export async function authenticate(sql: Queryable, header: string | undefined, now: Date): Promise<Actor> {
+/**
+ * Recently seen tokens, so a burst of Control API calls does not look the same token up every time.
+ * An entry lives at most `ttlMs` and never past the token's own expiry; a `token:<id>` change on the
+ * feed (revocation) clears the cache at once.
+ */
+export class ActorCache {
+  readonly #entries = new Map<string, { actor: Actor; until: number }>();
+  constructor(
+    readonly ttlMs = 5_000,
+    readonly maxEntries = 10_000,
+  ) {}
+
+  get(hash: string, nowMs: number): Actor | null {
+    const e = this.#entries.get(hash);
+    if (!e) return null;
+    if (e.until <= nowMs) {
+      this.#entries.delete(hash);
+      return null;
+    }
+    return e.actor;
+  }
+
+  set(hash: string, actor: Actor, nowMs: number, tokenExpiresMs: number): void {
+    if (this.#entries.size >= this.maxEntries) this.#entries.clear();
+    this.#entries.set(hash, { actor, until: Math.min(nowMs + this.ttlMs, tokenExpiresMs) });
+  }
+
+  clear(): void {
+    this.#entries.clear();
+  }
+}
+
+export async function authenticate(sql: Queryable, header: string | undefined, now: Date, cache?: ActorCache): Promise<Actor> {
   const m = header ? BEARER.exec(header) : null;
   if (!m) throw unauthorized();
-  const { rows } = await sql.query<{ id: number; team_id: number; user_id: number; role: Actor['role']; abilities: string[] }>(
-    `SELECT t.id, t.team_id, t.user_id, u.role, t.abilities
+  const hash = sha256Hex(m[1]!);
+  const nowMs = now.getTime();
+  const cached = cache?.get(hash, nowMs);
+  if (cached) return cached;
+  const { rows } = await sql.query<{ id: number; team_id: number; user_id: number; role: Actor['role']; abilities: string[]; expires_at: Date }>(
+    `SELECT t.id, t.team_id, t.user_id, u.role, t.abilities, t.expires_at
        FROM api_tokens t JOIN users u ON u.id = t.user_id
       WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND t.expires_at > $2`,
-    [sha256Hex(m[1]!), now],
+    [hash, now],
   );
   const row = rows[0];
   if (!row) throw unauthorized();
-  return { tokenId: row.id, teamId: row.team_id, userId: row.user_id, role: row.role, abilities: new Set(row.abilities) };
+  const actor: Actor = { tokenId: row.id, teamId: row.team_id, userId: row.user_id, role: row.role, abilities: new Set(row.abilities) };
+  cache?.set(hash, actor, nowMs, new Date(row.expires_at).getTime());
+  return actor;
 }
 
 export function actorOf(req: FastifyRequest): Actor {
