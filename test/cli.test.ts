@@ -1,0 +1,196 @@
+// The real binary: `node bin/poolgate.js start | control | admin …` as an operator runs it, on a temp data dir.
+import t from 'tap';
+import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { once } from 'node:events';
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, relative } from 'node:path';
+import { request } from 'undici';
+import { fromRoot } from '../src/config/paths.js';
+
+const ROOT = fromRoot();
+const BIN = join(ROOT, 'bin', 'poolgate.js');
+
+/** dist/ is stale when any src/ .ts is missing its .js or is newer than it. */
+function distIsStale(): boolean {
+  const src = join(ROOT, 'src');
+  for (const e of readdirSync(src, { recursive: true, withFileTypes: true })) {
+    if (!e.isFile() || !e.name.endsWith('.ts') || e.name.endsWith('.d.ts')) continue;
+    const file = join(e.parentPath, e.name);
+    const out = join(ROOT, 'dist', relative(ROOT, file)).replace(/\.ts$/, '.js');
+    if (!existsSync(out) || statSync(out).mtimeMs < statSync(file).mtimeMs) return true;
+  }
+  return false;
+}
+
+if (distIsStale()) {
+  // tsc emits even when a file elsewhere fails to type-check; the binary only needs the emitted JS.
+  const build = spawnSync('flock', ['/tmp/poolgate-build.lock', 'npx', 'tsc', '-p', 'tsconfig.json'], { cwd: ROOT, encoding: 'utf8' });
+  if (build.status !== 0) t.comment(`build reported errors (the emitted JS is used):\n${build.stdout}${build.stderr}`.slice(0, 2000));
+}
+
+const dataDir = mkdtempSync(join(tmpdir(), 'poolgate-cli-'));
+t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+
+/** The environment of an operator's shell: nothing poolgate-specific leaks in from ours. */
+function env(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const base = Object.fromEntries(
+    Object.entries(process.env).filter(([k]) => !k.startsWith('POOLGATE_') && k !== 'DATABASE_URL' && k !== 'REDIS_URL' && k !== 'UWS_USE_FALLBACK' && !k.startsWith('TAP')),
+  );
+  return {
+    ...base,
+    POOLGATE_DATA_DIR: dataDir,
+    POOLGATE_CONTROL_PORT: '0',
+    POOLGATE_PROXY_PORT: '0',
+    POOLGATE_LOCK_PORT: '0',
+    POOLGATE_METRICS_PORT: '0',
+    POOLGATE_PG_PORT: '0',
+    POOLGATE_MYSQL_PORT: '0',
+    POOLGATE_LOG_LEVEL: 'silent',
+    ...extra,
+  };
+}
+
+interface Run { code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }
+
+/** Runs the binary to completion. */
+async function run(args: string[], extra: Record<string, string> = {}, timeoutMs = 30_000): Promise<Run> {
+  const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, env: env(extra) });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (c: Buffer) => (stdout += c));
+  child.stderr.on('data', (c: Buffer) => (stderr += c));
+  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+  const [code, signal] = (await once(child, 'close')) as [number | null, NodeJS.Signals | null];
+  clearTimeout(timer);
+  return { code, signal, stdout, stderr };
+}
+
+interface Running { child: ChildProcessWithoutNullStreams; listening: Record<string, unknown>; output(): { stdout: string; stderr: string } }
+
+/** Starts `poolgate start` and waits for its listening line. */
+async function start(): Promise<Running> {
+  const child = spawn(process.execPath, [BIN, 'start'], { cwd: ROOT, env: env() });
+  let stdout = '';
+  let stderr = '';
+  child.stderr.on('data', (c: Buffer) => (stderr += c));
+  const line = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no listening line within 30 s; stderr: ${stderr}`)), 30_000);
+    child.stdout.on('data', (c: Buffer) => {
+      stdout += c;
+      const nl = stdout.indexOf('\n');
+      if (nl >= 0) {
+        clearTimeout(timer);
+        resolve(stdout.slice(0, nl));
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`poolgate start exited (${code}) before listening: ${stderr}`));
+    });
+  });
+  return { child, listening: JSON.parse(line) as Record<string, unknown>, output: () => ({ stdout, stderr }) };
+}
+
+async function stop(p: Running): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+  const exited = once(p.child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+  p.child.kill('SIGTERM');
+  const [code, signal] = await exited;
+  return { code, signal };
+}
+
+const json = (s: string): any => JSON.parse(s.trim());
+
+t.test('poolgate start, admin against it, then SIGTERM', async (t) => {
+  const server = await start();
+  t.teardown(() => server.child.kill('SIGKILL'));
+  t.match(server.listening, { event: 'listening', control: Number, store: 'pglite' }, 'one JSON line announces the listeners');
+  t.ok((server.listening.control as number) > 0, 'a real port was picked for port 0');
+  const control = `http://127.0.0.1:${server.listening.control as number}`;
+
+  t.equal(statSync(join(dataDir, 'secret.key')).mode & 0o777, 0o600, 'the generated master key is mode 0600');
+  t.ok(existsSync(join(dataDir, 'admin.sock')), 'the admin socket is open');
+  t.ok(existsSync(join(dataDir, 'poolgate.pid')), 'the data dir is locked');
+
+  const boot = await run(['admin', 'bootstrap', '--team', 'Acme CLI', '--email', 'ops@acme.test']);
+  t.equal(boot.code, 0, boot.stderr);
+  const made = json(boot.stdout);
+  t.match(made, { token: /^pgt_/, team: { name: 'Acme CLI', slug: 'acme-cli' }, user: { email: 'ops@acme.test', role: 'owner' } }, 'forwarded to the running process');
+
+  const me = await request(`${control}/api/v1/me`, { headers: { authorization: `Bearer ${made.token}`, accept: 'application/json' } });
+  t.equal(me.statusCode, 200);
+  t.match(await me.body.json(), { team: { slug: 'acme-cli' }, user: { email: 'ops@acme.test' } }, 'the printed token works on the Control API');
+  const anon = await request(`${control}/api/v1/me`);
+  t.equal(anon.statusCode, 401);
+  await anon.body.dump();
+
+  const help = await run(['admin', '--help']);
+  t.equal(help.code, 0);
+  const commands = [...help.stdout.matchAll(/poolgate admin ((?:[a-z]+ ?)+?) (?=-|\[|$)/gm)].map((m) => m[1]!.trim());
+  t.ok(commands.includes('bootstrap') && commands.includes('token create'), `commands listed: ${commands.join(', ')}`);
+  for (const cmd of commands) {
+    const r = await run(['admin', ...cmd.split(' '), '--help']);
+    t.equal(r.code, 0, `admin ${cmd} --help exits 0`);
+    t.match(r.stdout, new RegExp(`^usage: poolgate admin ${cmd}\\b`), `admin ${cmd} --help prints its usage`);
+  }
+
+  const bad = await run(['admin', 'bootstrap', '--team', 'x', '--email', 'x@y.test', '--bogus']);
+  t.equal(bad.code, 2, 'an unknown flag exits 2');
+  t.match(bad.stderr, /usage: poolgate admin bootstrap/);
+  t.equal(bad.stdout, '');
+  const unknown = await run(['admin', 'frobnicate']);
+  t.equal(unknown.code, 2, 'an unknown admin command exits 2');
+  t.match(unknown.stderr, /usage: poolgate admin/);
+
+  const second = await run(['start']);
+  t.not(second.code, 0, 'a second start on the same data dir refuses');
+  t.match(second.stderr, /in use by poolgate process/);
+
+  const stopped = await stop(server);
+  t.same(stopped, { code: 0, signal: null }, 'SIGTERM exits 0');
+  t.notOk(existsSync(join(dataDir, 'poolgate.pid')), 'the data dir lock is released');
+  t.notOk(existsSync(join(dataDir, 'admin.sock')), 'the admin socket is removed');
+  const out = server.output();
+  t.equal(out.stdout.trim().split('\n').length, 1, 'stdout carries only the listening line');
+});
+
+t.test('admin commands on a stopped embedded store run directly, and what they write is served on the next start', async (t) => {
+  const team = 'acme-cli';
+  const user = await run(['admin', 'user', 'add', '--team', team, '--email', 'admin2@acme.test', '--role', 'admin']);
+  t.equal(user.code, 0, user.stderr);
+  const tok = await run(['admin', 'token', 'create', '--team', team, '--user', 'admin2@acme.test', '--abilities', 'pools:read']);
+  t.equal(tok.code, 0, tok.stderr);
+  const token = json(tok.stdout).token as string;
+  t.match(token, /^pgt_/);
+  t.notOk(existsSync(join(dataDir, 'poolgate.pid')), 'no process holds the data dir afterwards');
+
+  const server = await start();
+  t.teardown(() => server.child.kill('SIGKILL'));
+  const me = await request(`http://127.0.0.1:${server.listening.control as number}/api/v1/me`, { headers: { authorization: `Bearer ${token}` } });
+  t.equal(me.statusCode, 200);
+  t.match(await me.body.json(), { user: { email: 'admin2@acme.test' }, abilities: ['pools:read'] });
+  t.same(await stop(server), { code: 0, signal: null });
+});
+
+t.test('refusals name what is wrong and exit non-zero', async (t) => {
+  const control = await run(['control']);
+  t.not(control.code, 0, 'control without DATABASE_URL exits non-zero');
+  t.match(control.stderr, /DATABASE_URL/);
+
+  const fallback = await run(['start'], { UWS_USE_FALLBACK: '1' });
+  t.not(fallback.code, 0, 'start on the uWS fallback exits non-zero');
+  t.match(fallback.stderr, /UWS_USE_FALLBACK/);
+  t.notOk(existsSync(join(dataDir, 'poolgate.pid')), 'it refused before locking the data dir');
+
+  const port = await run(['start'], { POOLGATE_CONTROL_PORT: 'abc' });
+  t.not(port.code, 0, 'an invalid env value exits non-zero');
+  t.match(port.stderr, /POOLGATE_CONTROL_PORT/);
+
+  const unknown = await run(['launch']);
+  t.equal(unknown.code, 2, 'an unknown command exits 2');
+  t.match(unknown.stderr, /usage: poolgate/);
+
+  const help = await run(['--help']);
+  t.equal(help.code, 0);
+  t.match(help.stdout, /usage: poolgate <command>/);
+});
