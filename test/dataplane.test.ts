@@ -277,7 +277,7 @@ t.test('upstream failures: unreachable and untrusted TLS → 502, reset → 502,
   const slow = await call('slow', '/delay/2000');
   t.equal(slow.status, 504);
   t.equal(slow.json.error, 'upstream_timeout');
-  t.ok(slow.ms < 1500, `gave up at the request timeout (${Math.round(slow.ms)} ms)`);
+  t.ok(slow.ms >= 190 && slow.ms < 450, `gave up at the 200 ms request timeout (${Math.round(slow.ms)} ms)`);
 
   for (const id of [downId, tlsId, resetId, slowId]) {
     t.equal(dp().governor.state(id).inFlight, 0, `pool ${id}: no slot held`);

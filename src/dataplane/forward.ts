@@ -68,15 +68,15 @@ function retryAfterMs(value: string | string[] | undefined, now: number): number
   return Number.isNaN(at) ? undefined : Math.max(0, at - now);
 }
 
+const UPSTREAM_TIMEOUT = reply(504, 'upstream_timeout', 'the origin did not answer within the request timeout');
+
 /** What a failed upstream call becomes for the client (when nothing was sent yet). */
 function failureReply(err: unknown, body: RequestBody | null): Reply {
   if (body?.errored instanceof BodyTooLargeError || err instanceof BodyTooLargeError) {
     return reply(413, 'payload_too_large', (body?.errored as Error | undefined)?.message ?? 'request body too large');
   }
   const code = (err as { code?: string } | null)?.code;
-  if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') {
-    return reply(504, 'upstream_timeout', 'the origin did not answer within the request timeout');
-  }
+  if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') return UPSTREAM_TIMEOUT;
   return reply(502, 'upstream_unreachable', 'the origin could not be reached');
 }
 
@@ -89,9 +89,17 @@ export interface ForwardDeps {
  * Sends the admitted request to the origin and streams the answer to the client. Resolves (never
  * rejects) with how it ended; an error reply is sent here when no response had started.
  */
-export async function forward(deps: ForwardDeps, ex: Exchange, client: ClientResponse, body: RequestBody | null, signal: AbortSignal): Promise<Settlement> {
+export async function forward(deps: ForwardDeps, ex: Exchange, client: ClientResponse, body: RequestBody | null, abort: AbortController): Promise<Settlement> {
   const pool = ex.pool!;
+  const { signal } = abort;
   const started = performance.now();
+  // Our own timer for the wait for response headers: undici's coarse timers (about 1 s resolution)
+  // would let a 100 ms request timeout run for up to a second while the slot is held.
+  let timedOut = false;
+  const deadline = setTimeout(() => {
+    timedOut = true;
+    abort.abort();
+  }, pool.settings.requestTimeoutMs);
   const headers = upstreamRequestHeaders({
     headers: ex.headers,
     originHost: pool.originHost!,
@@ -109,25 +117,27 @@ export async function forward(deps: ForwardDeps, ex: Exchange, client: ClientRes
       headers,
       body: body ?? undefined,
       signal,
-      headersTimeout: pool.settings.requestTimeoutMs,
+      headersTimeout: 0,
+      // Between body chunks: a stalled origin body is cut after the same timeout.
       bodyTimeout: pool.settings.requestTimeoutMs,
     });
   } catch (err) {
+    clearTimeout(deadline);
     ex.upstreamMs = performance.now() - started;
-    if (signal.aborted || client.aborted) return { outcome: 'client_aborted', status: 0 };
-    const r = failureReply(err, body);
-    const timedOut = r.error === 'upstream_timeout';
+    if (!timedOut && (signal.aborted || client.aborted)) return { outcome: 'client_aborted', status: 0 };
+    const r = timedOut ? UPSTREAM_TIMEOUT : failureReply(err, body);
     // The rest of an unread request body is discarded with the connection.
     body?.release();
     client.sendReply(r, governorHeaders(deps.governor, pool.id, ex.queuedMs), body !== null && !body.complete);
     return {
       outcome: r.error,
       status: r.status,
-      // A 413 is the client's doing: the slot was not held by the origin's fault, so not a latency sample.
-      upstream: { dropped: true, ...(timedOut ? { latencyMs: ex.upstreamMs } : {}) },
+      // No answer from the origin: not a latency sample for the adaptive limit.
+      upstream: { dropped: true, latencyMs: ex.upstreamMs },
     };
   }
 
+  clearTimeout(deadline);
   const status = res.statusCode;
   const upstream: Outcome = {
     status,

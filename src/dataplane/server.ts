@@ -197,7 +197,7 @@ export class Dataplane {
       this.#settle(ex, { outcome: 'client_aborted', status: 0 });
       return;
     }
-    forward({ upstreams: this.#upstreams, governor: this.governor }, ex, client, body, abort.signal).then(
+    forward({ upstreams: this.#upstreams, governor: this.governor }, ex, client, body, abort).then(
       (s) => this.#settle(ex, s),
       (err: unknown) => {
         // forward() resolves on every failure it knows; this is a bug, but the slot must still come back.
