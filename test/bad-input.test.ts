@@ -271,8 +271,8 @@ function defectsOf(op: Operation): Array<fc.Arbitrary<BadRequest>> {
     }
     out.push(
       fc
-        .record({ k: fc.oneof(fc.constantFrom('unknown', 'id', 'team_id', 'constructor', 'prototype', 'is_admin'), fc.string({ minLength: 1, maxLength: 8 })), v: fc.jsonValue({ maxDepth: 1 }) })
-        .filter(({ k }) => !(k in (deref(op.bodySchema).properties ?? {})))
+        .record({ k: fc.oneof(fc.constantFrom('unknown', 'id', 'team_id', 'constructor', 'prototype', '__proto__', 'is_admin'), fc.string({ minLength: 1, maxLength: 8 })), v: fc.jsonValue({ maxDepth: 1 }) })
+        .filter(({ k }) => !Object.hasOwn(deref(op.bodySchema ?? {}).properties ?? {}, k))
         .map(({ k, v }) => ({ ...base, [k]: v }))
         .map(withBody('unknown-property')),
     );
@@ -324,9 +324,17 @@ t.test(`${RUNS} generated bad requests across every operation get a 4xx Error an
       const after = await fingerprint();
       const changed = diff(before, after);
       before = after;
-      if (changed.length > 0) throw new Error(`${where}: the store changed: ${changed.join('; ')}`);
+      if (changed.length > 0) {
+        // Show the newest rows of each changed table: the write usually names the request that made it.
+        const rows = [];
+        for (const line of changed) {
+          const table = line.slice(0, line.indexOf(':'));
+          rows.push(`${table}: ${JSON.stringify((await sql.query(`SELECT * FROM "${table}" ORDER BY 1 DESC LIMIT 2`)).rows).slice(0, 600)}`);
+        }
+        throw new Error(`${where}: the store changed: ${changed.join('; ')}; newest rows: ${rows.join('; ')}`);
+      }
     }),
-    { seed: SEED, numRuns: RUNS, interruptAfterTimeLimit: TIME_LIMIT_MS, markInterruptAsFailure: true },
+    { seed: SEED, numRuns: RUNS, interruptAfterTimeLimit: TIME_LIMIT_MS, markInterruptAsFailure: true, endOnFailure: true },
   );
 
   await new Promise((r) => setTimeout(r, 50)); // let a stray notification arrive before judging

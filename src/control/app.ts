@@ -77,11 +77,19 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
   app.addContentTypeParser(/^application\/(?:[\w.+-]+\+)?json$/i, { parseAs: 'string' }, (_req, text, done) => {
     const s = (text as string).trim();
     if (s === '') return done(null, undefined);
+    let body: unknown;
+    let protoKey = false;
     try {
-      done(null, JSON.parse(s, (k, v) => (k === '__proto__' ? undefined : v)));
+      body = JSON.parse(s, (k, v) => {
+        if (k === '__proto__') protoKey = true;
+        return v;
+      });
     } catch {
-      done(new ApiError(400, 'request body is not valid JSON'), undefined);
+      return done(new ApiError(400, 'request body is not valid JSON'), undefined);
     }
+    // Refused, not silently dropped: a body the handler would see differently from what was sent is not valid input.
+    if (protoKey) return done(new ApiError(422, 'body: unknown property "__proto__"'), undefined);
+    done(null, body);
   });
 
   // Token and role changes (revoke, user role) arrive on the change feed and drop every cached actor.
