@@ -5,6 +5,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect } from 'node:net';
+import { Readable } from 'node:stream';
 import { Pool } from 'undici';
 import { startTestService, type TestService } from './helpers/service.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
@@ -74,7 +75,7 @@ interface CallResult {
   ms: number;
 }
 
-async function call(sub: string | null, path: string, o: { method?: string; headers?: Record<string, string>; body?: string | Buffer; host?: string } = {}): Promise<CallResult> {
+async function call(sub: string | null, path: string, o: { method?: string; headers?: Record<string, string>; body?: string | Buffer | Readable; host?: string } = {}): Promise<CallResult> {
   const started = performance.now();
   const res = await proxy.request({
     path,
@@ -355,6 +356,19 @@ t.test('bodies: POST bodies reach the origin, HEAD keeps the length, oversized b
   t.equal(big.status, 413);
   t.equal(big.json.error, 'payload_too_large');
   t.equal(origin.count, before, 'a declared oversized body never reaches the origin');
+  // Without a declared length the limit is enforced on the bytes as they stream.
+  let sent = 0;
+  const endless = new Readable({
+    read() {
+      if (sent >= 4 * 1024 * 1024) return void this.push(null);
+      sent += 65536;
+      this.push(Buffer.alloc(65536, 2));
+    },
+  });
+  const streamed = await call('bodies', '/up', { method: 'POST', body: endless }).catch((err: Error) => err);
+  if (streamed instanceof Error) t.pass('the connection was closed on the oversized body');
+  else t.equal(streamed.status, 413, 'a streamed oversized body is 413');
+  t.equal(dp().governor.state(dp().snapshots.current.pools.get('bodies')!.id).inFlight, 0);
 });
 
 t.test('a key minted and revoked through the Control API takes effect within one second', async (t) => {
