@@ -23,7 +23,7 @@ t.teardown(async () => {
 });
 
 const dp = () => svc.service.dataplane!;
-const proxyUrl = () => `http://127.0.0.1:${svc.service.ports.proxy}`;
+const proxyUrl = () => svc.proxyUrl!;
 
 async function createPool(sub: string, maxConcurrent: number, settings: Record<string, unknown> = {}): Promise<number> {
   const { rows } = await svc.service.sql.query<{ id: number }>(

@@ -26,7 +26,7 @@ t.before(async () => {
   const boot = await svc.bootstrap();
   token = boot.token;
   teamId = boot.team.id;
-  proxy = new Pool(`http://127.0.0.1:${svc.service.ports.proxy}`, { connections: 32 });
+  proxy = new Pool(svc.proxyUrl!, { connections: 32 });
 });
 t.teardown(async () => {
   await proxy?.close();
@@ -394,7 +394,7 @@ t.test('a key minted and revoked through the Control API takes effect within one
 
 t.test('each request is counted once in the Prometheus metrics of its pool', async (t) => {
   await createPool('counted', { maxConcurrent: 1, requireKey: false });
-  const metricsText = async () => (await (await fetch(`http://127.0.0.1:${svc.service.ports.metrics}/metrics`)).text());
+  const metricsText = async () => (await (await fetch(`${svc.metricsUrl}/metrics`)).text());
   const value = (text: string, series: string) => Number(new RegExp(`^${series.replace(/[{}"]/g, '\\$&')} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
   await call('counted', '/');
   await call('counted', '/');

@@ -21,6 +21,9 @@ export interface TestService {
   service: Service;
   config: Config;
   controlUrl: string;
+  /** Pool traffic (send `Host: <subdomain>.{poolDomain}`) and Prometheus, when the dataplane role runs. */
+  proxyUrl: string | null;
+  metricsUrl: string | null;
   /** Runs `poolgate admin …` against this service's store and parses its JSON output. */
   admin(argv: string[]): Promise<any>;
   /** Bootstraps a team and returns its owner's token. */
@@ -93,6 +96,8 @@ export async function startTestService(
     service,
     config,
     controlUrl,
+    proxyUrl: service.ports.proxy !== undefined ? `http://127.0.0.1:${service.ports.proxy}` : null,
+    metricsUrl: service.ports.metrics !== undefined ? `http://127.0.0.1:${service.ports.metrics}` : null,
     async admin(argv) {
       const res = await runAdmin(argv, deps);
       if (res.code !== 0) throw new Error(`admin ${argv.join(' ')} failed (${res.code}): ${res.stderr}`);
