@@ -173,6 +173,7 @@ const BAD_AUTH = (): Array<Record<string, string>> => [
   { authorization: `Bearer ${revoked.token}` },
   { authorization: `Bearer ${expired.token}` },
   { authorization: `Bearer ${'A'.repeat(8000)}` },
+  { authorization: `Bearer ${'A'.repeat(20_000)}` }, // beyond Node's header limit: refused by the HTTP parser
   { authorization: 'Bearer ../../../etc/passwd' },
   { authorization: 'Bearer %00' },
   { 'x-service-key': 'pgk_fuzz_fixture' },

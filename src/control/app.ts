@@ -9,6 +9,7 @@ import { ApiError } from './errors.js';
 import { ActorCache, authenticate } from './auth.js';
 import { CHANGE_CHANNEL } from '../store/sql.js';
 import { hasUnstorableText } from './unstorable-text.js';
+import { clientErrorHandler } from './client-errors.js';
 import type { ControlContext } from './context.js';
 import { sharedSchemas } from './schemas.js';
 import { identityRoutes } from './identity.js';
@@ -53,6 +54,7 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
     bodyLimit: ctx.config.controlBodyLimit,
     return503OnClosing: true,
     routerOptions: { caseSensitive: true, ignoreTrailingSlash: false, maxParamLength: 200 },
+    clientErrorHandler,
     // Router-level refusals bypass the error handler; keep them in the `{ message }` shape (an over-long id addresses nothing).
     frameworkErrors: (err: FastifyError, _req: FastifyRequest, reply: FastifyReply) => {
       const status = err.code === 'FST_ERR_BAD_URL' ? 400 : err.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 404 : 500;
