@@ -96,6 +96,27 @@ t.test('every operation declares its responses: a JSON success body, Error bodie
   }
 });
 
+t.test('every route the Control API serves is in the document (only the document itself is hidden)', async (t) => {
+  // fastify's route tree, e.g. `│   └── /:budget (GET, HEAD)`: depth from the indent, path from the parents.
+  const tree = svc.service.control!.printRoutes({ commonPrefix: false });
+  const stack: string[] = [];
+  const served: string[] = [];
+  for (const line of tree.split('\n')) {
+    const m = /^([│ ]*)[├└]── (\S+) \(([^)]+)\)/.exec(line);
+    if (!m) continue;
+    const depth = m[1]!.length / 4;
+    stack.length = depth;
+    stack.push(m[2]!);
+    const path = stack.join('').replace(/:(\w+)/g, '{$1}');
+    for (const method of m[3]!.split(', ')) if (method !== 'HEAD') served.push(`${method} ${path}`);
+  }
+  t.ok(served.includes('GET /api/v1/me'), 'the route tree was read');
+  const documented = new Set((await svc.openapi()).operations.map((o) => `${o.method} ${o.path}`));
+  const missing = served.filter((r) => !documented.has(r) && r !== 'GET /api/v1/openapi.json');
+  t.same(missing, [], 'no served route is missing from the document');
+  t.same([...documented].filter((r) => !served.includes(r)), [], 'no documented operation is unserved');
+});
+
 t.test('the Error schema is `{ message: string }`', async (t) => {
   t.same(doc.components?.schemas?.Error, {
     type: 'object',
