@@ -128,17 +128,19 @@ t.test('poolgate start, admin against it, then SIGTERM', async (t) => {
   t.equal(help.code, 0);
   const commands = [...help.stdout.matchAll(/poolgate admin ((?:[a-z]+ ?)+?) (?=-|\[|$)/gm)].map((m) => m[1]!.trim());
   t.ok(commands.includes('bootstrap') && commands.includes('token create'), `commands listed: ${commands.join(', ')}`);
-  for (const cmd of commands) {
-    const r = await run(['admin', ...cmd.split(' '), '--help']);
-    t.equal(r.code, 0, `admin ${cmd} --help exits 0`);
-    t.match(r.stdout, new RegExp(`^usage: poolgate admin ${cmd}\\b`), `admin ${cmd} --help prints its usage`);
-  }
-
-  const bad = await run(['admin', 'bootstrap', '--team', 'x', '--email', 'x@y.test', '--bogus']);
+  // Independent invocations run side by side: each is a fresh node process.
+  const [helps, bad, unknown] = await Promise.all([
+    Promise.all(commands.map((cmd) => run(['admin', ...cmd.split(' '), '--help']))),
+    run(['admin', 'bootstrap', '--team', 'x', '--email', 'x@y.test', '--bogus']),
+    run(['admin', 'frobnicate']),
+  ]);
+  commands.forEach((cmd, i) => {
+    t.equal(helps[i]!.code, 0, `admin ${cmd} --help exits 0`);
+    t.match(helps[i]!.stdout, new RegExp(`^usage: poolgate admin ${cmd}\\b`), `admin ${cmd} --help prints its usage`);
+  });
   t.equal(bad.code, 2, 'an unknown flag exits 2');
   t.match(bad.stderr, /usage: poolgate admin bootstrap/);
   t.equal(bad.stdout, '');
-  const unknown = await run(['admin', 'frobnicate']);
   t.equal(unknown.code, 2, 'an unknown admin command exits 2');
   t.match(unknown.stderr, /usage: poolgate admin/);
 
@@ -173,24 +175,26 @@ t.test('admin commands on a stopped embedded store run directly, and what they w
 });
 
 t.test('refusals name what is wrong and exit non-zero', async (t) => {
-  const control = await run(['control']);
+  const [control, fallback, port, unknown, help] = await Promise.all([
+    run(['control']),
+    run(['start'], { UWS_USE_FALLBACK: '1' }),
+    run(['start'], { POOLGATE_CONTROL_PORT: 'abc' }),
+    run(['launch']),
+    run(['--help']),
+  ]);
   t.not(control.code, 0, 'control without DATABASE_URL exits non-zero');
   t.match(control.stderr, /DATABASE_URL/);
 
-  const fallback = await run(['start'], { UWS_USE_FALLBACK: '1' });
   t.not(fallback.code, 0, 'start on the uWS fallback exits non-zero');
   t.match(fallback.stderr, /UWS_USE_FALLBACK/);
   t.notOk(existsSync(join(dataDir, 'poolgate.pid')), 'it refused before locking the data dir');
 
-  const port = await run(['start'], { POOLGATE_CONTROL_PORT: 'abc' });
   t.not(port.code, 0, 'an invalid env value exits non-zero');
   t.match(port.stderr, /POOLGATE_CONTROL_PORT/);
 
-  const unknown = await run(['launch']);
   t.equal(unknown.code, 2, 'an unknown command exits 2');
   t.match(unknown.stderr, /usage: poolgate/);
 
-  const help = await run(['--help']);
   t.equal(help.code, 0);
   t.match(help.stdout, /usage: poolgate <command>/);
 });
