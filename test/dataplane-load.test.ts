@@ -162,7 +162,7 @@ t.test('a client that disconnects releases its slot and cancels the upstream cal
 });
 
 t.test('20,000 requests with random client aborts, upstream resets and timeouts leave zero slots and zero waiters', async (t) => {
-  const poolId = await createPool('churn', 50, { requestTimeoutMs: 1000, queueTimeoutMs: 2000, queueLength: 400 });
+  const poolId = await createPool('churn', 50, { requestTimeoutMs: 300, queueTimeoutMs: 2000, queueLength: 400 });
   const client = new Pool(proxyUrl(), { connections: 200 });
   t.teardown(() => client.close());
   const TOTAL = 20_000;
@@ -176,7 +176,7 @@ t.test('20,000 requests with random client aborts, upstream resets and timeouts 
     while (next < TOTAL) {
       next++;
       const r = rand();
-      const path = r < 0.05 ? '/reset' : r < 0.06 ? '/delay/1500' : `/delay/${Math.floor(rand() * 3)}`;
+      const path = r < 0.05 ? '/reset' : r < 0.06 ? '/delay/800' : `/delay/${Math.floor(rand() * 3)}`;
       const ac = new AbortController();
       const abortIn = rand() < 0.1 ? Math.floor(rand() * 10) : -1;
       const timer = abortIn >= 0 ? setTimeout(() => ac.abort(), abortIn) : null;

@@ -1,7 +1,7 @@
 // Stage 6, forward: the request to the origin over a keep-alive undici Pool per origin, both bodies
 // streamed with backpressure, and the origin's answer streamed back to the client.
 import { readFileSync } from 'node:fs';
-import { rootCertificates } from 'node:tls';
+import { createSecureContext, rootCertificates, type SecureContext } from 'node:tls';
 import type { Readable } from 'node:stream';
 import { Pool, type Dispatcher } from 'undici';
 import type { Governor, Outcome } from '../governor/governor.js';
@@ -15,7 +15,7 @@ import type { Settlement } from './release.js';
 /** One undici Pool (keep-alive connections) per origin, trusting the system roots plus originCaFile. */
 export class Upstreams {
   readonly #pools = new Map<string, Pool>();
-  readonly #ca: string[] | undefined;
+  readonly #secureContext: SecureContext | undefined;
 
   constructor(opts: { caFile: string | null }) {
     if (opts.caFile) {
@@ -25,8 +25,9 @@ export class Upstreams {
       } catch (err) {
         throw new Error(`cannot read originCaFile ${opts.caFile}: ${(err as Error).message}`);
       }
-      // connect.ca replaces the default roots, so keep them alongside the extra ones.
-      this.#ca = [...rootCertificates, pem];
+      // `ca` replaces the default roots, so keep them alongside the extra ones. One context for every
+      // connection: passing `ca` per connection would parse every root certificate on each handshake.
+      this.#secureContext = createSecureContext({ ca: [...rootCertificates, pem] });
     }
   }
 
@@ -34,7 +35,7 @@ export class Upstreams {
     let pool = this.#pools.get(origin);
     if (!pool) {
       pool = new Pool(origin, {
-        connect: this.#ca ? { ca: this.#ca } : {},
+        connect: this.#secureContext ? { secureContext: this.#secureContext } : {},
         keepAliveTimeout: 30_000,
         keepAliveMaxTimeout: 300_000,
       });
