@@ -348,6 +348,14 @@ t.test('bodies: POST bodies reach the origin, HEAD keeps the length, oversized b
   t.equal(head.status, 200);
   t.equal(head.headers['content-length'], '12345');
   t.equal(head.text, '');
+  const noContent = await call('bodies', '/status/204');
+  t.equal(noContent.status, 204);
+  t.equal(noContent.text, '');
+  t.equal((await call('bodies', '/')).status, 200, 'the connection is still in step after a 204');
+  const headErr = await call('nope', '/', { method: 'HEAD' });
+  t.equal(headErr.status, 404);
+  t.equal(headErr.text, '', 'a refusal to HEAD has no body');
+  t.equal((await call('bodies', '/')).status, 200, 'the connection is still in step after a refused HEAD');
   const upstream429 = await call('bodies', '/status/429');
   t.equal(upstream429.status, 429, 'origin statuses pass through');
   t.equal(upstream429.headers['retry-after'], '7');

@@ -24,8 +24,12 @@ export class ClientResponse {
   /** The status sent to the client, once a response started. */
   status = 0;
 
-  constructor(res: HttpResponse) {
+  readonly #head: boolean;
+
+  /** `head`: the request was HEAD, so no response carries a body. */
+  constructor(res: HttpResponse, head: boolean) {
     this.#res = res;
+    this.#head = head;
     res.onAborted(() => {
       this.#aborted = true;
       const handlers = this.#onAbort;
@@ -73,7 +77,9 @@ export class ClientResponse {
       this.#res.writeStatus(statusLine(r.status)).writeHeader('content-type', 'application/json');
       if (r.headers) for (const [k, v] of r.headers) this.#res.writeHeader(k, v);
       if (extra) for (const [k, v] of extra) this.#res.writeHeader(k, v);
-      this.#res.end(body, closeConnection);
+      // A reply to HEAD announces its length and sends no body (or the connection would fall out of step).
+      if (this.#head) this.#res.endWithoutBody(Buffer.byteLength(body), closeConnection);
+      else this.#res.end(body, closeConnection);
     });
   }
 
@@ -130,7 +136,8 @@ export class ClientResponse {
   endWithoutBody(reportedLength: number | undefined): void {
     if (!this.open) return;
     this.#ended = true;
-    this.#res.cork(() => this.#res.endWithoutBody(reportedLength));
+    // The binding turns an explicit undefined into a huge Content-Length: call it without the argument.
+    this.#res.cork(() => (reportedLength === undefined ? this.#res.endWithoutBody() : this.#res.endWithoutBody(reportedLength)));
   }
 
   /** Drops the connection: the only honest signal once a response is under way and cannot complete. */

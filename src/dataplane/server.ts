@@ -119,14 +119,15 @@ export class Dataplane {
 
   #handle(res: HttpResponse, req: HttpRequest): void {
     // Everything from req is read here, synchronously: it is invalid after the handler returns.
-    const client = new ClientResponse(res);
+    const method = req.getCaseSensitiveMethod();
+    const client = new ClientResponse(res, method === 'HEAD');
     const headers: Record<string, string> = {};
     req.forEach((k, v) => {
       const prev = headers[k];
       headers[k] = prev === undefined ? v : `${prev}, ${v}`;
     });
     const ex: Exchange = {
-      method: req.getCaseSensitiveMethod(),
+      method,
       path: req.getUrl(),
       query: req.getQuery() ?? '',
       headers,

@@ -90,6 +90,7 @@ export async function startOrigin(): Promise<Origin> {
         return;
       case 'status': {
         const status = Number(parts[2] ?? 200);
+        if (status === 204 || status === 304) return void res.writeHead(status).end();
         json(status, echo, status === 429 ? { 'retry-after': '7' } : {});
         return;
       }
