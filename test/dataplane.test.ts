@@ -319,6 +319,11 @@ t.test('forwarding: managed credentials injected, pool auth and hop-by-hop heade
   );
   t.match(raw, /^HTTP\/1.1 200 /, raw);
   const rh = JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4)).headers;
+  // What the client sends that cannot be forwarded is its error (4xx), never a 5xx.
+  for (const line of ['CONNECT /x HTTP/1.1']) {
+    const bad = await rawRequest(`${line}\r\nHost: bearer.pools.localhost\r\nX-Service-Key: ${b.key}\r\nConnection: close\r\n\r\n`);
+    t.match(bad, /^HTTP\/1.1 4\d\d /, `${line} → 4xx`);
+  }
   for (const gone of ['keep-alive', 'upgrade', 'trailer', 'x-drop-me']) t.notOk(gone in rh, `${gone} does not reach the origin`);
 
   await createPool('apikey', { credential: { method: 'api_key', api_key: 'k-123', header_name: 'X-Origin-Key' } });

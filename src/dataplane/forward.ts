@@ -78,6 +78,11 @@ function failureReply(err: unknown, body: RequestBody | null): Reply {
   }
   const code = (err as { code?: string } | null)?.code;
   if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') return UPSTREAM_TIMEOUT;
+  // undici refusing what the client sent (a method or header it will not forward, a body that does
+  // not match its Content-Length) is the client's error, never a 5xx.
+  if (code === 'UND_ERR_INVALID_ARG' || code === 'UND_ERR_NOT_SUPPORTED' || code === 'UND_ERR_REQ_CONTENT_LENGTH_MISMATCH') {
+    return reply(400, 'bad_request', `the request cannot be forwarded: ${(err as Error).message}`);
+  }
   return reply(502, 'upstream_unreachable', 'the origin could not be reached');
 }
 
