@@ -424,11 +424,18 @@ t.test('each request is counted once in the Prometheus metrics of its pool', asy
   t.equal(value(text, 'poolgate_pool_effective_limit{pool="counted"}'), 1);
 });
 
-t.test('the access log has one JSON line per request', async (t) => {
+t.test('shutdown drains in-flight requests; the access log has one JSON line per request', async (t) => {
   await createPool('logged', { requireKey: false });
   await call('logged', '/logged-path');
   await call('logged', '/x', { headers: { 'x-service-queue-timeout-ms': 'bad' } });
+  // Shutdown lets the request in flight finish, then stops taking traffic.
+  const inFlight = call('logged', '/delay/300');
+  await settle();
   await svc.service.dataplane!.close();
+  t.equal((await inFlight).status, 200, 'the in-flight request finished during shutdown');
+  const fresh = new Pool(svc.proxyUrl!);
+  t.rejects(fresh.request({ path: '/', method: 'GET', headers: { host: 'logged.pools.localhost' } }), 'no new connections after close');
+  await fresh.destroy();
   const lines = readFileSync(accessLogFile, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
   const ok = lines.find((l) => l.path === '/logged-path');
   t.match(ok, { pool: 'logged', method: 'GET', status: 200, outcome: 'proxied', queuedMs: 0 });
