@@ -440,5 +440,6 @@ t.test('shutdown drains in-flight requests; the access log has one JSON line per
   const ok = lines.find((l) => l.path === '/logged-path');
   t.match(ok, { pool: 'logged', method: 'GET', status: 200, outcome: 'proxied', queuedMs: 0 });
   t.type(ok.upstreamMs, 'number');
+  t.type(ok.totalMs, 'number');
   t.match(lines.find((l) => l.pool === 'logged' && l.path === '/x'), { status: 400, outcome: 'bad_request', upstreamMs: null });
 });

@@ -11,6 +11,8 @@ export interface AccessRecord {
   outcome: OutcomeName;
   queuedMs: number;
   upstreamMs: number | null;
+  /** From arrival to release. */
+  totalMs: number;
   keyId: number | null;
 }
 

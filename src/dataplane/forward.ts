@@ -191,8 +191,10 @@ function pipeBody(client: ClientResponse, body: Readable, total: number | null):
     };
     client.onAbort(() => finish('client_aborted'));
     body.on('error', () => {
+      // Aborting for a client that left also errors the body: that is still the client's doing.
+      const gone = client.aborted;
       client.close();
-      finish('upstream_aborted');
+      finish(gone ? 'client_aborted' : 'upstream_aborted');
     });
 
     if (total === null) {

@@ -56,6 +56,7 @@ export function releaseStage(metrics: DataplaneMetrics | null, accessLog: Access
       outcome: s.outcome,
       queuedMs: Math.round(ex.queuedMs),
       upstreamMs: ex.upstreamMs === null ? null : Math.round(ex.upstreamMs),
+      totalMs: Math.round(performance.now() - ex.startedAt),
       keyId: ex.key?.id ?? null,
     });
   };
