@@ -16,7 +16,8 @@ export type OutcomeName =
   | 'upstream_unreachable'
   | 'upstream_timeout'
   | 'upstream_aborted'
-  | 'client_aborted';
+  | 'client_aborted'
+  | 'internal_error';
 
 /** A stage's refusal: the status, the stable error code, and headers such as Retry-After. */
 export interface Reply {
@@ -60,6 +61,8 @@ export interface Exchange {
   queuedMs: number;
   /** Time from dispatch upstream to the end of the response, once known. */
   upstreamMs: number | null;
+  /** Released and recorded (stage 7 ran). */
+  settled: boolean;
 }
 
 /** A synchronous gate: null lets the request continue, a Reply stops it. Gates never throw to refuse. */

@@ -142,8 +142,22 @@ export class Dataplane {
       waited: false,
       queuedMs: 0,
       upstreamMs: null,
+      settled: false,
     };
     this.#inFlight++;
+    try {
+      this.#begin(res, ex, client);
+    } catch (err) {
+      // A bug must cost one request, not the process (an exception escaping a uWS handler is fatal).
+      this.#opts.log.error({ err }, 'data plane request handler failed');
+      client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
+      this.#settle(ex, { outcome: 'internal_error', status: 500 });
+    }
+  }
+
+  /** Runs the gates and asks for a slot; returns once everything async is under way. */
+  #begin(res: HttpResponse, ex: Exchange, client: ClientResponse): void {
+    const headers = ex.headers;
     const bodyPresent = hasBody(headers);
     // A refusal leaves any request body unread: close that connection rather than parse the body.
     const stop = (r: Reply) => {
@@ -167,13 +181,19 @@ export class Dataplane {
     const a = admit(this.governor, ex, wait, abort.signal);
     if (a instanceof Promise) {
       ex.waited = true;
-      a.then(
-        (x) => this.#admitted(ex, client, body, abort, x),
-        (err: unknown) => {
-          this.#opts.log.error({ err }, 'governor acquire failed');
-          this.#admitted(ex, client, body, abort, { ok: false, reason: 'unavailable', queuedMs: 0 });
-        },
-      );
+      const after = (x: Admission) => {
+        try {
+          this.#admitted(ex, client, body, abort, x);
+        } catch (err) {
+          this.#opts.log.error({ err }, 'data plane request handler failed');
+          client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
+          this.#settle(ex, { outcome: 'internal_error', status: 500 });
+        }
+      };
+      a.then(after, (err: unknown) => {
+        this.#opts.log.error({ err }, 'governor acquire failed');
+        after({ ok: false, reason: 'unavailable', queuedMs: 0 });
+      });
     } else {
       this.#admitted(ex, client, body, abort, a);
     }
@@ -211,6 +231,8 @@ export class Dataplane {
 
   /** Stage 7 for every path, exactly once per request. */
   #settle(ex: Exchange, s: Settlement): void {
+    if (ex.settled) return;
+    ex.settled = true;
     try {
       this.#release(ex, ex.permit, s);
     } catch (err) {
