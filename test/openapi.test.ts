@@ -155,3 +155,11 @@ t.test('api() rejects a response that breaks the document (the suite-wide check 
   const unauth = await svc.api('GET', '/api/v1/budgets', { token: null });
   t.equal(unauth.status, 401, 'an undeclared 401 with an Error body passes');
 });
+
+t.test('an optional request body is documented as not required (POST …/keys), a mandatory one as required', async (t) => {
+  const svc = await startTestService();
+  t.teardown(() => svc.close());
+  const doc = (await svc.api('GET', '/api/v1/openapi.json')).body;
+  t.equal(doc.paths['/api/v1/pools/{pool}/keys'].post.requestBody.required, false);
+  t.equal(doc.paths['/api/v1/pools'].post.requestBody.required, true);
+});

@@ -27,6 +27,8 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** Routes that need no API token (the OpenAPI document, the one-shot intake). */
     public?: boolean;
+    /** The body may be absent (spec: "body optional"); the OpenAPI document then says requestBody is not required. */
+    bodyOptional?: boolean;
   }
 }
 
@@ -134,7 +136,24 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
   });
   app.setNotFoundHandler((_req, reply) => reply.code(404).send({ message: 'route not found' }));
 
+  // @fastify/swagger marks every declared body as required; routes with an optional body say so in their config.
+  const optionalBodies = new Set<string>();
+  app.addHook('onRoute', (route) => {
+    if (!route.config?.bodyOptional) return;
+    for (const m of [route.method].flat()) optionalBodies.add(`${String(m).toLowerCase()} ${route.url.replace(/:(\w+)/g, '{$1}')}`);
+  });
+
   await app.register(swagger, {
+    transformObject: (doc) => {
+      const paths = ('openapiObject' in doc ? doc.openapiObject.paths : undefined) ?? {};
+      for (const [path, item] of Object.entries(paths)) {
+        for (const [method, op] of Object.entries(item ?? {})) {
+          const body = (op as { requestBody?: { required?: boolean } }).requestBody;
+          if (body && optionalBodies.has(`${method} ${path}`)) body.required = false;
+        }
+      }
+      return 'openapiObject' in doc ? doc.openapiObject : doc.swaggerObject;
+    },
     openapi: {
       openapi: '3.1.0',
       info: {

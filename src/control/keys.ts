@@ -103,6 +103,7 @@ export function keyRoutes(app: TypedApp, ctx: ControlContext): void {
         body: MintKeyBody,
         response: { 201: DataOf('PoolKey'), 403: Type.Ref('Error'), 404: Type.Ref('Error'), 422: Type.Ref('Error') },
       },
+      config: { bodyOptional: true },
       // Ability first, so a token without keys:write learns nothing from validation errors. The body is
       // optional: no body (or an empty one) mints with every default.
       preValidation: async (req) => {
