@@ -13,6 +13,7 @@ import { startAdminSocket, type AdminSocket } from './admin/socket.js';
 import { loadUws } from './http/uws.js';
 import { createLogger, type Logger } from './log.js';
 import { Dataplane } from './dataplane/server.js';
+import { LockServer } from './lock/server.js';
 import { RequestMetrics } from './dataplane/pool-metrics.js';
 import { MemoryGovernor } from './governor/memory.js';
 import { PoolMetrics } from './metrics/registry.js';
@@ -156,6 +157,18 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       dataplane = dp;
       // Closed first on shutdown: stop taking pool traffic and let in-flight requests finish.
       closers.push(() => dp.close());
+      // The lock API shares the data plane's snapshot, governor and access log; it closes first (freeing its leases).
+      const lockApi = await LockServer.start({
+        host: config.host,
+        port: config.lockPort,
+        governor,
+        snapshots: dp.snapshots,
+        log,
+        accessLog: dp.accessLog,
+        clock: () => now().getTime(),
+      });
+      ports.lock = lockApi.port;
+      closers.push(() => lockApi.close());
     }
   } catch (err) {
     for (const c of closers.reverse()) await c().catch(() => {});

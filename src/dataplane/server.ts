@@ -97,6 +97,11 @@ export class Dataplane {
     return this.#port;
   }
 
+  /** The pool access log, shared with the lock API (its acquire attempts belong in the same log). */
+  get accessLog(): AccessLog {
+    return this.#accessLog;
+  }
+
   /** Requests between arrival and release. */
   get inFlight(): number {
     return this.#inFlight;

@@ -16,6 +16,17 @@ export interface Outcome {
   dropped?: boolean;
   /** Raw upstream response headers (rate-limit headers) for the RPM learner. */
   headers?: Record<string, string | string[] | undefined>;
+  /** Pre-parsed rate fields from a lock release; when present the RPM learner reads these, not `headers`. */
+  rate?: RateFields;
+}
+
+/** Rate-limit figures a lock client already parsed (spec: release `rate`); further numeric members pass through. */
+export interface RateFields {
+  limit?: number;
+  remaining?: number;
+  resetMs?: number;
+  tokenLimit?: number;
+  [member: string]: number | undefined;
 }
 
 export interface Permit {
@@ -24,7 +35,8 @@ export interface Permit {
   release(outcome?: Outcome): void;
 }
 
-export type RefusalReason = 'queue_full' | 'no_slot' | 'queue_timeout' | 'aborted' | 'unavailable';
+/** `rate_limited`: the pool's RPM gate is shut (learned or fixed rate spent, or the upstream asked to wait). */
+export type RefusalReason = 'queue_full' | 'no_slot' | 'queue_timeout' | 'aborted' | 'unavailable' | 'rate_limited';
 
 export type Admission =
   | { ok: true; permit: Permit; queuedMs: number }
@@ -45,6 +57,11 @@ export interface PoolLimits {
   queueTimeoutMs: number;
   budgetId: number | null;
   reservedConcurrent: number;
+  /** Adaptive concurrency on (the default) or off; the floor it never goes under (default 1). */
+  adaptive?: boolean;
+  adaptiveMin?: number;
+  /** A fixed requests-per-minute gate; null or absent lets the RPM learner decide. */
+  rpmOverride?: number | null;
 }
 
 export interface BudgetLimits {

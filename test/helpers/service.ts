@@ -24,6 +24,8 @@ export interface TestService {
   /** Pool traffic (send `Host: <subdomain>.{poolDomain}`) and Prometheus, when the dataplane role runs. */
   proxyUrl: string | null;
   metricsUrl: string | null;
+  /** The lock API listener, when the dataplane role runs. */
+  lockUrl: string | null;
   /** Runs `poolgate admin …` against this service's store and parses its JSON output. */
   admin(argv: string[]): Promise<any>;
   /** Bootstraps a team and returns its owner's token. */
@@ -98,6 +100,7 @@ export async function startTestService(
     controlUrl,
     proxyUrl: service.ports.proxy !== undefined ? `http://127.0.0.1:${service.ports.proxy}` : null,
     metricsUrl: service.ports.metrics !== undefined ? `http://127.0.0.1:${service.ports.metrics}` : null,
+    lockUrl: service.ports.lock !== undefined ? `http://127.0.0.1:${service.ports.lock}` : null,
     async admin(argv) {
       const res = await runAdmin(argv, deps);
       if (res.code !== 0) throw new Error(`admin ${argv.join(' ')} failed (${res.code}): ${res.stderr}`);

@@ -1,0 +1,305 @@
+// The lock API listener (uWS, on config.lockPort): acquire, renew and release a pool's concurrency slot
+// without proxying. It runs the data plane's stages 1–5 and 7 with the caller in between: the pool from
+// the path, pool-key auth, (policies), the governor's admit, and the release with the caller's outcome.
+import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket } from 'uWebSockets.js';
+import type { Admission, Governor } from '../governor/governor.js';
+import { loadUws } from '../http/uws.js';
+import type { Logger } from '../log.js';
+import type { AccessLog } from '../dataplane/access-log.js';
+import { governorHeaders, refusalReply } from '../dataplane/admit.js';
+import { authenticateGate } from '../dataplane/authenticate.js';
+import { ClientResponse } from '../dataplane/client-response.js';
+import type { Exchange, Gate, OutcomeName } from '../dataplane/exchange.js';
+import type { PoolEntry, SnapshotSource } from '../dataplane/snapshot.js';
+import { acquireWait } from './acquire-wait.js';
+import { readBody } from './body.js';
+import type { LeaseRegistry } from './lease-registry.js';
+import { MemoryLeaseRegistry } from './memory-leases.js';
+import { parseJsonObject, parseOutcome } from './outcome.js';
+import { sendError, sendJson } from './respond.js';
+import { matchLockRoute, type LockRoute } from './routes.js';
+
+/** Largest acquire body (spec: "not shown"); `{"waitMs":…}` needs under 30 bytes. */
+export const ACQUIRE_BODY_LIMIT = 4 * 1024;
+/** Largest release body: room for a full set of upstream response headers. */
+export const RELEASE_BODY_LIMIT = 64 * 1024;
+
+export interface LockServerOptions {
+  host: string;
+  port: number;
+  governor: Governor;
+  /** The data plane's snapshot source: one view of pools and keys for both listeners. */
+  snapshots: SnapshotSource;
+  log: Logger;
+  /** The pool access log (acquire attempts are written there; renew and release are not). */
+  accessLog: AccessLog | null;
+  /** Defaults to the in-memory registry. */
+  leases?: LeaseRegistry;
+  /** Unix ms: lease deadlines and key expiry. */
+  clock?: () => number;
+}
+
+/** One lock call as the stages see it: the data plane's Exchange plus the matched route. */
+interface LockCall {
+  ex: Exchange;
+  route: LockRoute;
+  client: ClientResponse;
+  head: boolean;
+}
+
+export class LockServer {
+  readonly leases: LeaseRegistry;
+  readonly #opts: LockServerOptions;
+  readonly #clock: () => number;
+  readonly #app: TemplatedApp;
+  readonly #gates: readonly Gate[];
+  #listenSocket: us_listen_socket | null = null;
+  #port = 0;
+  #closing: Promise<void> | null = null;
+
+  private constructor(opts: LockServerOptions) {
+    this.#opts = opts;
+    this.#clock = opts.clock ?? Date.now;
+    this.leases = opts.leases ?? new MemoryLeaseRegistry({ clock: this.#clock });
+    // Stage 4 (policies: IP allowlist, HMAC, JWT) joins this chain after authenticate, as in the data plane.
+    // Method scope (stage 3) is not applied: the lock API forwards nothing (docs/decisions/lock.md).
+    this.#gates = [authenticateGate(this.#clock)];
+    this.#app = loadUws().App();
+    this.#app.any('/*', (res, req) => this.#handle(res, req));
+  }
+
+  static async start(opts: LockServerOptions): Promise<LockServer> {
+    const s = new LockServer(opts);
+    await s.#listen();
+    return s;
+  }
+
+  get port(): number {
+    return this.#port;
+  }
+
+  #listen(): Promise<void> {
+    const uws = loadUws();
+    const { host, port } = this.#opts;
+    return new Promise((resolve, reject) => {
+      this.#app.listen(host, port, (socket) => {
+        if (!socket) return reject(new Error(`lock API cannot listen on ${host}:${port}`));
+        this.#listenSocket = socket;
+        this.#port = uws.us_socket_local_port(socket);
+        resolve();
+      });
+    });
+  }
+
+  #handle(res: HttpResponse, req: HttpRequest): void {
+    // Everything from req is read here, synchronously: it is invalid after the handler returns.
+    const method = req.getCaseSensitiveMethod();
+    const head = method === 'HEAD';
+    const client = new ClientResponse(res, head);
+    const route = matchLockRoute(req.getUrl());
+    const headers: Record<string, string> = {};
+    req.forEach((k, v) => {
+      const prev = headers[k];
+      headers[k] = prev === undefined ? v : `${prev}, ${v}`;
+    });
+    const ex: Exchange = {
+      method,
+      path: req.getUrl(),
+      query: req.getQuery() ?? '',
+      headers,
+      clientAddress: Buffer.from(res.getRemoteAddressAsText()).toString(),
+      snapshot: this.#opts.snapshots.current,
+      startedAt: performance.now(),
+      pool: null,
+      key: null,
+      keyInAuthorization: false,
+      admission: null,
+      permit: null,
+      waited: false,
+      queuedMs: 0,
+      upstreamMs: null,
+      settled: false,
+    };
+    const call: LockCall | null = route ? { ex, route, client, head } : null;
+    const bodyPresent = headers['transfer-encoding'] !== undefined || (headers['content-length'] !== undefined && headers['content-length'] !== '0');
+    const limit = route?.action === 'release' ? RELEASE_BODY_LIMIT : ACQUIRE_BODY_LIMIT;
+    if (!bodyPresent) {
+      this.#run(call, client, head, method, Buffer.alloc(0));
+      return;
+    }
+    if (Number(headers['content-length'] ?? 0) > limit) {
+      this.#tooLarge(call, client, limit);
+      return;
+    }
+    // Bodies are small: read them whole before any other decision, so every answer leaves the connection in step.
+    readBody(res, client, limit).then(
+      (b) => {
+        if (b.ok) this.#run(call, client, head, method, b.body);
+        else if (b.reason === 'too_large') this.#tooLarge(call, client, limit);
+        else if (call?.route.action === 'acquire' && method === 'POST') this.#log(call, 'client_aborted', 0);
+      },
+      (err: unknown) => this.#fail(call, err),
+    );
+  }
+
+  #tooLarge(call: LockCall | null, client: ClientResponse, limit: number): void {
+    // The rest of the body is unread: close that connection rather than parse it.
+    client.sendReply({ status: 413, error: 'payload_too_large', message: `the request body exceeds ${limit} bytes` }, null, true);
+    if (call?.route.action === 'acquire' && call.ex.method === 'POST') this.#log(call, 'payload_too_large', 413);
+  }
+
+  /** Runs one call; a bug costs this call (500), never the process. */
+  #run(call: LockCall | null, client: ClientResponse, head: boolean, method: string, body: Buffer): void {
+    try {
+      if (call === null) {
+        sendError(client, head, 404, 'not_found', 'no lock API endpoint at this path');
+        return;
+      }
+      if (method !== 'POST') {
+        sendError(client, head, 405, 'method_not_allowed', 'lock API endpoints take POST', [['allow', 'POST']]);
+        return;
+      }
+      const pool = this.#admitCaller(call);
+      if (pool === null) return;
+      const r = call.route;
+      const work = r.action === 'acquire' ? this.#acquire(call, pool, body) : r.action === 'renew' ? this.#renew(call, pool) : this.#release(call, pool, body);
+      work.catch((err: unknown) => this.#fail(call, err));
+    } catch (err) {
+      this.#fail(call, err);
+    }
+  }
+
+  #fail(call: LockCall | null, err: unknown): void {
+    this.#opts.log.error({ err }, 'lock API request handler failed');
+    if (call) {
+      sendError(call.client, call.head, 500, 'internal_error', 'internal error');
+      if (call.route.action === 'acquire' && !call.ex.settled) this.#log(call, 'internal_error', 500);
+    }
+  }
+
+  /** Stages 1–2 (and the policies hook): the pool named in the path, then pool auth. Null: answered. */
+  #admitCaller(call: LockCall): PoolEntry | null {
+    const { ex, route } = call;
+    const stop = (status: number, error: OutcomeName, message: string): null => {
+      sendError(call.client, call.head, status, error, message);
+      if (route.action === 'acquire') this.#log(call, error, status);
+      return null;
+    };
+    const pool = ex.snapshot.pools.get(route.pool);
+    if (pool === undefined) return stop(404, 'not_found', 'no such pool');
+    if (pool.status !== 'active') return stop(503, 'unavailable', 'this pool is suspended');
+    ex.pool = pool;
+    for (const gate of this.#gates) {
+      const r = gate(ex);
+      // Spec (Lock API errors): a policy refusal (e.g. an IP allowlist miss) is 403 `unauthorized` here.
+      if (r !== null) return stop(r.status, r.status === 401 || r.status === 403 ? 'unauthorized' : r.error, r.message);
+    }
+    return pool;
+  }
+
+  async #acquire(call: LockCall, pool: PoolEntry, body: Buffer): Promise<void> {
+    const { ex, client, head } = call;
+    const parsed = parseJsonObject(body);
+    const wait = parsed.ok ? acquireWait(parsed.value, ex.headers, pool.settings.queueTimeoutMs) : parsed;
+    if (!wait.ok) {
+      sendError(client, head, 400, 'bad_request', wait.message);
+      this.#log(call, 'bad_request', 400);
+      return;
+    }
+    const abort = new AbortController();
+    client.onAbort(() => abort.abort());
+    let pending = this.#opts.governor.acquire({ poolId: pool.id, waitMs: wait.value, signal: abort.signal });
+    if (pending instanceof Promise) {
+      ex.waited = true;
+      pending = await pending.catch((err: unknown): Admission => {
+        this.#opts.log.error({ err }, 'governor acquire failed');
+        return { ok: false, reason: 'unavailable', queuedMs: 0 };
+      });
+    }
+    const a = pending;
+    ex.admission = a;
+    ex.queuedMs = a.queuedMs;
+    if (!a.ok) {
+      if (a.reason === 'aborted' || !client.open) return this.#log(call, 'client_aborted', 0);
+      const r = refusalReply(a, governorHeaders(this.#opts.governor, pool.id, a.queuedMs))!;
+      sendError(client, head, r.status, r.error, r.message, r.headers);
+      return this.#log(call, r.error, r.status);
+    }
+    if (!client.open) {
+      // Granted after the caller left: nobody holds the slot, give it straight back.
+      a.permit.release({ dropped: true });
+      return this.#log(call, 'client_aborted', 0);
+    }
+    let lease;
+    try {
+      lease = await this.leases.open({ poolId: pool.id, permit: a.permit, termMs: pool.settings.leaseTermMs, requestTimeoutMs: pool.settings.requestTimeoutMs });
+    } catch (err) {
+      a.permit.release({ dropped: true });
+      throw err;
+    }
+    if (!client.open) {
+      // The caller left while the lease was being recorded (a remote registry): free it now, not a term later.
+      await this.leases.release(pool.id, lease.slotId, { dropped: true });
+      return this.#log(call, 'client_aborted', 0);
+    }
+    sendJson(
+      client,
+      head,
+      200,
+      {
+        slotId: lease.slotId,
+        leaseDeadline: lease.leaseDeadline,
+        requestDeadline: lease.requestDeadline,
+        termMs: lease.termMs,
+        renewIntervalMs: Math.min(pool.settings.renewIntervalMs, lease.termMs),
+      },
+      governorHeaders(this.#opts.governor, pool.id, a.queuedMs),
+    );
+    this.#log(call, 'lease_granted', 200);
+  }
+
+  async #renew(call: LockCall, pool: PoolEntry): Promise<void> {
+    const r = await this.leases.renew(pool.id, call.route.slotId!);
+    if (r.ok) sendJson(call.client, call.head, 200, { leaseDeadline: r.leaseDeadline });
+    else if (r.reason === 'capped') sendError(call.client, call.head, 409, 'capped', 'the slot reached its request deadline; release it');
+    else sendError(call.client, call.head, 404, 'not_found', 'no such slot: released, reclaimed or never granted');
+  }
+
+  async #release(call: LockCall, pool: PoolEntry, body: Buffer): Promise<void> {
+    const parsed = parseJsonObject(body);
+    const outcome = parsed.ok ? parseOutcome(parsed.value) : parsed;
+    // Validated before anything changes: a refused report leaves the slot held (docs/decisions/lock.md).
+    if (!outcome.ok) return sendError(call.client, call.head, 400, 'bad_request', outcome.message);
+    const released = await this.leases.release(pool.id, call.route.slotId!, outcome.value);
+    sendJson(call.client, call.head, 200, { released });
+  }
+
+  /** One access-log line per acquire attempt (spec: renew and release are not logged). */
+  #log(call: LockCall, outcome: OutcomeName, status: number): void {
+    const ex = call.ex;
+    if (ex.settled) return;
+    ex.settled = true;
+    this.#opts.accessLog?.write({
+      pool: ex.pool?.subdomain ?? null,
+      method: ex.method,
+      path: ex.path,
+      status,
+      outcome,
+      queuedMs: Math.round(ex.queuedMs),
+      upstreamMs: null,
+      totalMs: Math.round(performance.now() - ex.startedAt),
+      keyId: ex.key?.id ?? null,
+    });
+  }
+
+  /** Stops listening, frees every held lease, and drops open connections. */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      if (this.#listenSocket) loadUws().us_listen_socket_close(this.#listenSocket);
+      this.#listenSocket = null;
+      await this.leases.close();
+      (this.#app as TemplatedApp & { close(): void }).close();
+    })();
+    return this.#closing;
+  }
+}
