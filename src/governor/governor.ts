@@ -35,8 +35,7 @@ export interface Permit {
   release(outcome?: Outcome): void;
 }
 
-/** `rate_limited`: the pool's RPM gate is shut (learned or fixed rate spent, or the upstream asked to wait). */
-export type RefusalReason = 'queue_full' | 'no_slot' | 'queue_timeout' | 'aborted' | 'unavailable' | 'rate_limited';
+export type RefusalReason = 'queue_full' | 'no_slot' | 'queue_timeout' | 'aborted' | 'unavailable';
 
 export type Admission =
   | { ok: true; permit: Permit; queuedMs: number }
@@ -57,11 +56,6 @@ export interface PoolLimits {
   queueTimeoutMs: number;
   budgetId: number | null;
   reservedConcurrent: number;
-  /** Adaptive concurrency on (the default) or off; the floor it never goes under (default 1). */
-  adaptive?: boolean;
-  adaptiveMin?: number;
-  /** A fixed requests-per-minute gate; null or absent lets the RPM learner decide. */
-  rpmOverride?: number | null;
 }
 
 export interface BudgetLimits {
