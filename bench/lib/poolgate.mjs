@@ -12,8 +12,9 @@ const BIN = join(root, 'bin', 'poolgate.js');
 /**
  * Starts poolgate on free ports with a fresh data dir. Resolves once its `listening` line is printed.
  * @param {Record<string, string>} extraEnv
+ * @param {{ nodeArgs?: string[] }} [opts]  e.g. `--cpu-prof` (not allowed in NODE_OPTIONS)
  */
-export async function startPoolgate(extraEnv = {}) {
+export async function startPoolgate(extraEnv = {}, opts = {}) {
   const dataDir = mkdtempSync(join(tmpdir(), 'poolgate-bench-'));
   const env = {
     ...process.env,
@@ -32,7 +33,7 @@ export async function startPoolgate(extraEnv = {}) {
   };
   // An empty POOLGATE_CONFIG would be read as a file name; drop it unless the caller set one.
   if (!env.POOLGATE_CONFIG) delete env.POOLGATE_CONFIG;
-  const child = spawn(process.execPath, [BIN, 'start'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), BIN, 'start'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr.setEncoding('utf8');
   child.stderr.on('data', (chunk) => {

@@ -21,6 +21,8 @@ export class ClientResponse {
   #started = false;
   #onAbort: Array<() => void> = [];
   #writable: ((offset: number) => boolean) | null = null;
+  /** Headers taken by writeHead and not written yet. */
+  #pendingHead: ReadonlyArray<readonly [string, string]> | null = null;
   /** The status sent to the client, once a response started. */
   status = 0;
 
@@ -83,15 +85,24 @@ export class ClientResponse {
     });
   }
 
-  /** Writes the status line and headers (sent with the first body bytes). */
+  /**
+   * Takes the status line and headers; they are written in the same cork as the first body bytes (or the
+   * end), so a small response leaves in one send instead of two.
+   */
   writeHead(status: number, headers: ReadonlyArray<readonly [string, string]>): void {
     if (!this.open) return;
     this.status = status;
     this.#started = true;
-    this.#res.cork(() => {
-      this.#res.writeStatus(statusLine(status));
-      for (const [k, v] of headers) this.#res.writeHeader(k, v);
-    });
+    this.#pendingHead = headers;
+  }
+
+  /** Inside a cork: the deferred status line and headers, once. */
+  #flushHead(): void {
+    const headers = this.#pendingHead;
+    if (headers === null) return;
+    this.#pendingHead = null;
+    this.#res.writeStatus(statusLine(this.status));
+    for (const [k, v] of headers) this.#res.writeHeader(k, v);
   }
 
   /** Chunked write; false means backpressure built up (the bytes are buffered; wait for onWritable). */
@@ -99,6 +110,7 @@ export class ClientResponse {
     if (!this.open) return false;
     let ok = false;
     this.#res.cork(() => {
+      this.#flushHead();
       ok = this.#res.write(chunk);
     });
     return ok;
@@ -109,6 +121,7 @@ export class ClientResponse {
     if (!this.open) return [false, false];
     let r: [boolean, boolean] = [false, false];
     this.#res.cork(() => {
+      this.#flushHead();
       r = this.#res.tryEnd(chunk, total);
     });
     if (r[1]) this.#ended = true;
@@ -129,7 +142,10 @@ export class ClientResponse {
   end(): void {
     if (!this.open) return;
     this.#ended = true;
-    this.#res.cork(() => this.#res.end());
+    this.#res.cork(() => {
+      this.#flushHead();
+      this.#res.end();
+    });
   }
 
   /** Ends a response that has no body (HEAD, 204, 304), reporting the length a GET would have had. */
@@ -137,7 +153,11 @@ export class ClientResponse {
     if (!this.open) return;
     this.#ended = true;
     // The binding turns an explicit undefined into a huge Content-Length: call it without the argument.
-    this.#res.cork(() => (reportedLength === undefined ? this.#res.endWithoutBody() : this.#res.endWithoutBody(reportedLength)));
+    this.#res.cork(() => {
+      this.#flushHead();
+      if (reportedLength === undefined) this.#res.endWithoutBody();
+      else this.#res.endWithoutBody(reportedLength);
+    });
   }
 
   /** Drops the connection: the only honest signal once a response is under way and cannot complete. */

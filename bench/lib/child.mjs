@@ -1,0 +1,47 @@
+// Runs a helper server as a child process and waits for the JSON line with its port, so a server under
+// test never shares an event loop with the load generator.
+import { spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
+
+/**
+ * @param {string} file  module to run with node
+ * @param {string[]} args
+ * @param {{ env?: Record<string,string>, nodeArgs?: string[] }} [opts]
+ * @returns {Promise<{ port: number, pid: number, stop(): Promise<void> }>}
+ */
+export async function startChild(file, args = [], opts = {}) {
+  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), file, ...args], {
+    env: { ...process.env, ...opts.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr.setEncoding('utf8');
+  child.stderr.on('data', (c) => (stderr = (stderr + c).slice(-4096)));
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  const port = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${file} did not start within 30 s\n${stderr}`)), 30_000);
+    createInterface({ input: child.stdout }).on('line', (line) => {
+      try {
+        const msg = JSON.parse(line);
+        if (typeof msg.port === 'number') {
+          clearTimeout(timer);
+          resolve(msg.port);
+        }
+      } catch {
+        /* not our line */
+      }
+    });
+    void exited.then((code) => {
+      clearTimeout(timer);
+      reject(new Error(`${file} exited (${code}) before listening\n${stderr}`));
+    });
+  });
+  return {
+    port,
+    pid: child.pid,
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      await exited;
+    },
+  };
+}

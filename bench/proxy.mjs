@@ -1,0 +1,282 @@
+// Proxy benchmark: one https origin (uWS SSLApp, self-signed cert made now, a small fixed JSON body) behind
+// (a) nothing, (b) poolgate, (c) nginx with limit_conn, (d) fastify + @fastify/http-proxy, each driven
+// side by side in one run by autocannon and (when installed) wrk over plain http.
+// Usage: npm run bench:proxy   (env BENCH_DURATION seconds, default 8; BENCH_WARMUP, default 2;
+// BENCH_CONNECTIONS, default "50,100"; BENCH_CPU_PROF=<dir> runs poolgate with --cpu-prof into dir;
+// BENCH_LABEL names the run in the JSON; BENCH_TARGETS=direct,poolgate,nginx,node_peer picks targets;
+// BENCH_NO_SECTION=1 leaves RESULTS.md alone). Writes bench/out/proxy-*.json and the "## Proxy" section.
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { request } from 'undici';
+import { api, root, startPoolgate } from './lib/poolgate.mjs';
+import { measure } from './lib/load.mjs';
+import { machine, writeJson, writeSection, RESULTS_PATH } from './lib/results.mjs';
+import { startChild } from './lib/child.mjs';
+import { startNginx } from './lib/nginx.mjs';
+import { ensureTool, wrk } from './lib/wrk.mjs';
+
+function intEnv(name, def, min) {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return def;
+  if (!/^\d+$/.test(raw) || Number(raw) < min) throw new Error(`${name} must be an integer ≥ ${min}, got ${JSON.stringify(raw)}`);
+  return Number(raw);
+}
+
+const settings = {
+  duration_s: intEnv('BENCH_DURATION', 8, 1),
+  warmup_s: intEnv('BENCH_WARMUP', 2, 0),
+  connections: (process.env.BENCH_CONNECTIONS || '50,100').split(',').map(Number),
+  // The origin binds a loopback address other than 127.0.0.1, the service's own host (refused as a target).
+  origin_host: '127.0.0.2',
+  pool_max_concurrent: 10_000,
+  store: 'PostgreSQL (fresh database on the local server)',
+  access_logs: 'poolgate and nginx each log every request to a file',
+};
+const PG_URL = process.env.POOLGATE_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+const log = (msg) => process.stderr.write(`bench:proxy: ${msg}\n`);
+
+function selfSignedCert(dir) {
+  const keyFile = join(dir, 'key.pem');
+  const certFile = join(dir, 'cert.pem');
+  execFileSync(
+    'openssl',
+    ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', keyFile, '-out', certFile,
+      '-days', '1', '-subj', `/CN=${settings.origin_host}`, '-addext', `subjectAltName=IP:${settings.origin_host},DNS:localhost`],
+    { stdio: 'ignore' },
+  );
+  return { keyFile, certFile };
+}
+
+async function freshDatabase() {
+  const name = `poolgate_bench_${randomBytes(5).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: PG_URL });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${name}`);
+  await admin.end();
+  const url = new URL(PG_URL);
+  url.pathname = `/${name}`;
+  return {
+    url: url.toString(),
+    async drop() {
+      const c = new pg.Client({ connectionString: PG_URL });
+      await c.connect();
+      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await c.end();
+    },
+  };
+}
+
+/**
+ * poolgate with every role in one process on a fresh PostgreSQL database: team bootstrapped, pool created and
+ * key minted through the Control API, max_concurrent raised with SQL (no settings endpoint) so nothing queues.
+ */
+async function startPoolgateTarget(origin, caFile, dir) {
+  const db = await freshDatabase();
+  const env = {
+    DATABASE_URL: db.url,
+    POOLGATE_ORIGIN_CA_FILE: caFile,
+    POOLGATE_ALLOW_PRIVATE_TARGETS: 'true',
+    POOLGATE_LOG_LEVEL: 'warn',
+    POOLGATE_ACCESS_LOG_FILE: join(dir, 'poolgate-access.log'),
+  };
+  const nodeArgs = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
+  let svc;
+  try {
+    svc = await startPoolgate(env, { nodeArgs });
+  } catch (err) {
+    await db.drop();
+    throw err;
+  }
+  const stop = async () => {
+    await svc.stop();
+    await db.drop();
+  };
+  try {
+    const boot = await svc.admin(['bootstrap', '--team', 'Bench', '--email', 'bench@bench.test', '--plan', 'business']);
+    const made = await api(svc.controlUrl, boot.token, 'POST', '/api/v1/pools', { origin, name: 'bench-proxy' });
+    if (made.status !== 201) throw new Error(`POST /api/v1/pools → ${made.status} ${JSON.stringify(made.body)}`);
+    const sub = made.body.data.subdomain;
+    const minted = await api(svc.controlUrl, boot.token, 'POST', `/api/v1/pools/${sub}/keys`, { label: 'bench' });
+    if (minted.status !== 201) throw new Error(`mint → ${minted.status} ${JSON.stringify(minted.body)}`);
+    const c = new pg.Client({ connectionString: db.url });
+    await c.connect();
+    await c.query('UPDATE pools SET max_concurrent = $1 WHERE id = $2', [settings.pool_max_concurrent, made.body.data.id]);
+    await c.query(`SELECT pg_notify('poolgate_changes', $1)`, [`pool:${made.body.data.id}`]);
+    await c.end();
+    const url = `http://127.0.0.1:${svc.listening.proxy}/`;
+    const headers = { host: `${sub}.pools.localhost`, 'x-service-key': minted.body.data.key };
+    // Ready when the key works and the raised limit is in the governor (a 10-slot pool would queue at 50).
+    for (let i = 0; ; i++) {
+      const res = await get(url, headers);
+      if (res.status === 200 && res.headers['x-service-effective-limit'] === String(settings.pool_max_concurrent)) break;
+      if (i > 50) throw new Error(`poolgate probe of ${headers.host} → ${res.status} limit ${res.headers['x-service-effective-limit']} ${res.body}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    return { url, headers, pid: svc.pid, stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+/** One GET (undici: fetch would drop the Host header that names the pool). */
+async function get(url, headers) {
+  const res = await request(url, { headers });
+  return { status: res.statusCode, headers: res.headers, body: await res.body.text() };
+}
+
+async function probe(t) {
+  const res = await get(t.url, t.headers);
+  if (res.status !== 200 || !res.body.includes('"origin"')) throw new Error(`${t.name}: probe answered ${res.status} ${res.body.slice(0, 200)}`);
+}
+
+const ratio = (a, b) => (a && b ? Math.round((a / b) * 100) / 100 : null);
+const diff = (a, b) => (a !== null && b !== null && a !== undefined && b !== undefined ? Math.round((a - b) * 1000) / 1000 : null);
+
+async function main() {
+  const m = machine();
+  const dir = mkdtempSync(join(tmpdir(), 'poolgate-bench-proxy-'));
+  const haveWrk = ensureTool('wrk', 'wrk', log);
+  const haveNginx = ensureTool('nginx', 'nginx', log);
+  const notes = [];
+  if (!haveWrk) notes.push('wrk is not installed and could not be: autocannon figures only.');
+  if (!haveNginx) notes.push('nginx is not installed and could not be: no nginx row.');
+  const stops = [];
+  const rows = [];
+  try {
+    const { keyFile, certFile } = selfSignedCert(dir);
+    const origin = await startChild(join(root, 'bench/lib/tls-origin.mjs'), [settings.origin_host, keyFile, certFile]);
+    stops.push(() => origin.stop());
+    const originUrl = `https://${settings.origin_host}:${origin.port}`;
+    log(`origin ${originUrl} (pid ${origin.pid})`);
+
+    // The direct target is the origin itself over TLS (neither autocannon nor wrk verifies its certificate).
+    const targets = [{ name: 'direct (origin, https)', key: 'direct', url: `${originUrl}/`, headers: {} }];
+
+    const poolgate = await startPoolgateTarget(originUrl, certFile, dir);
+    stops.push(() => poolgate.stop());
+    targets.push({ name: 'poolgate', key: 'poolgate', url: poolgate.url, headers: poolgate.headers });
+    log(`poolgate pid ${poolgate.pid} on ${poolgate.url}`);
+
+    if (haveNginx) {
+      const nginx = await startNginx({ originHost: settings.origin_host, originPort: origin.port, caFile: certFile, tlsName: 'localhost', limitConn: settings.pool_max_concurrent });
+      stops.push(() => nginx.stop());
+      targets.push({ name: 'nginx (limit_conn, keepalive upstream)', key: 'nginx', url: `http://127.0.0.1:${nginx.port}/`, headers: {} });
+    }
+
+    const peer = await startChild(join(root, 'bench/lib/node-peer.mjs'), [originUrl, certFile]);
+    stops.push(() => peer.stop());
+    targets.push({ name: 'fastify + @fastify/http-proxy', key: 'node_peer', url: `http://127.0.0.1:${peer.port}/`, headers: {} });
+
+    for (const t of targets) {
+      if (t.key !== 'direct') await probe(t);
+    }
+    // BENCH_TARGETS=poolgate,nginx measures only those (for before/after runs of one change).
+    const only = process.env.BENCH_TARGETS ? new Set(process.env.BENCH_TARGETS.split(',')) : null;
+    if (only) targets.splice(0, targets.length, ...targets.filter((t) => only.has(t.key)));
+
+    for (const connections of settings.connections) {
+      for (const t of targets) {
+        const spec = { name: t.name, url: t.url, headers: t.headers, connections };
+        if (settings.warmup_s > 0) await measure({ ...spec, duration: settings.warmup_s });
+        const a = await measure({ ...spec, duration: settings.duration_s });
+        rows.push({ target: t.key, tool: 'autocannon', connections, ...a });
+        log(`${t.name} c=${connections} autocannon: ${a.rps} req/s, p50 ${a.latency_ms.p50} ms, p99 ${a.latency_ms.p99} ms, errors ${a.errors}, non-2xx ${a.non2xx}`);
+        if (haveWrk) {
+          const w = await wrk({ ...spec, duration: settings.duration_s });
+          rows.push({ target: t.key, connections, ...w });
+          log(`${t.name} c=${connections} wrk: ${w.rps} req/s, p50 ${w.latency_ms.p50} ms, p99 ${w.latency_ms.p99} ms, errors ${w.errors}, non-2xx ${w.non2xx}`);
+        }
+      }
+    }
+  } finally {
+    for (const s of stops.reverse()) await s().catch((err) => log(`stop failed: ${err.message}`));
+    rmSync(dir, { recursive: true, force: true });
+  }
+
+  // Ratios per tool and connection count: poolgate against nginx, the Node.js peer, and the origin itself.
+  const ratios = [];
+  for (const tool of ['wrk', 'autocannon']) {
+    for (const connections of settings.connections) {
+      const get = (k) => rows.find((r) => r.tool === tool && r.connections === connections && r.target === k);
+      const pg_ = get('poolgate');
+      if (!pg_) continue;
+      ratios.push({
+        tool,
+        connections,
+        poolgate_over_nginx_rps: ratio(pg_.rps, get('nginx')?.rps),
+        poolgate_over_node_peer_rps: ratio(pg_.rps, get('node_peer')?.rps),
+        poolgate_p99_minus_direct_ms: diff(pg_.latency_ms.p99, get('direct')?.latency_ms.p99),
+        nginx_p99_minus_direct_ms: diff(get('nginx')?.latency_ms.p99, get('direct')?.latency_ms.p99),
+      });
+    }
+  }
+  for (const r of rows) {
+    if (r.errors > 0 || r.non2xx > 0) notes.push(`${r.name} (${r.tool}, ${r.connections} connections): ${r.errors} errors, ${r.non2xx} non-2xx.`);
+  }
+  if (m.loadavg_1m > m.nproc) notes.push(`The machine was busy with other work (load average ${m.loadavg_1m} on ${m.nproc} CPUs at the start).`);
+
+  const when = new Date();
+  const report = { benchmark: 'proxy', label: process.env.BENCH_LABEL ?? null, date: when.toISOString(), machine: m, settings, notes, rows, ratios };
+  const stamp = when.toISOString().replace(/[:.]/g, '-');
+  const jsonPath = writeJson(`proxy-${stamp}.json`, report);
+  writeJson('proxy-latest.json', report);
+  if (process.env.BENCH_NO_SECTION) {
+    log(`wrote ${jsonPath} (BENCH_NO_SECTION: RESULTS.md untouched)`);
+    return;
+  }
+  writeSection('## Proxy', proxySection(report, readFileSync(RESULTS_PATH, 'utf8')));
+  log(`wrote ${jsonPath} and the "## Proxy" section of ${RESULTS_PATH}`);
+}
+
+/** The section text. A "### Profile" subsection written by hand below the tables is kept across runs. */
+export function proxySection(report, current) {
+  const { machine: m, settings: s, rows, ratios, notes } = report;
+  const f = (n) => (n === null || n === undefined ? '–' : String(n));
+  const table = [
+    '| target | tool | connections | rps | p50 ms | p99 ms | errors | non-2xx |',
+    '|---|---|---:|---:|---:|---:|---:|---:|',
+    ...rows.map((r) => `| ${r.name} | ${r.tool} | ${r.connections} | ${r.rps} | ${f(r.latency_ms.p50)} | ${f(r.latency_ms.p99)} | ${r.errors} | ${r.non2xx} |`),
+  ];
+  const ratioTable = [
+    '| tool | connections | poolgate / nginx rps (target ≥ 0.5) | poolgate / Node.js peer rps (target ≥ 1.5) | poolgate p99 − direct p99 ms (target < 1 at 50) | nginx p99 − direct p99 ms |',
+    '|---|---:|---:|---:|---:|---:|',
+    ...ratios.map((r) => `| ${r.tool} | ${r.connections} | ${f(r.poolgate_over_nginx_rps)} | ${f(r.poolgate_over_node_peer_rps)} | ${f(r.poolgate_p99_minus_direct_ms)} | ${f(r.nginx_p99_minus_direct_ms)} |`),
+  ];
+  const start = current.indexOf('\n### Profile');
+  let kept = '';
+  if (start >= 0 && current.lastIndexOf('\n## Proxy', start) >= 0) {
+    const next = current.indexOf('\n## ', start + 1);
+    kept = current.slice(start + 1, next < 0 ? undefined : next).trimEnd();
+  }
+  return [
+    '`npm run bench:proxy` (bench/proxy.mjs): one https origin (uWS SSLApp on 127.0.0.2, self-signed certificate',
+    'made at run time, a 46-byte JSON body) measured directly and behind three proxies, each in its own process,',
+    'one after the other in the same run with the same load generators. Clients speak plain http/1.1 keep-alive',
+    'to the proxies; the proxies speak https with keep-alive to the origin.',
+    '',
+    '- poolgate: `node bin/poolgate.js start` (every role, PostgreSQL store), pool created and key minted through the',
+    `  Control API, key sent as X-Service-Key, max_concurrent ${s.pool_max_concurrent} (raised with SQL: no settings endpoint yet), access log to a file`,
+    '- nginx: `worker_processes auto`, `limit_conn` on the server, `keepalive 128` upstream, `proxy_ssl_verify on`, access log to a file',
+    '- Node.js peer: fastify 5 + @fastify/http-proxy (undici, 128 keep-alive connections), logger off',
+    '',
+    `- date: ${report.date.slice(0, 16).replace('T', ' ')} UTC`,
+    `- machine: ${m.nproc} CPUs (${m.cpu}), ${m.memory_gib} GiB, ${m.platform}, Node.js ${m.node}; load generator, origin and proxy all on this machine; load average ${m.loadavg_1m} at the start`,
+    `- settings: ${s.duration_s} s per row after a ${s.warmup_s} s autocannon warm-up; wrk \`-t2 --latency\`; no pipelining`,
+    '',
+    ...table,
+    '',
+    ...ratioTable,
+    ...(notes.length ? ['', 'Notes:', '', ...notes.map((n) => `- ${n}`)] : []),
+    ...(kept ? ['', kept] : []),
+  ].join('\n');
+}
+
+main().catch((err) => {
+  process.stderr.write(`bench:proxy failed: ${err.stack ?? err}\n`);
+  process.exit(1);
+});
