@@ -19,6 +19,13 @@ import { MemoryGovernor } from './governor/memory.js';
 import { PoolMetrics } from './metrics/registry.js';
 import { RollupBuffer } from './metrics/rollups.js';
 import { startMetricsServer } from './metrics/server.js';
+import { Upstreams } from './dataplane/forward.js';
+import { SnapshotSource, poolLimits } from './dataplane/snapshot.js';
+import type { Governor } from './governor/governor.js';
+import { JobRunner } from './jobs/runner.js';
+import { enqueueJobEvent } from './webhooks/outbox.js';
+import { Deliverer } from './webhooks/deliverer.js';
+import { closeEnvelopeWorkers } from './webhooks/envelope-body.js';
 
 export type RoleName = 'control' | 'dataplane' | 'worker';
 
@@ -50,6 +57,8 @@ export interface Service {
   readonly control: ControlApp | null;
   /** The pool traffic listener (and its governor), when this process runs the dataplane role. */
   readonly dataplane: Dataplane | null;
+  /** The async job runner, when this process runs the worker role. */
+  readonly jobs: JobRunner | null;
   close(): Promise<void>;
 }
 
@@ -95,7 +104,10 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
   const ports: Ports = {};
   let control: ControlApp | null = null;
   let dataplane: Dataplane | null = null;
+  let jobRunner: JobRunner | null = null;
   let admin: AdminSocket | null = null;
+  // Where jobs are polled: the lock API's public address (its port is known once it listens).
+  const lockApiUrl = () => config.lockApiUrl ?? `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${ports.lock ?? config.lockPort}`;
 
   try {
     if (opts.roles.includes('control')) {
@@ -131,6 +143,30 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       const a = admin;
       closers.push(() => a.close());
     }
+    if (opts.roles.includes('worker')) {
+      // Webhook deliverer: sends the outbox; stopped after the other roles so in-flight sends finish.
+      const deliverer = new Deliverer({
+        sql,
+        box,
+        log,
+        targets: {
+          allowPrivate: config.allowPrivateTargets,
+          ownHosts: ownHosts(config, [config.baseUrl ?? '', config.lockApiUrl ?? '']),
+          lookup: opts.lookup ?? systemLookup,
+        },
+        caFile: config.webhookCaFile,
+        retry: { baseMs: config.webhookRetryBaseMs, capMs: config.webhookRetryCapMs, maxAttempts: config.webhookMaxAttempts },
+        leaseMs: config.webhookClaimLeaseMs,
+        concurrency: config.webhookConcurrency,
+        perDestination: Math.min(4, config.webhookConcurrency),
+        pollMs: Math.min(1000, config.webhookRetryBaseMs),
+      });
+      await deliverer.start();
+      closers.push(async () => {
+        await deliverer.stop();
+        await closeEnvelopeWorkers();
+      });
+    }
     if (opts.roles.includes('dataplane')) {
       const governor = new MemoryGovernor();
       const poolMetrics = new PoolMetrics();
@@ -149,8 +185,9 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         box,
         log,
         governor,
-        metrics: { record: (r) => sink?.record(r) },
+        metrics: { record: (r) => sink?.record(r), policyRefused: (pool, policy, reason) => poolMetrics.policyRefused(pool, policy, reason) },
         clock: () => now().getTime(),
+        jobs: { sql, log, lockApiUrl },
       });
       sink = new RequestMetrics(poolMetrics, rollups, dp.snapshots, governor);
       ports.proxy = dp.port;
@@ -166,9 +203,45 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         log,
         accessLog: dp.accessLog,
         clock: () => now().getTime(),
+        jobs: { sql, log, snapshot: () => dp.snapshots.current, clock: () => now().getTime(), poolDomain: config.poolDomain, lockApiUrl },
       });
       ports.lock = lockApi.port;
       closers.push(() => lockApi.close());
+    }
+    if (opts.roles.includes('worker')) {
+      // The job runner takes slots from the data plane's governor when it shares the process, and
+      // otherwise follows the config itself with its own governor.
+      let governor: Governor;
+      let snapshots: SnapshotSource;
+      if (dataplane) {
+        governor = dataplane.governor;
+        snapshots = dataplane.snapshots;
+      } else {
+        const own = new MemoryGovernor();
+        const source = new SnapshotSource({
+          sql, box, log, clock: () => now().getTime(), resyncMs: config.snapshotResyncMs,
+          onLoad: (snap) => own.configure(poolLimits(snap), snap.budgets),
+        });
+        await source.start();
+        closers.push(async () => {
+          await source.close();
+          await own.close();
+        });
+        governor = own;
+        snapshots = source;
+      }
+      const upstreams = new Upstreams({ caFile: config.originCaFile });
+      const runner = new JobRunner({
+        sql, governor, snapshot: () => snapshots.current, upstreams, enqueue: enqueueJobEvent, log,
+        poolDomain: config.poolDomain, lockApiUrl, exclusiveStore: !config.databaseUrl,
+      });
+      await runner.start();
+      // Closed before the data plane: running jobs finish while their slots are still honoured.
+      closers.push(async () => {
+        await runner.close();
+        await upstreams.close();
+      });
+      jobRunner = runner;
     }
   } catch (err) {
     for (const c of closers.reverse()) await c().catch(() => {});
@@ -187,6 +260,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
     ports,
     control,
     dataplane,
+    jobs: jobRunner,
     close() {
       closing ??= (async () => {
         // Stop accepting first, let in-flight work finish, then close the store.

@@ -90,6 +90,46 @@ export const ConfigSchema = Type.Object(
       env: 'POOLGATE_ORIGIN_CA_FILE',
       description: 'Extra CA certificates (PEM file) trusted for https origins, besides the system roots.',
     }),
+    webhookCaFile: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
+      default: null,
+      env: 'POOLGATE_WEBHOOK_CA_FILE',
+      description: 'Extra CA certificates (PEM file) trusted for webhook receivers, besides the system roots.',
+    }),
+    webhookConcurrency: Type.Integer({
+      minimum: 1,
+      maximum: 1024,
+      default: 32,
+      env: 'POOLGATE_WEBHOOK_CONCURRENCY',
+      description: 'Webhook deliveries in flight at once per worker process (at most 4 of them to one destination).',
+    }),
+    webhookRetryBaseMs: Type.Integer({
+      minimum: 10,
+      maximum: 3_600_000,
+      default: 10_000,
+      env: 'POOLGATE_WEBHOOK_RETRY_BASE_MS',
+      description: 'Ceiling of the random wait after a failed delivery; it doubles with each further failure (full jitter).',
+    }),
+    webhookRetryCapMs: Type.Integer({
+      minimum: 10,
+      maximum: 86_400_000,
+      default: 3_600_000,
+      env: 'POOLGATE_WEBHOOK_RETRY_CAP_MS',
+      description: 'Largest ceiling of the wait between delivery attempts.',
+    }),
+    webhookMaxAttempts: Type.Integer({
+      minimum: 1,
+      maximum: 1000,
+      default: 15,
+      env: 'POOLGATE_WEBHOOK_MAX_ATTEMPTS',
+      description: 'Attempts after which one delivery is given up (its attempts stay in the history).',
+    }),
+    webhookClaimLeaseMs: Type.Integer({
+      minimum: 6000,
+      maximum: 3_600_000,
+      default: 30_000,
+      env: 'POOLGATE_WEBHOOK_CLAIM_LEASE_MS',
+      description: 'How long a claimed delivery stays claimed; after a worker crash it is sent again once this passes.',
+    }),
     proxyBodyLimit: Type.Integer({
       minimum: 0,
       maximum: Number.MAX_SAFE_INTEGER,
@@ -115,6 +155,13 @@ export const ConfigSchema = Type.Object(
       default: 30_000,
       env: 'POOLGATE_SNAPSHOT_RESYNC_MS',
       description: 'Period of the data plane\'s full config resync, besides the change feed.',
+    }),
+    trustedProxies: Type.String({
+      maxLength: 4096,
+      default: '',
+      env: 'POOLGATE_TRUSTED_PROXIES',
+      description:
+        'Comma-separated CIDRs of reverse proxies in front of the data plane and lock API. Only from these peers is X-Forwarded-For read (its rightmost untrusted entry is the client address for IP allowlists); empty trusts none.',
     }),
     logLevel: Type.Union(
       ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((l) => Type.Literal(l)),

@@ -1,0 +1,321 @@
+// The webhook deliverer (worker role): claims due outbox rows, signs each with its destination's current
+// secret, POSTs it, records the attempt, and keeps each destination's failure streak (8 → deactivated).
+//
+// Claiming: a due row (next_attempt_at ≤ now, destination active) is claimed by moving next_attempt_at one
+// lease ahead in a single UPDATE over `FOR UPDATE SKIP LOCKED` rows, so several workers never take the same
+// row, and a worker that dies mid-send leaves a row that becomes due again when the lease ends
+// (at-least-once). The result (attempt row, streak, delete or reschedule) is written in one transaction.
+// In flight: at most `concurrency` deliveries, and at most `perDestination` for one destination, so a
+// receiver that hangs holds only its own slots (each for at most the 5 s timeout).
+import { readFileSync } from 'node:fs';
+import { createSecureContext, rootCertificates } from 'node:tls';
+import { Agent } from 'undici';
+import type { Logger } from '../log.js';
+import type { SecretBox } from '../security/secret-box.js';
+import { checkTarget, type TargetPolicy } from '../security/targets.js';
+import { openCredential } from '../store/credentials.js';
+import { CHANGE_CHANNEL, type Sql } from '../store/sql.js';
+import { retryDelayMs, type RetrySchedule } from './backoff.js';
+import { DELIVERY_CHANNEL } from './outbox.js';
+import { deliveryHeaders, signDelivery } from './signature.js';
+
+/** Spec: consecutive failures before deactivation. */
+export const FAILURES_BEFORE_DEACTIVATION = 8;
+/** Spec: a 2xx within 5 seconds is a success. */
+export const DELIVERY_TIMEOUT_MS = 5000;
+/** At most this much of a receiver's answer is read (to keep the connection); beyond it the socket is dropped. */
+export const RESPONSE_READ_CAP = 64 * 1024;
+
+export interface DelivererOptions {
+  sql: Sql;
+  box: SecretBox;
+  log: Logger;
+  targets: TargetPolicy;
+  /** Extra CA certificates (PEM file) trusted for receivers, besides the system roots. */
+  caFile: string | null;
+  retry: RetrySchedule;
+  /** How long a claimed row stays claimed; must exceed the delivery timeout. */
+  leaseMs: number;
+  concurrency: number;
+  perDestination: number;
+  /** Period of the due-row poll (enqueues and re-enables also wake the deliverer at once). */
+  pollMs: number;
+  timeoutMs?: number;
+  random?: () => number;
+}
+
+interface ClaimedRow {
+  id: string;
+  webhook_endpoint_id: number;
+  job_id: string;
+  pool_id: number | null;
+  event_type: string;
+  body: Uint8Array;
+  body_sha256: string;
+  attempts: number;
+  url: string;
+  signing_secret_enc: string;
+  auth_header: string | null;
+  credential_enc: string | null;
+}
+
+export type AttemptOutcome =
+  | { ok: true; status: number; latencyMs: number }
+  | { ok: false; status: number | null; error: string; latencyMs: number };
+
+export class Deliverer {
+  readonly #o: Required<DelivererOptions>;
+  readonly #agent: Agent;
+  readonly #inFlight = new Set<Promise<void>>();
+  readonly #perDestination = new Map<number, number>();
+  #timer: NodeJS.Timeout | null = null;
+  #unlisten: Array<() => Promise<void>> = [];
+  #pumping = false;
+  #again = false;
+  #stopping = false;
+
+  constructor(opts: DelivererOptions) {
+    if (opts.leaseMs <= (opts.timeoutMs ?? DELIVERY_TIMEOUT_MS)) throw new Error('the claim lease must be longer than the delivery timeout');
+    this.#o = { timeoutMs: DELIVERY_TIMEOUT_MS, random: Math.random, ...opts };
+    let ca: string[] | undefined;
+    if (opts.caFile) {
+      try {
+        ca = [...rootCertificates, readFileSync(opts.caFile, 'utf8')];
+      } catch (err) {
+        throw new Error(`cannot read webhookCaFile ${opts.caFile}: ${(err as Error).message}`);
+      }
+    }
+    this.#agent = new Agent({
+      // One context for every connection (a per-connection `ca` re-parses every root at each handshake).
+      connect: ca ? { secureContext: createSecureContext({ ca }) } : {},
+      connections: opts.perDestination,
+      keepAliveTimeout: 10_000,
+      headersTimeout: this.#o.timeoutMs,
+      bodyTimeout: this.#o.timeoutMs,
+    });
+  }
+
+  async start(): Promise<void> {
+    this.#unlisten.push(await this.#o.sql.listen(DELIVERY_CHANNEL, () => this.kick()));
+    // A re-enabled destination (`webhook:<id>`) has kept rows that are due now.
+    this.#unlisten.push(await this.#o.sql.listen(CHANGE_CHANNEL, (p) => p.startsWith('webhook:') && this.kick()));
+    this.#timer = setInterval(() => this.kick(), this.#o.pollMs);
+    this.#timer.unref();
+    this.kick();
+  }
+
+  /** Deliveries being sent now. */
+  get inFlight(): number {
+    return this.#inFlight.size;
+  }
+
+  /** Looks for due rows now (called on enqueue notifications, the poll timer and each finished delivery). */
+  kick(): void {
+    if (this.#stopping) return;
+    if (this.#pumping) {
+      this.#again = true;
+      return;
+    }
+    this.#pumping = true;
+    void this.#pump()
+      .catch((err: unknown) => this.#o.log.warn({ err }, 'webhook deliverer: claiming due deliveries failed; retrying at the next poll'))
+      .finally(() => {
+        this.#pumping = false;
+        if (this.#again) {
+          this.#again = false;
+          this.kick();
+        }
+      });
+  }
+
+  /** Stops claiming, lets in-flight deliveries finish (each within the timeout) and closes connections. */
+  async stop(): Promise<void> {
+    this.#stopping = true;
+    if (this.#timer) clearInterval(this.#timer);
+    for (const u of this.#unlisten) await u().catch(() => {});
+    this.#unlisten = [];
+    await Promise.allSettled([...this.#inFlight]);
+    await this.#agent.close().catch(() => {});
+  }
+
+  async #pump(): Promise<void> {
+    while (!this.#stopping) {
+      const free = this.#o.concurrency - this.#inFlight.size;
+      if (free <= 0) return;
+      const rows = await this.#claim(free);
+      if (rows.length === 0) return;
+      for (const row of rows) this.#launch(row);
+      if (rows.length < free) return;
+    }
+  }
+
+  /** Claims up to `n` due rows, respecting the per-destination cap with what this process has in flight. */
+  async #claim(n: number): Promise<ClaimedRow[]> {
+    const cap = this.#o.perDestination;
+    const { rows: candidates } = await this.#o.sql.query<{ id: string; webhook_endpoint_id: number }>(
+      `SELECT id, webhook_endpoint_id FROM (
+         SELECT d.id, d.webhook_endpoint_id, d.next_attempt_at,
+                row_number() OVER (PARTITION BY d.webhook_endpoint_id ORDER BY d.next_attempt_at, d.id) AS rn
+           FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.webhook_endpoint_id
+          WHERE w.disabled = false AND d.next_attempt_at <= now()) due
+        WHERE rn <= $1
+        ORDER BY next_attempt_at, id
+        LIMIT $2`,
+      [cap, n * 4],
+    );
+    const ids: string[] = [];
+    const taken = new Map<number, number>();
+    for (const c of candidates) {
+      if (ids.length >= n) break;
+      const busy = (this.#perDestination.get(c.webhook_endpoint_id) ?? 0) + (taken.get(c.webhook_endpoint_id) ?? 0);
+      if (busy >= cap) continue;
+      taken.set(c.webhook_endpoint_id, (taken.get(c.webhook_endpoint_id) ?? 0) + 1);
+      ids.push(String(c.id));
+    }
+    if (ids.length === 0) return [];
+    const { rows } = await this.#o.sql.query<ClaimedRow>(
+      `UPDATE webhook_deliveries d
+          SET next_attempt_at = now() + $2 * interval '1 millisecond', attempts = d.attempts + 1
+         FROM webhook_endpoints w LEFT JOIN credentials c ON c.id = w.credential_id
+        WHERE d.id IN (SELECT id FROM webhook_deliveries
+                        WHERE id = ANY($1::bigint[]) AND next_attempt_at <= now()
+                          FOR UPDATE SKIP LOCKED)
+          AND w.id = d.webhook_endpoint_id AND w.disabled = false
+        RETURNING d.id, d.webhook_endpoint_id, d.job_id, d.pool_id, d.event_type, d.body, d.body_sha256, d.attempts,
+                  w.url, w.signing_secret_enc, w.auth_header, c.secret_enc AS credential_enc`,
+      [ids, this.#o.leaseMs],
+    );
+    return rows;
+  }
+
+  #launch(row: ClaimedRow): void {
+    const dest = row.webhook_endpoint_id;
+    this.#perDestination.set(dest, (this.#perDestination.get(dest) ?? 0) + 1);
+    const p = this.#deliver(row)
+      .catch((err: unknown) =>
+        // The store failed while recording: the row's lease ends and it is sent again (at-least-once).
+        this.#o.log.warn({ err, job: row.job_id, webhook: dest }, 'webhook delivery: recording the attempt failed; it will be retried'),
+      )
+      .finally(() => {
+        this.#inFlight.delete(p);
+        const left = (this.#perDestination.get(dest) ?? 1) - 1;
+        if (left === 0) this.#perDestination.delete(dest);
+        else this.#perDestination.set(dest, left);
+        this.kick();
+      });
+    this.#inFlight.add(p);
+  }
+
+  async #deliver(row: ClaimedRow): Promise<void> {
+    const outcome = await this.send(row);
+    await this.#record(row, outcome);
+  }
+
+  /** One POST: signed now, with the secret and credential read at claim time (so a rotation applies at once). */
+  async send(row: ClaimedRow): Promise<AttemptOutcome> {
+    const started = performance.now();
+    const latency = () => Math.round(performance.now() - started);
+    let url: URL;
+    try {
+      url = new URL(row.url);
+    } catch {
+      return { ok: false, status: null, error: 'invalid destination URL', latencyMs: 0 };
+    }
+    // DNS may have changed since the URL was accepted: the SSRF guard runs again before every send.
+    const verdict = await checkTarget(url.hostname, this.#o.targets);
+    if (!verdict.ok) return { ok: false, status: null, error: `destination refused: ${verdict.reason}`, latencyMs: latency() };
+
+    const timestamp = Math.floor(Date.now() / 1000);
+    let headers: Record<string, string>;
+    try {
+      const secret = this.#o.box.open(row.signing_secret_enc);
+      headers = {
+        'content-type': 'application/json',
+        'user-agent': 'poolgate-webhooks/1',
+        ...deliveryHeaders({
+          signature: signDelivery(secret, timestamp, row.job_id, { sha256: row.body_sha256 }),
+          timestamp,
+          jobId: row.job_id,
+          webhookId: row.webhook_endpoint_id,
+          event: row.event_type,
+        }),
+      };
+      if (row.credential_enc) {
+        const cred = openCredential(this.#o.box, { secret_enc: row.credential_enc });
+        if (cred.method === 'bearer_static') {
+          const name = row.auth_header ?? 'authorization';
+          headers[name] = name === 'authorization' ? `Bearer ${cred.token}` : cred.token;
+        }
+      }
+    } catch (err) {
+      return { ok: false, status: null, error: `cannot open the signing secret or credential: ${(err as Error).message}`, latencyMs: latency() };
+    }
+
+    const signal = AbortSignal.timeout(this.#o.timeoutMs);
+    try {
+      const res = await this.#agent.request({
+        origin: url.origin,
+        path: `${url.pathname}${url.search}`,
+        method: 'POST',
+        headers,
+        body: Buffer.from(row.body.buffer, row.body.byteOffset, row.body.byteLength),
+        signal,
+      });
+      const ms = latency();
+      // Read a little to keep the connection for the next delivery; a large or endless answer is cut off.
+      await res.body.dump({ limit: RESPONSE_READ_CAP, signal }).catch(() => {});
+      if (res.statusCode >= 200 && res.statusCode < 300) return { ok: true, status: res.statusCode, latencyMs: ms };
+      const error = res.statusCode >= 300 && res.statusCode < 400 ? 'redirect not followed' : `HTTP ${res.statusCode}`;
+      return { ok: false, status: res.statusCode, error, latencyMs: ms };
+    } catch (err) {
+      return { ok: false, status: null, error: describe(err, signal), latencyMs: latency() };
+    }
+  }
+
+  async #record(row: ClaimedRow, outcome: AttemptOutcome): Promise<void> {
+    const dest = row.webhook_endpoint_id;
+    const deactivated = await this.#o.sql.transaction(async (tx) => {
+      await tx.query(
+        `INSERT INTO webhook_delivery_attempts (webhook_endpoint_id, job_id, pool_id, result, http_status, error, attempt, latency_ms)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+        [dest, row.job_id, row.pool_id, outcome.ok ? 'success' : 'failure', outcome.status, outcome.ok ? null : outcome.error, row.attempts, outcome.latencyMs],
+      );
+      if (outcome.ok) {
+        await tx.query('DELETE FROM webhook_deliveries WHERE id = $1', [row.id]);
+        await tx.query('UPDATE webhook_endpoints SET consecutive_failures = 0 WHERE id = $1 AND consecutive_failures <> 0', [dest]);
+        return false;
+      }
+      const before = await tx.query<{ disabled: boolean }>('SELECT disabled FROM webhook_endpoints WHERE id = $1 FOR UPDATE', [dest]);
+      const { rows } = await tx.query<{ disabled: boolean }>(
+        `UPDATE webhook_endpoints
+            SET consecutive_failures = consecutive_failures + 1,
+                disabled = disabled OR consecutive_failures + 1 >= $2,
+                updated_at = now()
+          WHERE id = $1 RETURNING disabled`,
+        [dest, FAILURES_BEFORE_DEACTIVATION],
+      );
+      if (row.attempts >= this.#o.retry.maxAttempts) {
+        await tx.query('DELETE FROM webhook_deliveries WHERE id = $1', [row.id]);
+        this.#o.log.warn({ job: row.job_id, webhook: dest, attempts: row.attempts }, 'webhook delivery given up after the last attempt');
+      } else {
+        const wait = retryDelayMs(this.#o.retry, row.attempts, this.#o.random);
+        await tx.query(`UPDATE webhook_deliveries SET next_attempt_at = now() + $2 * interval '1 millisecond' WHERE id = $1`, [row.id, wait]);
+      }
+      const now = rows[0]?.disabled === true && before.rows[0]?.disabled === false;
+      // The data plane falls back to sync for pools left with no active destination; told at commit.
+      if (now) await tx.query('SELECT pg_notify($1, $2)', [CHANGE_CHANNEL, `webhook:${dest}`]);
+      return now;
+    });
+    if (deactivated) this.#o.log.warn({ webhook: dest }, `webhook destination deactivated after ${FAILURES_BEFORE_DEACTIVATION} consecutive failed deliveries`);
+  }
+}
+
+/** A short reason for the history: timeout, TLS, connection reset, … */
+function describe(err: unknown, signal: AbortSignal): string {
+  if (signal.aborted) return 'timeout (no answer within 5 s)';
+  const e = err as { code?: string; message?: string; cause?: { code?: string; message?: string } };
+  const code = e.cause?.code ?? e.code;
+  if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT') return 'timeout (no answer within 5 s)';
+  const msg = (e.cause?.message ?? e.message ?? String(err)).slice(0, 200);
+  return code ? `${code}: ${msg}` : msg;
+}
