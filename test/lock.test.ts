@@ -1,0 +1,439 @@
+// The lock API through its real uWS listener with undici as the client: routing, pool auth, acquire
+// (grant, fail fast, waits, bodies), renew (extension, the request-deadline cap, reclaim), release with
+// outcome reports, the access log, and one shared limit with proxy traffic to a real https origin.
+import t from 'tap';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Pool } from 'undici';
+import { startTestService, type TestService } from './helpers/service.js';
+import { startOrigin, type Origin } from './helpers/origin.js';
+import { CHANGE_CHANNEL } from '../src/store/sql.js';
+import { MemoryGovernor } from '../src/governor/memory.js';
+import type { AdmitRequest, Governor, Outcome } from '../src/governor/governor.js';
+import { LockServer } from '../src/lock/server.js';
+import { createLogger } from '../src/log.js';
+
+const logDir = mkdtempSync(join(tmpdir(), 'poolgate-lock-'));
+const accessLogFile = join(logDir, 'access.log');
+let origin: Origin;
+let svc: TestService;
+let lock: Pool;
+let proxy: Pool;
+let token: string;
+let teamId: number;
+
+t.before(async () => {
+  origin = await startOrigin();
+  svc = await startTestService({ overrides: { originCaFile: origin.caFile, accessLogFile } });
+  const boot = await svc.bootstrap();
+  token = boot.token;
+  teamId = boot.team.id;
+  lock = new Pool(svc.lockUrl!, { connections: 32 });
+  proxy = new Pool(svc.proxyUrl!, { connections: 16 });
+});
+t.teardown(async () => {
+  await lock?.close();
+  await proxy?.close();
+  await svc?.close();
+  await origin?.close();
+  rmSync(logDir, { recursive: true, force: true });
+});
+
+const dp = () => svc.service.dataplane!;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A pool made with SQL (lease and queue settings are not in the Control API), announced on the change feed. */
+async function createPool(sub: string, o: { maxConcurrent?: number; requireKey?: boolean; settings?: Record<string, unknown> } = {}): Promise<number> {
+  const sql = svc.service.sql;
+  const { rows } = await sql.query<{ id: number }>(
+    `INSERT INTO pools (team_id, name, subdomain, backend, origin, origin_host, max_concurrent, require_key, settings)
+     VALUES ($1, $2, $3, 'http', $4, $5, $6, $7, $8::jsonb) RETURNING id`,
+    [teamId, sub, sub, origin.url, new URL(origin.url).host, o.maxConcurrent ?? 10, o.requireKey ?? true, JSON.stringify(o.settings ?? {})],
+  );
+  await sql.notify(CHANGE_CHANNEL, `pool:${rows[0]!.id}`);
+  await dp().snapshots.reload();
+  return rows[0]!.id;
+}
+
+async function mintKey(sub: string): Promise<string> {
+  const res = await svc.api('POST', `/api/v1/pools/${sub}/keys`, { token, body: {} });
+  if (res.status !== 201) throw new Error(`mint failed: ${res.status} ${JSON.stringify(res.body)}`);
+  await dp().snapshots.reload();
+  return res.body.data.key;
+}
+
+interface Res {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  json: any;
+  ms: number;
+}
+
+async function post(path: string, o: { key?: string | null; body?: unknown; raw?: string | Buffer; headers?: Record<string, string>; method?: string; on?: Pool } = {}): Promise<Res> {
+  const headers: Record<string, string> = { ...o.headers };
+  if (o.key) headers['x-service-key'] = o.key;
+  let body = o.raw;
+  if (o.body !== undefined) {
+    body = JSON.stringify(o.body);
+    headers['content-type'] = 'application/json';
+  }
+  const started = performance.now();
+  const res = await (o.on ?? lock).request({ path, method: (o.method ?? 'POST') as 'POST', headers, body });
+  const text = await res.body.text();
+  let json: any;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = text;
+  }
+  return { status: res.statusCode, headers: res.headers, json, ms: performance.now() - started };
+}
+
+const acquire = (pool: string, key: string | null, o: { body?: unknown; raw?: string; headers?: Record<string, string> } = {}) =>
+  post(`/pools/${pool}/lock/acquire`, { key, ...o });
+const renew = (pool: string, key: string | null, slotId: string) => post(`/pools/${pool}/lock/${slotId}/renew`, { key });
+const release = (pool: string, key: string | null, slotId: string, body?: unknown) => post(`/pools/${pool}/lock/${slotId}/release`, { key, body });
+
+t.test('only POST on /pools/{pool}/lock/…; unknown paths and pools are 404 not_found', async (t) => {
+  await createPool('lk-route');
+  const key = await mintKey('lk-route');
+  for (const method of ['GET', 'PUT', 'DELETE']) {
+    const r = await post('/pools/lk-route/lock/acquire', { key, method });
+    t.equal(r.status, 405, method);
+    t.equal(r.json.error, 'method_not_allowed');
+    t.equal(r.headers.allow, 'POST');
+  }
+  for (const path of ['/', '/pools/lk-route/lock', '/pools/lk-route/acquire', '/pools/lk-route/lock/acquire/x', '/api/v1/me', '/pools/lk-route/lock/abc/extend']) {
+    const r = await post(path, { key });
+    t.equal(r.status, 404, path);
+    t.equal(r.json.error, 'not_found');
+  }
+  const r = await acquire('no-such-pool', key);
+  t.equal(r.status, 404);
+  t.same(r.json.error, 'not_found');
+  t.equal(dp().governor.state(svc.service.dataplane!.snapshots.current.pools.get('lk-route')!.id).inFlight, 0, 'nothing was taken');
+});
+
+t.test('pool auth: X-Service-Key or Bearer; missing, wrong and other pools\' keys are 401 unauthorized', async (t) => {
+  const id = await createPool('lk-auth', { maxConcurrent: 5 });
+  await createPool('lk-auth-other');
+  const key = await mintKey('lk-auth');
+  const otherKey = await mintKey('lk-auth-other');
+  for (const headers of [{}, { 'x-service-key': 'pgk_wrong' }, { 'x-service-key': otherKey }, { authorization: 'Bearer pgk_wrong' }]) {
+    const r = await acquire('lk-auth', null, { headers });
+    t.equal(r.status, 401, JSON.stringify(headers));
+    t.equal(r.json.error, 'unauthorized');
+  }
+  t.equal(dp().governor.state(id).inFlight, 0, 'refused callers took no slot');
+  const viaHeader = await acquire('lk-auth', key);
+  t.equal(viaHeader.status, 200);
+  const viaBearer = await acquire('lk-auth', null, { headers: { authorization: `Bearer ${key}` } });
+  t.equal(viaBearer.status, 200);
+  t.equal(dp().governor.state(id).inFlight, 2);
+  // Renew and release need pool auth too.
+  t.equal((await renew('lk-auth', null, viaHeader.json.slotId)).status, 401);
+  t.equal((await release('lk-auth', 'pgk_wrong', viaHeader.json.slotId)).status, 401);
+  t.equal(dp().governor.state(id).inFlight, 2, 'an unauthenticated release freed nothing');
+  t.same((await release('lk-auth', key, viaHeader.json.slotId)).json, { released: true });
+  t.same((await release('lk-auth', key, viaBearer.json.slotId)).json, { released: true });
+  // A pool that does not require a key admits anonymous lock callers.
+  await createPool('lk-open', { requireKey: false });
+  const anon = await acquire('lk-open', null);
+  t.equal(anon.status, 200);
+  t.same((await release('lk-open', null, anon.json.slotId)).json, { released: true });
+});
+
+t.test('acquire grants a slot: slotId, deadlines from the pool settings, governor headers', async (t) => {
+  const id = await createPool('lk-grant', { maxConcurrent: 3, settings: { leaseTermMs: 30_000, renewIntervalMs: 10_000, requestTimeoutMs: 120_000 } });
+  const key = await mintKey('lk-grant');
+  const before = Date.now();
+  const a = await acquire('lk-grant', key);
+  const after = Date.now();
+  t.equal(a.status, 200);
+  t.match(a.headers['content-type'], /application\/json/);
+  const g = a.json;
+  t.same(Object.keys(g).sort(), ['leaseDeadline', 'renewIntervalMs', 'requestDeadline', 'slotId', 'termMs']);
+  t.match(g.slotId, /^[A-Za-z0-9_-]{22,}$/, 'an unguessable slot id (128 random bits)');
+  t.equal(g.termMs, 30_000);
+  t.equal(g.renewIntervalMs, 10_000);
+  t.ok(g.leaseDeadline >= before + 30_000 && g.leaseDeadline <= after + 30_000, 'leaseDeadline = now + termMs (Unix ms)');
+  t.ok(g.requestDeadline >= before + 120_000 && g.requestDeadline <= after + 120_000, 'requestDeadline = now + requestTimeoutMs');
+  t.equal(a.headers['x-service-remaining-slots'], '2');
+  t.equal(a.headers['x-service-effective-limit'], '3');
+  t.equal(a.headers['x-service-queued-ms'], '0');
+  const b = await acquire('lk-grant', key);
+  t.not(b.json.slotId, g.slotId, 'each grant has its own slot id');
+  t.equal(dp().governor.state(id).inFlight, 2);
+  await release('lk-grant', key, g.slotId);
+  await release('lk-grant', key, b.json.slotId);
+  t.equal(dp().governor.state(id).inFlight, 0);
+});
+
+t.test('no free slot: 429 fail fast with Retry-After; waits from waitMs or the header, body wins, No-Queue forces fail fast, clamped to the queue timeout', async (t) => {
+  const id = await createPool('lk-wait', { maxConcurrent: 1, settings: { queueTimeoutMs: 400 } });
+  const key = await mintKey('lk-wait');
+  const held = await acquire('lk-wait', key);
+  t.equal(held.status, 200);
+
+  const fast = await acquire('lk-wait', key);
+  t.equal(fast.status, 429, 'no waitMs: fail fast');
+  t.equal(fast.json.error, 'too_many_requests');
+  t.match(fast.headers['retry-after'], /^\d+$/);
+  t.equal(fast.headers['x-service-remaining-slots'], '0');
+  t.ok(fast.ms < 300);
+
+  const waited = await acquire('lk-wait', key, { body: { waitMs: 150 } });
+  t.equal(waited.status, 504);
+  t.equal(waited.json.error, 'queue_timeout');
+  t.ok(waited.ms >= 140, `waited ${waited.ms} ms`);
+
+  const byHeader = await acquire('lk-wait', key, { headers: { 'x-service-queue-timeout-ms': '150' } });
+  t.equal(byHeader.status, 504, 'the header sets the wait');
+  t.ok(byHeader.ms >= 140);
+
+  const bodyWins = await acquire('lk-wait', key, { body: { waitMs: 0 }, headers: { 'x-service-queue-timeout-ms': '5000' } });
+  t.equal(bodyWins.status, 429, 'body waitMs 0 wins over the header');
+  t.ok(bodyWins.ms < 300);
+
+  const noQueue = await acquire('lk-wait', key, { body: { waitMs: 5000 }, headers: { 'x-service-no-queue': '1' } });
+  t.equal(noQueue.status, 429, 'X-Service-No-Queue forces fail fast');
+  t.ok(noQueue.ms < 300);
+
+  const clamped = await acquire('lk-wait', key, { body: { waitMs: 60_000 } });
+  t.equal(clamped.status, 504, 'waitMs is clamped to the pool queue timeout (400 ms)');
+  t.ok(clamped.ms >= 390 && clamped.ms < 3000, `waited ${clamped.ms} ms`);
+
+  // A waiter gets the slot the moment it is released.
+  const pending = acquire('lk-wait', key, { body: { waitMs: 2000 } });
+  await sleep(120);
+  t.same((await release('lk-wait', key, held.json.slotId)).json, { released: true });
+  const got = await pending;
+  t.equal(got.status, 200);
+  t.ok(Number(got.headers['x-service-queued-ms']) >= 100, `queued ${got.headers['x-service-queued-ms']} ms`);
+  await release('lk-wait', key, got.json.slotId);
+  t.equal(dp().governor.state(id).inFlight, 0);
+});
+
+t.test('acquire bodies: malformed or invalid → 400, over 4 KiB → 413; nothing is taken', async (t) => {
+  const id = await createPool('lk-body');
+  const key = await mintKey('lk-body');
+  for (const raw of ['{', '[1]', '"x"', '{"waitMs":-1}', '{"waitMs":1.5}', '{"waitMs":"10"}', '{"waitMs":null}', '{"waitMS":10}']) {
+    const r = await acquire('lk-body', key, { raw, headers: { 'content-type': 'application/json' } });
+    t.equal(r.status, 400, raw);
+    t.equal(r.json.error, 'bad_request');
+    t.type(r.json.message, 'string');
+  }
+  const badHeader = await acquire('lk-body', key, { headers: { 'x-service-queue-timeout-ms': 'soon' } });
+  t.equal(badHeader.status, 400);
+  const big = await acquire('lk-body', key, { raw: JSON.stringify({ waitMs: 1, pad: 'x'.repeat(5000) }) });
+  t.equal(big.status, 413);
+  t.equal(big.json.error, 'payload_too_large');
+  t.equal(dp().governor.state(id).inFlight, 0);
+  const empty = await acquire('lk-body', key, { raw: '' });
+  t.equal(empty.status, 200, 'an empty body is an acquire without wait');
+  await release('lk-body', key, empty.json.slotId);
+});
+
+t.test('renew extends the lease by a term, never past requestDeadline; then 409 capped; gone slots are 404', async (t) => {
+  const id = await createPool('lk-renew', { settings: { leaseTermMs: 1000, renewIntervalMs: 300, requestTimeoutMs: 1500 } });
+  await createPool('lk-renew-other');
+  const key = await mintKey('lk-renew');
+  const otherKey = await mintKey('lk-renew-other');
+  const g = (await acquire('lk-renew', key)).json;
+  await sleep(100);
+  const r1 = await renew('lk-renew', key, g.slotId);
+  t.equal(r1.status, 200);
+  t.same(Object.keys(r1.json), ['leaseDeadline']);
+  t.ok(r1.json.leaseDeadline > g.leaseDeadline, 'extended');
+  t.ok(Math.abs(r1.json.leaseDeadline - (Date.now() + 1000)) < 200, 'by one term from now');
+  t.equal((await renew('lk-renew-other', otherKey, g.slotId)).status, 404, 'a slotId of another pool is not found');
+  t.same((await release('lk-renew-other', otherKey, g.slotId)).json, { released: false }, 'nor released through another pool');
+  await sleep(500);
+  const r2 = await renew('lk-renew', key, g.slotId);
+  t.equal(r2.status, 200);
+  t.equal(r2.json.leaseDeadline, g.requestDeadline, 'the extension stops at requestDeadline');
+  const capped = await renew('lk-renew', key, g.slotId);
+  t.equal(capped.status, 409);
+  t.equal(capped.json.error, 'capped');
+  t.equal(dp().governor.state(id).inFlight, 1, 'a capped slot is still held until released');
+  t.same((await release('lk-renew', key, g.slotId)).json, { released: true });
+  const after = await renew('lk-renew', key, g.slotId);
+  t.equal(after.status, 404);
+  t.equal(after.json.error, 'not_found');
+  t.equal((await renew('lk-renew', key, 'never-granted-slot')).status, 404);
+  t.equal(dp().governor.state(id).inFlight, 0);
+});
+
+t.test('no renewal for one term: the slot is reclaimed, a later renew is 404 and release says released:false', async (t) => {
+  const id = await createPool('lk-reclaim', { maxConcurrent: 1, settings: { leaseTermMs: 200, renewIntervalMs: 50 } });
+  const key = await mintKey('lk-reclaim');
+  const g = (await acquire('lk-reclaim', key)).json;
+  t.equal(g.termMs, 200);
+  t.equal((await acquire('lk-reclaim', key)).status, 429, 'the pool is full while the lease is held');
+  // Renewing keeps it beyond its first term.
+  await sleep(120);
+  t.equal((await renew('lk-reclaim', key, g.slotId)).status, 200);
+  await sleep(120);
+  t.equal(dp().governor.state(id).inFlight, 1, 'still held: renewed within its term');
+  await sleep(200);
+  t.equal(dp().governor.state(id).inFlight, 0, 'reclaimed one term after the last renewal');
+  const r = await renew('lk-reclaim', key, g.slotId);
+  t.equal(r.status, 404);
+  t.equal(r.json.error, 'not_found');
+  t.same((await release('lk-reclaim', key, g.slotId)).json, { released: false });
+  const next = await acquire('lk-reclaim', key);
+  t.equal(next.status, 200, 'the reclaimed slot is free for the next caller');
+  await release('lk-reclaim', key, next.json.slotId);
+});
+
+t.test('release: valid outcome → released:true; again → released:false; an invalid report is 400 and keeps the slot', async (t) => {
+  const id = await createPool('lk-release');
+  const key = await mintKey('lk-release');
+  const g = (await acquire('lk-release', key)).json;
+  const invalid: unknown[] = [
+    { status: 99 },
+    { status: 600 },
+    { status: '200' },
+    { throttled: -1 },
+    { retryAfterMs: 1.5 },
+    { rate: { limit: -1 } },
+    { rate: { limit: 10, custom: 'x' } },
+    { rate: [1] },
+    { headers: { 'x-ratelimit-limit': 100 } },
+    { headers: { 'bad name': 'x' } },
+    { headers: 'retry-after: 1' },
+    { statusCode: 200 },
+  ];
+  for (const body of invalid) {
+    const r = await release('lk-release', key, g.slotId, body);
+    t.equal(r.status, 400, JSON.stringify(body));
+    t.equal(r.json.error, 'bad_request');
+    t.type(r.json.message, 'string');
+  }
+  const malformed = await post(`/pools/lk-release/lock/${g.slotId}/release`, { key, raw: '{"status":', headers: { 'content-type': 'application/json' } });
+  t.equal(malformed.status, 400);
+  t.equal(dp().governor.state(id).inFlight, 1, 'refused reports released nothing');
+  t.equal((await renew('lk-release', key, g.slotId)).status, 200, 'the slot is still held');
+  const ok = await release('lk-release', key, g.slotId, {
+    status: 200,
+    throttled: 0,
+    retryAfterMs: 0,
+    rate: { limit: 600, remaining: 599, resetMs: 60_000, tokenLimit: 100_000, tokenRemaining: 99_000 },
+    headers: { 'X-RateLimit-Limit': '600' },
+  });
+  t.equal(ok.status, 200);
+  t.same(ok.json, { released: true });
+  t.same((await release('lk-release', key, g.slotId)).json, { released: false }, 'already gone');
+  const bare = (await acquire('lk-release', key)).json;
+  t.same((await release('lk-release', key, bare.slotId)).json, { released: true }, 'the body is optional');
+  t.equal(dp().governor.state(id).inFlight, 0);
+});
+
+t.test('the release outcome reaches the permit: status, throttled, retryAfterMs, rate and lower-cased headers', async (t) => {
+  // A lock listener over the service's snapshot whose governor records what each permit is released with.
+  const seen: Outcome[] = [];
+  const inner = new MemoryGovernor();
+  const recording: Governor = {
+    configure: (p, b) => inner.configure(p, b),
+    state: (id) => inner.state(id),
+    close: () => inner.close(),
+    acquire(req: AdmitRequest) {
+      const a = inner.acquire(req);
+      if (a instanceof Promise) throw new Error('unexpected wait');
+      if (!a.ok) return a;
+      const permit = a.permit;
+      return { ...a, permit: { poolId: permit.poolId, release: (o?: Outcome) => (seen.push(o ?? {}), permit.release(o)) } };
+    },
+  };
+  const snapshots = dp().snapshots;
+  await createPool('lk-outcome');
+  await createPool('lk-outcome-short', { settings: { leaseTermMs: 100 } });
+  const key = await mintKey('lk-outcome');
+  const shortKey = await mintKey('lk-outcome-short');
+  inner.configure([...snapshots.current.pools.values()].map((p) => ({ poolId: p.id, maxConcurrent: p.maxConcurrent, queueLength: 10, queueTimeoutMs: 1000, budgetId: null, reservedConcurrent: 0 })), []);
+  const server = await LockServer.start({ host: '127.0.0.1', port: 0, governor: recording, snapshots, log: createLogger('silent'), accessLog: null });
+  const client = new Pool(`http://127.0.0.1:${server.port}`);
+  t.teardown(async () => {
+    await client.close();
+    await server.close();
+  });
+  const g = (await post('/pools/lk-outcome/lock/acquire', { key, on: client })).json;
+  await sleep(30);
+  const rate = { limit: 600, remaining: 12, resetMs: 30_000, tokenLimit: 5000, tokenRemaining: 4000 };
+  const r = await post(`/pools/lk-outcome/lock/${g.slotId}/release`, {
+    key,
+    on: client,
+    body: { status: 429, throttled: 2, retryAfterMs: 1500, rate, headers: { 'Retry-After': '2', 'x-ratelimit-remaining': '0' } },
+  });
+  t.same(r.json, { released: true });
+  t.equal(seen.length, 1);
+  t.match(seen[0], { status: 429, throttled: 2, retryAfterMs: 1500, rate, headers: { 'retry-after': '2', 'x-ratelimit-remaining': '0' } });
+  t.notOk(seen[0]!.dropped, 'a release is a sample, not dropped work');
+  // A lease reclaimed by the janitor is settled as dropped work (another pool: the 429 above shut this one's rate gate).
+  const shortRes = await post('/pools/lk-outcome-short/lock/acquire', { key: shortKey, on: client });
+  t.equal(shortRes.status, 200, JSON.stringify(shortRes.json));
+  const short = shortRes.json;
+  t.equal(short.termMs, 100);
+  await sleep(250);
+  t.equal(seen.length, 2);
+  t.match(seen[1], { dropped: true });
+});
+
+t.test('leases and proxy traffic share one limit: held leases block proxy requests, and the reverse', async (t) => {
+  const id = await createPool('lk-shared', { maxConcurrent: 2 });
+  const key = await mintKey('lk-shared');
+  const viaProxy = (path: string, headers: Record<string, string> = {}) =>
+    proxy.request({ path, method: 'GET', headers: { host: 'lk-shared.pools.localhost', 'x-service-key': key, ...headers } }).then(async (r) => ({ status: r.statusCode, body: await r.body.text() }));
+
+  const a = (await acquire('lk-shared', key)).json;
+  const b = (await acquire('lk-shared', key)).json;
+  const before = origin.count;
+  const blocked = await viaProxy('/blocked', { 'x-service-no-queue': '1' });
+  t.equal(blocked.status, 429, 'two leases fill the pool: proxy traffic is refused');
+  t.equal(origin.count, before, 'and never reached the origin');
+  // A queued proxy request gets the slot a lease frees.
+  const queued = viaProxy('/queued', { 'x-service-queue-timeout-ms': '3000' });
+  await sleep(100);
+  await release('lk-shared', key, a.slotId, { status: 200 });
+  t.equal((await queued).status, 200, 'the queued proxy request ran once a lease was released');
+  await release('lk-shared', key, b.slotId);
+
+  // The reverse: proxy requests in flight fill the pool; a lock acquire waits for one of them.
+  const slow = [viaProxy('/delay/400'), viaProxy('/delay/400')];
+  await sleep(150);
+  t.equal(dp().governor.state(id).inFlight, 2);
+  const refused = await acquire('lk-shared', key);
+  t.equal(refused.status, 429, 'proxied requests hold the slots: fail-fast acquire is refused');
+  const waited = await acquire('lk-shared', key, { body: { waitMs: 3000 } });
+  t.equal(waited.status, 200, 'a waiting acquire gets the slot a finished proxy request frees');
+  t.ok(Number(waited.headers['x-service-queued-ms']) >= 100);
+  for (const s of await Promise.all(slow)) t.equal(s.status, 200);
+  await release('lk-shared', key, waited.json.slotId);
+  t.equal(dp().governor.state(id).inFlight, 0);
+});
+
+t.test('acquire attempts are in the access log; renew and release are not; shutdown frees held leases', async (t) => {
+  const id = await createPool('lk-log');
+  const key = await mintKey('lk-log');
+  const g = (await acquire('lk-log', key)).json;
+  await renew('lk-log', key, g.slotId);
+  await release('lk-log', key, g.slotId);
+  await acquire('lk-log', 'pgk_wrong');
+  const kept = (await acquire('lk-log', key)).json;
+  t.ok(kept.slotId);
+  await svc.service.close();
+  t.equal(svc.service.dataplane!.governor.state(id).inFlight, 0, 'shutdown settled the held lease');
+  const lines = readFileSync(accessLogFile, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l))
+    .filter((l) => l.pool === 'lk-log');
+  t.same(lines.map((l) => [l.path, l.status, l.outcome]), [
+    ['/pools/lk-log/lock/acquire', 200, 'lease_granted'],
+    ['/pools/lk-log/lock/acquire', 401, 'unauthorized'],
+    ['/pools/lk-log/lock/acquire', 200, 'lease_granted'],
+  ]);
+  t.type(lines[0].totalMs, 'number');
+  t.equal(lines[0].queuedMs, 0);
+});
