@@ -5,6 +5,8 @@ import type { KeyEntry, PoolEntry, Snapshot } from './snapshot.js';
 /** What the access log and metrics call the way a request ended. */
 export type OutcomeName =
   | 'proxied'
+  /** Turned into an async job: spilled to the store and answered 202. */
+  | 'job_accepted'
   /** A lock API acquire that was granted a slot (the lock API's success, sampled like `proxied`). */
   | 'lease_granted'
   | 'not_found'

@@ -8,6 +8,7 @@ import type { Governor, Outcome } from '../governor/governor.js';
 import { governorHeaders } from './admit.js';
 import type { ClientResponse } from './client-response.js';
 import { reply, type Exchange, type Reply } from './exchange.js';
+import type { PoolEntry } from './snapshot.js';
 import { clientResponseHeaders, upstreamRequestHeaders } from './headers.js';
 import { BodyTooLargeError, type RequestBody } from './request-body.js';
 import type { Settlement } from './release.js';
@@ -248,4 +249,106 @@ function pipeBody(client: ClientResponse, body: Readable, total: number | null):
       finish('upstream_aborted');
     });
   });
+}
+
+/** A request to send to the origin from memory (an async job's stored request). */
+export interface BufferedRequest {
+  method: string;
+  path: string;
+  query: string;
+  /** Client headers, names lower-case; pool auth already removed. */
+  headers: Record<string, string>;
+  clientAddress: string;
+  body: Buffer | null;
+}
+
+/** The origin's answer collected into memory, cut at the cap. */
+export interface BufferedResponse {
+  status: number;
+  headers: Record<string, string | string[]>;
+  body: Buffer;
+  /** The body is incomplete: over the cap, or the origin broke off mid-body. */
+  truncated: boolean;
+}
+
+export type BufferedResult =
+  | { ok: true; response: BufferedResponse; upstream: Outcome }
+  /** No answer from the origin; `error` says why (timeout, unreachable, refused by undici). */
+  | { ok: false; error: string; upstream: Outcome };
+
+/**
+ * The same forwarding as forward() (same upstream pool, header rules and credential injection) for a
+ * request held in memory, collecting the answer into a buffer of at most `cap` bytes. The whole exchange,
+ * body included, is bounded by the pool's requestTimeoutMs. Resolves, never rejects.
+ */
+export async function forwardBuffered(upstreams: Upstreams, pool: PoolEntry, req: BufferedRequest, cap: number): Promise<BufferedResult> {
+  const abort = new AbortController();
+  const started = performance.now();
+  let timedOut = false;
+  const deadline = setTimeout(() => {
+    timedOut = true;
+    abort.abort();
+  }, pool.settings.requestTimeoutMs);
+  const headers = upstreamRequestHeaders({
+    headers: req.headers,
+    originHost: pool.originHost!,
+    clientAddress: req.clientAddress,
+    clientHost: req.headers.host ?? '',
+    keyInAuthorization: false,
+    credential: pool.credential,
+  });
+  let res: Dispatcher.ResponseData;
+  try {
+    res = await upstreams.get(pool.origin!).request({
+      origin: pool.origin!,
+      path: req.query ? `${req.path}?${req.query}` : req.path,
+      method: req.method as Dispatcher.HttpMethod,
+      headers,
+      body: req.body ?? undefined,
+      signal: abort.signal,
+      headersTimeout: 0,
+      bodyTimeout: 0,
+    });
+  } catch (err) {
+    clearTimeout(deadline);
+    const latencyMs = performance.now() - started;
+    const error = timedOut ? UPSTREAM_TIMEOUT.message : failureReply(err, null).message;
+    return { ok: false, error, upstream: { dropped: true, latencyMs } };
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let truncated = false;
+  let drained = false;
+  if (req.method !== 'HEAD' && !NO_BODY_STATUS.has(res.statusCode)) {
+    try {
+      for await (const chunk of res.body as AsyncIterable<Buffer>) {
+        const room = cap - size;
+        if (chunk.length > room) {
+          if (room > 0) chunks.push(chunk.subarray(0, room));
+          size = cap;
+          truncated = true;
+          break;
+        }
+        chunks.push(chunk);
+        size += chunk.length;
+      }
+      drained = !truncated;
+    } catch {
+      // The origin answered, then broke off (or the deadline cut the body): keep what arrived.
+      truncated = true;
+    }
+  }
+  // A body read to its end frees its connection for reuse; any other is cut.
+  if (!drained) discard(res.body);
+  clearTimeout(deadline);
+  const respHeaders: Record<string, string | string[]> = {};
+  for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) respHeaders[k] = v;
+  const upstream: Outcome = {
+    status: res.statusCode,
+    throttled: res.statusCode === 429 ? 1 : 0,
+    retryAfterMs: retryAfterMs(res.headers['retry-after'], Date.now()),
+    headers: res.headers,
+    latencyMs: performance.now() - started,
+  };
+  return { ok: true, response: { status: res.statusCode, headers: respHeaders, body: Buffer.concat(chunks, size), truncated }, upstream };
 }

@@ -15,6 +15,8 @@ import { reply, type Exchange, type Gate, type Reply } from './exchange.js';
 import { forward, Upstreams } from './forward.js';
 import { releaseStage, type DataplaneMetrics, type Settlement } from './release.js';
 import { RequestBody } from './request-body.js';
+import { acceptJob, asyncEligible, asyncRequested, JOB_TOO_LARGE, tooLargeForJob, type JobIntake } from '../jobs/intake.js';
+import type { JobReason } from '../jobs/job-event.js';
 import { routeGate } from './route.js';
 import { scopeGate } from './scope.js';
 import { poolLimits, SnapshotSource } from './snapshot.js';
@@ -30,6 +32,8 @@ export interface DataplaneOptions {
   clock?: () => number;
   /** How long close() lets in-flight requests finish before cutting them. */
   drainMs?: number;
+  /** Async jobs: where requests of async pools are spilled; null serves every request synchronously. */
+  jobs?: JobIntake | null;
 }
 
 const BAD_TARGET = reply(400, 'bad_request', 'the request target must be a path');
@@ -179,11 +183,15 @@ export class Dataplane {
     }
     const wait = requestedWait(ex);
     if (typeof wait !== 'number') return stop(wait);
+    // Async pools (spec rule 5): a job when asked by header, when busy (async_on_queue), or after the wait.
+    const asyncPool = this.#opts.jobs && asyncEligible(ex.pool!) ? ex.pool! : null;
+    if (asyncPool && asyncRequested(headers) && tooLargeForJob(headers)) return stop(JOB_TOO_LARGE);
 
     const body = bodyPresent ? new RequestBody(client, (h) => res.onData(h), this.#bodyLimit) : null;
+    if (asyncPool && asyncRequested(headers)) return this.#toJob(ex, client, body, 'requested');
     const abort = new AbortController();
     client.onAbort(() => abort.abort());
-    const a = admit(this.governor, ex, wait, abort.signal);
+    const a = admit(this.governor, ex, asyncPool?.asyncOnQueue ? 0 : wait, abort.signal);
     if (a instanceof Promise) {
       ex.waited = true;
       const after = (x: Admission) => {
@@ -212,6 +220,8 @@ export class Dataplane {
         this.#settle(ex, { outcome: 'client_aborted', status: 0 });
         return;
       }
+      const jobReason = this.#jobReason(ex, a.reason);
+      if (jobReason) return this.#toJob(ex, client, body, jobReason);
       const r = refusalReply(a, governorHeaders(this.governor, ex.pool!.id, a.queuedMs))!;
       body?.release();
       client.sendReply(r, null, body !== null && !body.complete);
@@ -230,6 +240,29 @@ export class Dataplane {
         this.#opts.log.error({ err }, 'forward failed unexpectedly');
         client.close();
         this.#settle(ex, { outcome: 'upstream_unreachable', status: 502 });
+      },
+    );
+  }
+
+  /** The reason a refused request becomes an async job instead of a refusal, or null. */
+  #jobReason(ex: Exchange, refusal: string): JobReason | null {
+    const pool = ex.pool!;
+    if (!this.#opts.jobs || !asyncEligible(pool) || tooLargeForJob(ex.headers)) return null;
+    if (refusal === 'queue_timeout') return 'wait_timeout';
+    if ((refusal === 'no_slot' || refusal === 'queue_full') && pool.asyncOnQueue) return 'busy';
+    return null;
+  }
+
+  /** Spills the request as a job and answers 202 (src/jobs/intake.ts). */
+  #toJob(ex: Exchange, client: ClientResponse, body: RequestBody | null, reason: JobReason): void {
+    // A job is counted by the jobs, not as a refused pool request.
+    ex.admission = null;
+    acceptJob(this.#opts.jobs!, ex, client, body, reason).then(
+      (s) => this.#settle(ex, s),
+      (err: unknown) => {
+        this.#opts.log.error({ err }, 'accepting an async job failed');
+        client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
+        this.#settle(ex, { outcome: 'internal_error', status: 500 });
       },
     );
   }

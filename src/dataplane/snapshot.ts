@@ -27,6 +27,10 @@ export interface PoolEntry {
   readonly reservedConcurrent: number;
   /** The managed origin credential, opened; null when none is attached (or it could not be opened). */
   readonly credential: CredentialSecret | null;
+  /** Async mode (spec rule 5): on, jobs when busy, and at least one active (not disabled) attached destination. */
+  readonly asyncEnabled: boolean;
+  readonly asyncOnQueue: boolean;
+  readonly hasActiveDestination: boolean;
 }
 
 export interface KeyEntry {
@@ -59,6 +63,9 @@ interface PoolRow {
   secret_enc: string | null;
   budget_id: number | null;
   reserved_concurrent: number | null;
+  async_enabled: boolean;
+  async_on_queue: boolean;
+  has_destination: boolean;
 }
 
 interface KeyRow {
@@ -74,7 +81,10 @@ export async function loadSnapshot(db: Queryable, box: SecretBox, now: number, l
   await db.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY');
   const pools = await db.query<PoolRow>(
     `SELECT p.id, p.subdomain, p.backend, p.status, p.origin, p.max_concurrent, p.require_key, p.settings,
-            p.credential_id, c.secret_enc, bp.budget_id, bp.reserved_concurrent
+            p.credential_id, c.secret_enc, bp.budget_id, bp.reserved_concurrent,
+            p.async_enabled, p.async_on_queue,
+            EXISTS (SELECT 1 FROM pool_webhooks pw JOIN webhook_endpoints w ON w.id = pw.webhook_endpoint_id
+                     WHERE pw.pool_id = p.id AND w.disabled = false) AS has_destination
        FROM pools p
        LEFT JOIN credentials c ON c.id = p.credential_id
        LEFT JOIN budget_pools bp ON bp.pool_id = p.id
@@ -130,6 +140,9 @@ export async function loadSnapshot(db: Queryable, box: SecretBox, now: number, l
       budgetId: row.budget_id,
       reservedConcurrent: row.reserved_concurrent ?? 0,
       credential,
+      asyncEnabled: row.async_enabled,
+      asyncOnQueue: row.async_on_queue,
+      hasActiveDestination: row.has_destination,
     });
   }
   const keyMap = new Map<string, KeyEntry>();

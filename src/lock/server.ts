@@ -18,6 +18,7 @@ import { MemoryLeaseRegistry } from './memory-leases.js';
 import { parseJsonObject, parseOutcome } from './outcome.js';
 import { sendError, sendJson } from './respond.js';
 import { matchLockRoute, type LockRoute } from './routes.js';
+import { registerJobRoutes, type JobRouteDeps } from '../jobs/routes.js';
 
 /** Largest acquire body (spec: "not shown"); `{"waitMs":…}` needs under 30 bytes. */
 export const ACQUIRE_BODY_LIMIT = 4 * 1024;
@@ -37,6 +38,8 @@ export interface LockServerOptions {
   leases?: LeaseRegistry;
   /** Unix ms: lease deadlines and key expiry. */
   clock?: () => number;
+  /** Job polling (GET /pools/{pool}/jobs/{id}[/result]) is served on this host too. */
+  jobs?: JobRouteDeps | null;
 }
 
 /** One lock call as the stages see it: the data plane's Exchange plus the matched route. */
@@ -65,6 +68,7 @@ export class LockServer {
     // Method scope (stage 3) is not applied: the lock API forwards nothing (docs/decisions/lock.md).
     this.#gates = [authenticateGate(this.#clock)];
     this.#app = loadUws().App();
+    if (opts.jobs) registerJobRoutes(this.#app, opts.jobs);
     this.#app.any('/*', (res, req) => this.#handle(res, req));
   }
 

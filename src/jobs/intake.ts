@@ -1,0 +1,122 @@
+// The data plane side of async jobs: whether a request becomes a job, and turning it into one — the body
+// read (capped), the request spilled in one INSERT, then 202 with the job id and its poll URL.
+import type { ClientResponse } from '../dataplane/client-response.js';
+import { reply, type Exchange, type Reply } from '../dataplane/exchange.js';
+import { connectionListed, isHopByHop } from '../dataplane/headers.js';
+import type { RequestBody } from '../dataplane/request-body.js';
+import type { Settlement } from '../dataplane/release.js';
+import type { PoolEntry } from '../dataplane/snapshot.js';
+import type { Logger } from '../log.js';
+import type { Sql } from '../store/sql.js';
+import type { JobReason } from './job-event.js';
+import { newJobId } from './job-id.js';
+import { spillJob, type StoredRequest } from './job-store.js';
+import { JOB_BODY_CAP } from './limits.js';
+import { pollUrl } from './result-view.js';
+
+export interface JobIntake {
+  sql: Sql;
+  log: Logger;
+  /** Public address of the lock/pool API, where jobs are polled. */
+  lockApiUrl: () => string;
+}
+
+/** Async is on for the pool and it has at least one active destination (spec rule 5). */
+export function asyncEligible(pool: PoolEntry): boolean {
+  return pool.asyncEnabled && pool.hasActiveDestination;
+}
+
+/** `X-Service-Async: true` (also 1/yes, any case). */
+export function asyncRequested(headers: Record<string, string>): boolean {
+  const v = headers['x-service-async'];
+  if (v === undefined) return false;
+  const s = v.trim().toLowerCase();
+  return s === 'true' || s === '1' || s === 'yes';
+}
+
+/** The declared body is too large to spill with a job. */
+export function tooLargeForJob(headers: Record<string, string>): boolean {
+  return Number(headers['content-length'] ?? 0) > JOB_BODY_CAP;
+}
+
+export const JOB_TOO_LARGE: Reply = reply(413, 'payload_too_large', `an async job's request body is limited to ${JOB_BODY_CAP} bytes`);
+
+/** The client's headers as stored: pool auth, our control headers and hop-by-hop headers removed. */
+export function storableHeaders(ex: Exchange): Record<string, string> {
+  const listed = connectionListed(ex.headers.connection);
+  const out: Record<string, string> = {};
+  for (const name in ex.headers) {
+    if (isHopByHop(name, listed) || name === 'content-length' || name.startsWith('x-service-')) continue;
+    if (name === 'authorization' && ex.keyInAuthorization) continue;
+    out[name] = ex.headers[name]!;
+  }
+  return out;
+}
+
+class JobBodyTooLarge extends Error {}
+
+/** Reads the whole request body into memory, refusing more than JOB_BODY_CAP bytes. */
+async function readBody(body: RequestBody): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  body.release();
+  for await (const chunk of body as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > JOB_BODY_CAP) {
+      body.destroy();
+      throw new JobBodyTooLarge();
+    }
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks, size);
+}
+
+/**
+ * Turns the request into a job and answers 202 `{ id, status, reason, poll_url, result_url }` once the
+ * job is stored. Resolves (never rejects) with how the request ended.
+ */
+export async function acceptJob(intake: JobIntake, ex: Exchange, client: ClientResponse, body: RequestBody | null, reason: JobReason): Promise<Settlement> {
+  const pool = ex.pool!;
+  const fail = (r: Reply, closeConnection: boolean): Settlement => {
+    client.sendReply(r, null, closeConnection);
+    return { outcome: r.error, status: r.status };
+  };
+  let bytes: Buffer | null = null;
+  if (body) {
+    try {
+      bytes = await readBody(body);
+    } catch (err) {
+      if (client.aborted) return { outcome: 'client_aborted', status: 0 };
+      if (err instanceof JobBodyTooLarge) return fail(JOB_TOO_LARGE, true);
+      // The data plane's own body limit, or the client broke off mid-body.
+      return fail(reply(413, 'payload_too_large', (err as Error).message || 'request body too large'), true);
+    }
+  }
+  if (client.aborted) return { outcome: 'client_aborted', status: 0 };
+  const id = newJobId();
+  const request: StoredRequest = {
+    method: ex.method,
+    path: ex.path,
+    query: ex.query,
+    headers: storableHeaders(ex),
+    clientAddress: ex.clientAddress,
+    body: bytes,
+  };
+  try {
+    await spillJob(intake.sql, { id, poolId: pool.id, reason, ttlMs: pool.settings.jobTtlMs, request });
+  } catch (err) {
+    intake.log.error({ err, poolId: pool.id }, 'spilling an async job failed');
+    return fail(reply(503, 'unavailable', 'the job could not be stored; retry later'), false);
+  }
+  const poll = pollUrl(intake.lockApiUrl(), pool.subdomain, id);
+  const text = JSON.stringify({ id, status: 'queued', reason, poll_url: poll, result_url: `${poll}/result` });
+  if (!client.open) return { outcome: 'job_accepted', status: 0 };
+  client.writeHead(202, [
+    ['content-type', 'application/json'],
+    ['location', poll],
+    ['x-service-job-id', id],
+  ]);
+  if (ex.method === 'HEAD') client.endWithoutBody(Buffer.byteLength(text));
+  else client.tryEnd(Buffer.from(text), Buffer.byteLength(text));
+  return { outcome: 'job_accepted', status: 202 };
+}

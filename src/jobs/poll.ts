@@ -1,0 +1,126 @@
+// Polling a job with pool auth: GET /pools/{pool}/jobs/{id} (status, and the result once completed) and
+// GET /pools/{pool}/jobs/{id}/result (the stored response as it came from the origin).
+import { authenticateGate } from '../dataplane/authenticate.js';
+import type { Exchange } from '../dataplane/exchange.js';
+import { clientResponseHeaders } from '../dataplane/headers.js';
+import type { Snapshot } from '../dataplane/snapshot.js';
+import type { Sql } from '../store/sql.js';
+import { isJobId } from './job-id.js';
+import { findJob, type JobView } from './job-store.js';
+import { flatHeaders, inlineText, pollUrl } from './result-view.js';
+
+export interface JobPollDeps {
+  sql: Sql;
+  snapshot: () => Snapshot;
+  /** Unix ms; key expiry is checked against it. */
+  clock: () => number;
+  poolDomain: string;
+  lockApiUrl: () => string;
+}
+
+export interface JobRoute {
+  /** Pool subdomain label, lower-cased. */
+  pool: string;
+  id: string;
+  result: boolean;
+}
+
+export interface PollRequest {
+  method: string;
+  path: string;
+  /** Names lower-case. */
+  headers: Record<string, string>;
+  clientAddress: string;
+}
+
+export interface PollAnswer {
+  status: number;
+  headers: Array<[string, string]>;
+  body: Buffer;
+}
+
+const LABEL = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
+
+/** `/pools/{pool}/jobs/{id}` or `…/result` (one trailing slash tolerated); null for any other path. */
+export function matchJobRoute(path: string): JobRoute | null {
+  const parts = (path.endsWith('/') ? path.slice(0, -1) : path).split('/');
+  if (parts[0] !== '' || parts[1] !== 'pools' || parts[3] !== 'jobs' || parts.length < 5 || parts.length > 6) return null;
+  const pool = parts[2]!.toLowerCase();
+  if (!LABEL.test(pool)) return null;
+  if (parts.length === 6 && parts[5] !== 'result') return null;
+  return { pool, id: parts[4]!, result: parts.length === 6 };
+}
+
+const json = (status: number, value: unknown, extra: Array<[string, string]> = []): PollAnswer => ({
+  status,
+  headers: [['content-type', 'application/json'], ['cache-control', 'no-store'], ...extra],
+  body: Buffer.from(JSON.stringify(value)),
+});
+const error = (status: number, code: string, message: string, extra: Array<[string, string]> = []) => json(status, { error: code, message }, extra);
+
+/** The poll answer's JSON (documented in docs/decisions/jobs.md). */
+export function jobJson(job: JobView, poolHost: string, poll: string): Record<string, unknown> {
+  let result: Record<string, unknown> | null = null;
+  if (job.result) {
+    const text = inlineText(job.result.body);
+    result = {
+      status: job.result.status,
+      headers: flatHeaders(job.result.headers),
+      ...(text === null ? {} : { body: text }),
+      truncated: job.result.truncated,
+      result_url: `${poll}/result`,
+    };
+  }
+  return {
+    id: job.id,
+    status: job.status,
+    reason: job.reason,
+    pool: poolHost,
+    attempts: job.attempts,
+    created_at: job.createdAt,
+    completed_at: job.completedAt,
+    error: job.error,
+    result,
+  };
+}
+
+/** Answers one poll request; authentication is the pool's (key in X-Service-Key or Bearer). */
+export async function answerJobPoll(deps: JobPollDeps, route: JobRoute, req: PollRequest): Promise<PollAnswer> {
+  if (req.method !== 'GET' && req.method !== 'HEAD') return error(405, 'method_not_allowed', 'jobs are read with GET', [['allow', 'GET, HEAD']]);
+  const snapshot = deps.snapshot();
+  const pool = snapshot.pools.get(route.pool);
+  if (!pool || pool.backend !== 'http') return error(404, 'not_found', 'no such pool');
+  const ex: Exchange = {
+    method: req.method,
+    path: req.path,
+    query: '',
+    headers: req.headers,
+    clientAddress: req.clientAddress,
+    snapshot,
+    startedAt: performance.now(),
+    pool,
+    key: null,
+    keyInAuthorization: false,
+    admission: null,
+    permit: null,
+    waited: false,
+    queuedMs: 0,
+    upstreamMs: null,
+    settled: false,
+  };
+  const refused = authenticateGate(deps.clock)(ex);
+  if (refused) return error(refused.status, refused.error, refused.message);
+  // An id that cannot be a job id, or a job of another pool, is simply not found.
+  const job = isJobId(route.id) ? await findJob(deps.sql, pool.id, route.id) : null;
+  if (!job) return error(404, 'not_found', 'no such job');
+  const poll = pollUrl(deps.lockApiUrl(), pool.subdomain, job.id);
+  if (!route.result) return json(200, jobJson(job, `${pool.subdomain}.${deps.poolDomain}`, poll));
+  if (!job.result) {
+    const done = job.status === 'failed' || job.status === 'expired';
+    return error(409, done ? 'no_result' : 'not_ready', done ? `the job is ${job.status} and has no result` : `the job is ${job.status}; poll ${poll}`);
+  }
+  const headers: Array<[string, string]> = clientResponseHeaders(job.result.headers);
+  headers.push(['x-service-job-id', job.id], ['x-service-job-status', job.status]);
+  if (job.result.truncated) headers.push(['x-service-job-truncated', 'true']);
+  return { status: job.result.status, headers, body: job.result.body };
+}

@@ -1,0 +1,277 @@
+// The job runner (worker role): for each pool with ready jobs it takes governor slots, claims one job per
+// slot (FOR UPDATE SKIP LOCKED, under a lease), forwards the stored request with the proxy's own
+// forwarding code, and stores the result with its terminal status and outbox event in one transaction.
+import type { Governor, Permit } from '../governor/governor.js';
+import type { Logger } from '../log.js';
+import { forwardBuffered, type Upstreams } from '../dataplane/forward.js';
+import type { PoolEntry, Snapshot } from '../dataplane/snapshot.js';
+import type { Queryable, Sql } from '../store/sql.js';
+import type { JobEvent } from './job-event.js';
+import {
+  claimJob,
+  expireJobs,
+  finishClaimed,
+  poolsWithReadyJobs,
+  recoverLapsed,
+  retryLater,
+  type ClaimedJob,
+  type SweptJob,
+} from './job-store.js';
+import { JOBS_CHANNEL, LEASE_MARGIN_MS, MAX_ATTEMPTS, RESULT_BODY_CAP, RUNNER_MAX_IN_FLIGHT, retryDelayMs } from './limits.js';
+import { httpDetail, resultUrl } from './result-view.js';
+
+export type EnqueueJobEvent = (tx: Queryable, event: JobEvent) => Promise<number>;
+
+export interface JobRunnerOptions {
+  sql: Sql;
+  governor: Governor;
+  /** The current config snapshot (pools with their origin, credential and settings). */
+  snapshot: () => Snapshot;
+  upstreams: Upstreams;
+  /** Writes the job's event to the webhook outbox, in the caller's transaction. */
+  enqueue: EnqueueJobEvent;
+  log: Logger;
+  poolDomain: string;
+  /** Public address of the lock/pool API (poll and result URLs). */
+  lockApiUrl: () => string;
+  /**
+   * This process holds the store alone (embedded store behind the data-dir lock): every `running` job
+   * at start was left by a crashed run and is recovered at once instead of after its lease.
+   */
+  exclusiveStore: boolean;
+  /** Fallback scan period (the NOTIFY on spill is the fast path). */
+  pollMs?: number;
+  /** Period of the expiry and lease-recovery sweep. */
+  sweepMs?: number;
+}
+
+export class JobRunner {
+  readonly #o: JobRunnerOptions;
+  #inFlight = 0;
+  readonly #running = new Set<Promise<void>>();
+  /** Pools being pumped, and pools asked to pump again when the current pump ends. */
+  readonly #pumping = new Set<number>();
+  readonly #again = new Set<number>();
+  /** Pools with a runner waiter in the governor queue (at most one each). */
+  readonly #waiting = new Map<number, AbortController>();
+  #scanning: Promise<void> | null = null;
+  #scanAgain = false;
+  #timers: NodeJS.Timeout[] = [];
+  #unlisten: (() => Promise<void>) | null = null;
+  #closed = false;
+
+  constructor(opts: JobRunnerOptions) {
+    this.#o = opts;
+  }
+
+  /** Recovers what a crashed run left, then follows NOTIFY and the timers. */
+  async start(): Promise<void> {
+    await this.sweep(this.#o.exclusiveStore);
+    this.#unlisten = await this.#o.sql.listen(JOBS_CHANNEL, (payload) => this.wake(Number(payload)));
+    const scan = setInterval(() => this.wake(), this.#o.pollMs ?? 1000);
+    const sweep = setInterval(() => void this.sweep(false), this.#o.sweepMs ?? 1000);
+    scan.unref();
+    sweep.unref();
+    this.#timers = [scan, sweep];
+    this.wake();
+  }
+
+  /** Jobs running now. */
+  get inFlight(): number {
+    return this.#inFlight;
+  }
+
+  /** Looks for work: for one pool, or (no argument) every pool with ready jobs. */
+  wake(poolId?: number): void {
+    if (this.#closed) return;
+    if (poolId !== undefined && Number.isInteger(poolId) && poolId > 0) {
+      void this.#pump(poolId);
+      return;
+    }
+    if (this.#scanning) {
+      this.#scanAgain = true;
+      return;
+    }
+    this.#scanning = (async () => {
+      try {
+        do {
+          this.#scanAgain = false;
+          const pools = await poolsWithReadyJobs(this.#o.sql);
+          for (const id of pools) void this.#pump(id);
+        } while (this.#scanAgain && !this.#closed);
+      } catch (err) {
+        this.#o.log.error({ err }, 'job scan failed; retried on the next tick');
+      } finally {
+        this.#scanning = null;
+      }
+    })();
+  }
+
+  /** Expires queued jobs past their TTL and recovers lapsed leases, each with its events. */
+  async sweep(recoverAll: boolean): Promise<void> {
+    try {
+      for (;;) {
+        const swept = await this.#o.sql.transaction(async (tx) => {
+          const expired = await expireJobs(tx, 200);
+          const { requeued, failed } = await recoverLapsed(tx, MAX_ATTEMPTS, recoverAll, 500);
+          for (const j of [...expired, ...failed]) await this.#o.enqueue(tx, this.#sweptEvent(j));
+          return expired.length + failed.length + requeued;
+        });
+        if (swept === 0 || this.#closed) break;
+        this.wake();
+      }
+    } catch (err) {
+      this.#o.log.error({ err }, 'job sweep failed; retried on the next tick');
+    }
+  }
+
+  #sweptEvent(j: SweptJob): JobEvent {
+    return {
+      jobId: j.id,
+      poolId: j.poolId,
+      poolHost: `${j.subdomain}.${this.#o.poolDomain}`,
+      status: j.status,
+      reason: j.reason,
+      createdAt: j.createdAt,
+      completedAt: j.completedAt,
+    };
+  }
+
+  /** A pool that can run jobs now: active, http, with an origin. Others keep their jobs until TTL. */
+  #pool(poolId: number): PoolEntry | null {
+    for (const p of this.#o.snapshot().pools.values()) {
+      if (p.id === poolId) return p.status === 'active' && p.backend === 'http' && p.origin !== null ? p : null;
+    }
+    return null;
+  }
+
+  /** Takes free slots of the pool and starts one claimed job per slot, until slots or jobs run out. */
+  async #pump(poolId: number): Promise<void> {
+    if (this.#pumping.has(poolId)) {
+      this.#again.add(poolId);
+      return;
+    }
+    this.#pumping.add(poolId);
+    try {
+      do {
+        this.#again.delete(poolId);
+        // A wake that arrives while this pump runs (a job spilled meanwhile) makes it look once more.
+        while (!this.#closed && this.#inFlight < RUNNER_MAX_IN_FLIGHT) {
+          const pool = this.#pool(poolId);
+          if (!pool) break;
+          let a;
+          try {
+            a = this.#o.governor.acquire({ poolId, waitMs: 0 });
+          } catch (err) {
+            this.#o.log.error({ err, poolId }, 'governor acquire failed for a job');
+            break;
+          }
+          if (a instanceof Promise) a = await a;
+          if (!a.ok) {
+            // No free slot: stand in the pool's queue like a sync caller, so jobs get their FIFO turn.
+            this.#queueFor(pool);
+            break;
+          }
+          if (!(await this.#claimAndStart(pool, a.permit))) break;
+        }
+      } while (this.#again.has(poolId) && !this.#closed);
+    } finally {
+      this.#pumping.delete(poolId);
+    }
+  }
+
+  /** One waiter per pool in the governor queue; a grant claims a job and pumps again. */
+  #queueFor(pool: PoolEntry): void {
+    if (this.#waiting.has(pool.id) || this.#closed) return;
+    const abort = new AbortController();
+    this.#waiting.set(pool.id, abort);
+    void (async () => {
+      try {
+        const a = await this.#o.governor.acquire({ poolId: pool.id, waitMs: pool.settings.queueTimeoutMs, signal: abort.signal });
+        this.#waiting.delete(pool.id);
+        if (!a.ok) return;
+        if (this.#closed) {
+          a.permit.release({ dropped: true });
+          return;
+        }
+        if (await this.#claimAndStart(pool, a.permit)) void this.#pump(pool.id);
+      } catch (err) {
+        this.#waiting.delete(pool.id);
+        this.#o.log.error({ err, poolId: pool.id }, 'governor wait failed for a job');
+      }
+    })();
+  }
+
+  /** Claims the pool's next job for the permit and runs it; false (permit released) when there is none. */
+  async #claimAndStart(pool: PoolEntry, permit: Permit): Promise<boolean> {
+    let job: ClaimedJob | null;
+    try {
+      job = await claimJob(this.#o.sql, pool.id, pool.settings.requestTimeoutMs + LEASE_MARGIN_MS);
+    } catch (err) {
+      this.#o.log.error({ err, poolId: pool.id }, 'job claim failed');
+      job = null;
+    }
+    if (!job) {
+      permit.release({ dropped: true });
+      return false;
+    }
+    this.#inFlight++;
+    const run = this.#run(pool, job, permit).finally(() => {
+      this.#inFlight--;
+      this.#running.delete(run);
+      // A slot came back: the pool may have more jobs.
+      if (!this.#closed) void this.#pump(pool.id);
+    });
+    this.#running.add(run);
+    return true;
+  }
+
+  async #run(pool: PoolEntry, job: ClaimedJob, permit: Permit): Promise<void> {
+    const r = await forwardBuffered(this.#o.upstreams, pool, job.request, RESULT_BODY_CAP);
+    permit.release(r.upstream);
+    try {
+      if (r.ok) {
+        await this.#o.sql.transaction(async (tx) => {
+          const done = await finishClaimed(tx, job, 'completed', r.response, null);
+          if (!done) return; // The lease lapsed and the job was taken again: that run reports it.
+          await this.#o.enqueue(tx, {
+            ...this.#event(pool, job, 'completed', done.completedAt),
+            detail: httpDetail(r.response, resultUrl(this.#o.lockApiUrl(), pool.subdomain, job.id)),
+          });
+        });
+      } else if (job.attempts < MAX_ATTEMPTS) {
+        await retryLater(this.#o.sql, job, retryDelayMs(job.attempts), r.error);
+      } else {
+        await this.#o.sql.transaction(async (tx) => {
+          const done = await finishClaimed(tx, job, 'failed', null, r.error);
+          if (done) await this.#o.enqueue(tx, this.#event(pool, job, 'failed', done.completedAt));
+        });
+      }
+    } catch (err) {
+      // The store refused the outcome: the lease lapses and the job runs again (at-least-once).
+      this.#o.log.error({ err, jobId: job.id }, 'storing a job result failed; the job will be recovered after its lease');
+    }
+  }
+
+  #event(pool: PoolEntry, job: ClaimedJob, status: 'completed' | 'failed', completedAt: number): JobEvent {
+    return {
+      jobId: job.id,
+      poolId: pool.id,
+      poolHost: `${pool.subdomain}.${this.#o.poolDomain}`,
+      status,
+      reason: job.reason,
+      createdAt: job.createdAt,
+      completedAt,
+    };
+  }
+
+  /** Stops taking jobs and lets running ones finish (their leases cover them if the process dies). */
+  async close(): Promise<void> {
+    this.#closed = true;
+    for (const t of this.#timers) clearInterval(t);
+    for (const a of this.#waiting.values()) a.abort();
+    await this.#unlisten?.().catch(() => {});
+    await this.#scanning?.catch(() => {});
+    await Promise.allSettled([...this.#running]);
+  }
+}
