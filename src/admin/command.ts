@@ -26,6 +26,8 @@ export interface AdminResult {
 export interface Command {
   usage: string;
   options: NonNullable<ParseArgsConfig['options']>;
+  /** The option one bare word fills (e.g. `pool show <subdomain>` fills --pool); absent: no bare words. */
+  positional?: string;
   run(values: Record<string, string | boolean | undefined>, deps: AdminDeps): Promise<unknown>;
 }
 

@@ -7,6 +7,7 @@ import { CHANGE_CHANNEL } from '../store/sql.js';
 import { AdminUsageError, intOption, need, oneOf, teamOf, type AdminDeps, type AdminResult, type Command } from './command.js';
 import { webhookCommands } from './webhook-commands.js';
 import { budgetCommands } from './budget-commands.js';
+import { poolCommands } from './pool-commands.js';
 import {
   PLANS,
   ROLES,
@@ -128,6 +129,7 @@ export const commands: Record<string, Command> = {
 
   ...webhookCommands,
   ...budgetCommands,
+  ...poolCommands,
 };
 
 export function helpText(): string {
@@ -147,7 +149,11 @@ export async function runAdmin(argv: readonly string[], deps: AdminDeps): Promis
   for (const w of name.split(' ')) rest.splice(rest.indexOf(w), 1);
   if (rest.includes('--help') || rest.includes('-h')) return { code: 0, stdout: `usage: poolgate ${cmd.usage}\n`, stderr: '' };
   try {
-    const { values } = parseArgs({ args: rest, options: cmd.options, strict: true, allowPositionals: false });
+    const { values, positionals } = parseArgs({ args: rest, options: cmd.options, strict: true, allowPositionals: cmd.positional !== undefined });
+    if (cmd.positional !== undefined && positionals.length > 0) {
+      if (positionals.length > 1) throw new AdminUsageError(`unexpected arguments: ${positionals.slice(1).join(' ')}`);
+      (values as Record<string, unknown>)[cmd.positional] ??= positionals[0];
+    }
     const out = await cmd.run(values as Record<string, string | boolean | undefined>, deps);
     return { code: 0, stdout: JSON.stringify(out) + '\n', stderr: '' };
   } catch (err) {

@@ -20,6 +20,7 @@ import { intakeRoutes } from './intake.js';
 import { webhookRoutes } from './webhooks.js';
 import { keyRoutes } from './keys.js';
 import { metricsRoutes } from './metrics.js';
+import { settingsRoutes } from './settings.js';
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv;
 
@@ -177,6 +178,7 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
   webhookRoutes(app, ctx);
   keyRoutes(app, ctx);
   metricsRoutes(app, ctx);
+  settingsRoutes(app, ctx);
 
   await app.ready();
   return app;

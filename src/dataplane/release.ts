@@ -22,6 +22,8 @@ export interface RequestRecord {
 /** Where per-pool counters and histograms go; the request path only calls this. */
 export interface DataplaneMetrics {
   record(r: RequestRecord): void;
+  /** One policy refusal (stage 4), by pool, policy and reason. */
+  policyRefused?(pool: string, policy: string, reason: string): void;
 }
 
 export interface Settlement {

@@ -19,7 +19,9 @@ import { acceptJob, asyncEligible, asyncRequested, JOB_TOO_LARGE, tooLargeForJob
 import type { JobReason } from '../jobs/job-event.js';
 import { routeGate } from './route.js';
 import { scopeGate } from './scope.js';
-import { poolLimits, SnapshotSource } from './snapshot.js';
+import { poolLimits, SnapshotSource, type PoolEntry } from './snapshot.js';
+import { Policies } from '../policies/index.js';
+import { policyStage } from '../policies/dataplane-stage.js';
 
 export interface DataplaneOptions {
   config: Config;
@@ -48,6 +50,8 @@ function hasBody(headers: Record<string, string>): boolean {
 export class Dataplane {
   readonly governor: Governor;
   readonly snapshots: SnapshotSource;
+  /** Stage 4's compiled per-pool policies, shared with the lock API (policiesGate). */
+  readonly policies: Policies;
   #port = 0;
   readonly #opts: DataplaneOptions;
   readonly #app: TemplatedApp;
@@ -71,6 +75,11 @@ export class Dataplane {
     this.#release = releaseStage(opts.metrics ?? null, this.#accessLog);
     // Stage 4 (policies: IP allowlist, HMAC, JWT) joins this chain between scope and admit.
     this.#gates = [routeGate(opts.config.poolDomain), authenticateGate(clock), scopeGate()];
+    this.policies = new Policies({
+      config: { redisUrl: opts.config.redisUrl, trustedProxies: opts.config.trustedProxies.split(',').map((c) => c.trim()).filter(Boolean) },
+      clock,
+      onRefusal: (pool, policy, reason) => opts.metrics?.policyRefused?.(pool, policy, reason),
+    });
     this.snapshots = new SnapshotSource({
       sql: opts.sql,
       box: opts.box,
@@ -178,6 +187,9 @@ export class Dataplane {
       const r = gate(ex);
       if (r !== null) return stop(r);
     }
+    // Stage 4, policies (src/policies): before a slot; a signed body is read whole first, to be hashed.
+    const stage4 = policyStage(this.policies, ex, bodyPresent ? (h) => res.onData(h) : null);
+    if (stage4.refusal !== null) return stop(stage4.refusal);
     if (this.#bodyLimit > 0 && Number(headers['content-length'] ?? 0) > this.#bodyLimit) {
       return stop(reply(413, 'payload_too_large', `request body exceeds ${this.#bodyLimit} bytes`));
     }
@@ -187,8 +199,37 @@ export class Dataplane {
     const asyncPool = this.#opts.jobs && asyncEligible(ex.pool!) ? ex.pool! : null;
     if (asyncPool && asyncRequested(headers) && tooLargeForJob(headers)) return stop(JOB_TOO_LARGE);
 
-    const body = bodyPresent ? new RequestBody(client, (h) => res.onData(h), this.#bodyLimit) : null;
-    if (asyncPool && asyncRequested(headers)) return this.#toJob(ex, client, body, 'requested');
+    const body = bodyPresent ? new RequestBody(client, stage4.onData ?? ((h) => res.onData(h)), this.#bodyLimit) : null;
+    if (stage4.pending !== null) return this.#afterPolicies(stage4.pending, ex, client, body, () => this.#admitStage(ex, client, body, wait, asyncPool));
+    this.#admitStage(ex, client, body, wait, asyncPool);
+  }
+
+  /** Waits for an async policy verdict (JWT, signed body, Redis nonces), then refuses or goes on. */
+  #afterPolicies(pending: Promise<Reply | null>, ex: Exchange, client: ClientResponse, body: RequestBody | null, go: () => void): void {
+    let deciding = true;
+    client.onAbort(() => {
+      if (deciding) this.#settle(ex, { outcome: 'client_aborted', status: 0 });
+    });
+    pending
+      .then((r) => {
+        deciding = false;
+        if (ex.settled || !client.open) return;
+        if (r === null) return go();
+        body?.release();
+        client.sendReply(r, null, body !== null && !body.complete);
+        this.#settle(ex, { outcome: r.error, status: r.status });
+      })
+      .catch((err: unknown) => {
+        deciding = false;
+        this.#opts.log.error({ err }, 'data plane policies stage failed');
+        if (client.open) client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
+        this.#settle(ex, { outcome: 'internal_error', status: 500 });
+      });
+  }
+
+  /** Stage 5 on: a job when the request asks for one, else a slot. */
+  #admitStage(ex: Exchange, client: ClientResponse, body: RequestBody | null, wait: number, asyncPool: PoolEntry | null): void {
+    if (asyncPool && asyncRequested(ex.headers)) return this.#toJob(ex, client, body, 'requested');
     const abort = new AbortController();
     client.onAbort(() => abort.abort());
     const a = admit(this.governor, ex, asyncPool?.asyncOnQueue ? 0 : wait, abort.signal);
@@ -299,6 +340,7 @@ export class Dataplane {
       // Drops idle keep-alive connections too (present at runtime, missing from the typings).
       (this.#app as TemplatedApp & { close(): void }).close();
       await this.#upstreams.close(this.#inFlight > 0);
+      await this.policies.close();
       await this.#accessLog.close();
     })();
     return this.#closing;

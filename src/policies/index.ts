@@ -1,0 +1,136 @@
+// The policies stage (stage 4): each pool's policies compiled once from its settings and run in a
+// fixed order (access proxy, IP allowlist, HMAC, JWT) after key auth and scope, before a slot is taken.
+// The data plane and the lock API both run it; each refusal is counted by pool, policy and reason.
+import type { Config } from '../config/schema.js';
+import type { PoolEntry } from '../dataplane/snapshot.js';
+import type { PoolSettings } from '../store/pool-settings.js';
+import { accessProxyPolicy } from './access-proxy.js';
+import { CidrList } from './cidr.js';
+import { clientAddress } from './client-address.js';
+import { hmacPolicy } from './hmac.js';
+import { ipAllowlistPolicy } from './ip-allowlist.js';
+import { jwtPolicy } from './jwt.js';
+import { MemoryNonceStore, RedisNonceStore, type NonceStore } from './nonce-store.js';
+import { refuse, type Policy, type PolicyRefusal, type PolicyRequest, type Verdict } from './policy.js';
+
+export type { PolicyRefusal, PolicyRequest, Verdict } from './policy.js';
+
+/** The compiled policies of one pool. */
+export interface PoolPolicies {
+  readonly policies: readonly Policy[];
+  /** HMAC is on: the whole body must be read (up to bodyLimit) before checking. */
+  readonly needsBody: boolean;
+  readonly bodyLimit: number;
+}
+
+const NONE: PoolPolicies = { policies: [], needsBody: false, bodyLimit: 0 };
+
+/** The settings that shape a pool's policies (a change to anything else keeps the compiled ones). */
+function policyKey(s: PoolSettings): string {
+  return JSON.stringify([s.ipAllowlist, s.accessProxy, s.originSigning, s.signatureWindowSec, s.signedBodyLimit, s.jwt]);
+}
+
+export interface PoliciesOptions {
+  config: Pick<Config, 'redisUrl'> & { trustedProxies?: readonly string[] };
+  clock?: () => number;
+  /** Called once per refusal (the Prometheus counter). */
+  onRefusal?: (pool: string, policy: string, reason: string) => void;
+  /** Replaces the nonce store the config implies (tests). */
+  nonces?: NonceStore;
+}
+
+export class Policies {
+  readonly #byPool = new Map<number, { settings: PoolSettings; key: string; compiled: PoolPolicies }>();
+  readonly #trusted: CidrList;
+  readonly #clock: () => number;
+  readonly #onRefusal: PoliciesOptions['onRefusal'];
+  readonly #nonceOpts: PoliciesOptions;
+  #nonces: NonceStore | null;
+
+  constructor(opts: PoliciesOptions) {
+    this.#trusted = new CidrList(opts.config.trustedProxies ?? []);
+    this.#clock = opts.clock ?? Date.now;
+    this.#onRefusal = opts.onRefusal;
+    this.#nonces = opts.nonces ?? null;
+    this.#nonceOpts = opts;
+  }
+
+  /** Created on first use, so a node with no signed pools opens no Redis connection. */
+  #nonceStore(): NonceStore {
+    this.#nonces ??= this.#nonceOpts.config.redisUrl ? new RedisNonceStore(this.#nonceOpts.config.redisUrl) : new MemoryNonceStore({ clock: this.#clock });
+    return this.#nonces;
+  }
+
+  /** The pool's compiled policies; recompiled only when a policy setting changed. */
+  forPool(pool: PoolEntry): PoolPolicies {
+    const hit = this.#byPool.get(pool.id);
+    if (hit && hit.settings === pool.settings) return hit.compiled;
+    const key = policyKey(pool.settings);
+    if (hit && hit.key === key) {
+      hit.settings = pool.settings;
+      return hit.compiled;
+    }
+    const compiled = this.#compile(pool);
+    this.#byPool.set(pool.id, { settings: pool.settings, key, compiled });
+    return compiled;
+  }
+
+  #compile(pool: PoolEntry): PoolPolicies {
+    const s = pool.settings;
+    const list: Policy[] = [];
+    try {
+      if (s.accessProxy) list.push(accessProxyPolicy(s.accessProxy));
+      if (s.ipAllowlist.length > 0) list.push(ipAllowlistPolicy(s.ipAllowlist));
+      if (s.originSigning) list.push(hmacPolicy({ windowSec: s.signatureWindowSec, nonces: this.#nonceStore(), clock: this.#clock }));
+      if (s.jwt) list.push(jwtPolicy(s.jwt));
+    } catch (err) {
+      // Settings are validated on write; one that cannot compile (a hand edit) closes the pool, never opens it.
+      const broken = refuse(503, 'ip_allowlist', 'misconfigured', `the pool's policies cannot be applied: ${(err as Error).message}`);
+      return { policies: [{ name: 'ip_allowlist', check: () => broken }], needsBody: false, bodyLimit: 0 };
+    }
+    if (list.length === 0) return NONE;
+    return { policies: list, needsBody: s.originSigning, bodyLimit: s.signedBodyLimit };
+  }
+
+  /** The address policies judge for a connection from `peer`. */
+  clientAddress(peer: string, headers: Readonly<Record<string, string>>): string {
+    return clientAddress(peer, headers['x-forwarded-for'], this.#trusted);
+  }
+
+  /**
+   * Runs the policies in order; synchronous until one needs to wait (JWT, Redis nonces), then a promise.
+   * `from` skips the first policies (already passed).
+   */
+  run(compiled: PoolPolicies, req: PolicyRequest, body: Buffer | null, from = 0): Verdict | Promise<Verdict> {
+    for (let i = from; i < compiled.policies.length; i++) {
+      const v = compiled.policies[i]!.check(req, body);
+      if (v instanceof Promise) {
+        return v.then((r) => (r !== null ? this.#refused(req, r) : this.run(compiled, req, body, i + 1)));
+      }
+      if (v !== null) return this.#refused(req, v);
+    }
+    return null;
+  }
+
+  #refused(req: PolicyRequest, r: PolicyRefusal): PolicyRefusal {
+    this.#onRefusal?.(req.pool.subdomain, r.policy, r.reason);
+    return r;
+  }
+
+  async close(): Promise<void> {
+    await this.#nonces?.close();
+  }
+}
+
+/**
+ * For the lock API's chain: a gate that runs a pool's policies on one acquire. `body` is the raw
+ * request body (needed when the pool signs requests). A refusal maps to 403 `unauthorized` (allowlist,
+ * access proxy) or 401 `unauthorized` (signature, nonce replay, JWT); 413/503 keep their status.
+ */
+export function policiesGate(policies: Policies) {
+  return (req: Omit<PolicyRequest, 'client'>, body: Buffer | null): Verdict | Promise<Verdict> => {
+    const compiled = policies.forPool(req.pool);
+    if (compiled.policies.length === 0) return null;
+    return policies.run(compiled, { ...req, client: policies.clientAddress(req.peer, req.headers) }, body);
+  };
+}

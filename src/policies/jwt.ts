@@ -1,0 +1,86 @@
+// JWT policy (jose): the token from `Authorization: Bearer` (when the pool key travels in X-Service-Key)
+// or a configured header, verified against a JWKS URL (cached, refetched on an unknown kid) or static
+// keys, with issuer, audience, required claims and a bounded clock skew.
+import type { KeyObject } from 'node:crypto';
+import { createRemoteJWKSet, errors, jwtVerify, type JWTVerifyGetKey, type JWTVerifyOptions } from 'jose';
+import type { JwtPolicy } from '../store/pool-settings.js';
+import { importStaticKey } from './jwt-keys.js';
+import { refuse, type Policy, type PolicyRefusal, type PolicyRequest, type Verdict } from './policy.js';
+
+export const DEFAULT_JWT_HEADER = 'authorization';
+export const DEFAULT_CLOCK_SKEW_SEC = 30;
+
+const MISSING = refuse(401, 'jwt', 'missing_token', 'a JWT is required on this pool');
+const KEY_IN_AUTHORIZATION = refuse(401, 'jwt', 'missing_token', 'the JWT goes in Authorization here: send the pool key in X-Service-Key');
+const EXPIRED = refuse(401, 'jwt', 'expired', 'the JWT has expired');
+const BAD_CLAIMS = refuse(401, 'jwt', 'invalid_claims', 'the JWT claims are not accepted (issuer, audience, required claims or time)');
+const BAD_SIGNATURE = refuse(401, 'jwt', 'bad_signature', 'the JWT signature does not verify');
+const BAD_TOKEN = refuse(401, 'jwt', 'bad_token', 'the JWT is malformed or uses an algorithm this pool does not accept');
+const JWKS_DOWN = refuse(503, 'jwt', 'jwks_unavailable', 'the JWT signing keys cannot be fetched right now');
+
+const BEARER = /^bearer[ \t]+(\S+)[ \t]*$/i;
+const JWS_COMPACT = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
+
+function refusalOf(err: unknown): PolicyRefusal {
+  if (err instanceof errors.JWTExpired) return EXPIRED;
+  if (err instanceof errors.JWTClaimValidationFailed) return BAD_CLAIMS;
+  if (err instanceof errors.JWSSignatureVerificationFailed || err instanceof errors.JWKSNoMatchingKey || err instanceof errors.JWKSMultipleMatchingKeys) return BAD_SIGNATURE;
+  if (err instanceof errors.JWKSTimeout || err instanceof errors.JWKSInvalid) return JWKS_DOWN;
+  // jose raises plain errors (TypeError, fetch failures) when the JWKS endpoint is unreachable.
+  if (!(err instanceof errors.JOSEError)) return JWKS_DOWN;
+  return BAD_TOKEN;
+}
+
+export function jwtPolicy(cfg: JwtPolicy): Policy {
+  const header = cfg.header ?? DEFAULT_JWT_HEADER;
+  const options: JWTVerifyOptions = {
+    issuer: cfg.issuer,
+    audience: cfg.audience,
+    algorithms: cfg.algorithms,
+    requiredClaims: cfg.requiredClaims,
+    clockTolerance: cfg.clockSkewSec ?? DEFAULT_CLOCK_SKEW_SEC,
+  };
+  const remote: JWTVerifyGetKey | null = cfg.jwksUrl ? createRemoteJWKSet(new URL(cfg.jwksUrl), { timeoutDuration: 5000, cooldownDuration: 30_000 }) : null;
+  // Static keys are tried in order (no kid to choose by): the first that verifies wins.
+  const keys: KeyObject[] = (cfg.keys ?? []).map((k) => importStaticKey(k));
+
+  async function verify(token: string): Promise<Verdict> {
+    if (remote) {
+      try {
+        await jwtVerify(token, remote, options);
+        return null;
+      } catch (err) {
+        return refusalOf(err);
+      }
+    }
+    let last: PolicyRefusal = BAD_SIGNATURE;
+    for (const k of keys) {
+      try {
+        await jwtVerify(token, k, options);
+        return null;
+      } catch (err) {
+        last = refusalOf(err);
+        // Only a signature mismatch means "try the next key"; anything else is the token's fault.
+        if (last !== BAD_SIGNATURE && last !== BAD_TOKEN) return last;
+      }
+    }
+    return last;
+  }
+
+  return {
+    name: 'jwt',
+    check(req: PolicyRequest): Verdict | Promise<Verdict> {
+      let token: string | undefined;
+      const raw = req.headers[header];
+      if (header === 'authorization') {
+        if (req.keyInAuthorization) return KEY_IN_AUTHORIZATION;
+        token = raw === undefined ? undefined : BEARER.exec(raw)?.[1];
+      } else if (raw !== undefined) {
+        token = BEARER.exec(raw)?.[1] ?? raw.trim();
+      }
+      if (!token) return MISSING;
+      if (!JWS_COMPACT.test(token)) return BAD_TOKEN;
+      return verify(token);
+    },
+  };
+}
