@@ -76,6 +76,19 @@ interface KeyRow {
   expires_at: Date | string | null;
 }
 
+/** The pool_keys columns a KeyEntry is made from (the full load and the point update read the same). */
+const KEY_COLUMNS = 'k.id, k.pool_id, k.key_hash, k.access, k.expires_at';
+
+/** One key's snapshot entry from its row. */
+function keyEntry(row: KeyRow): KeyEntry {
+  return {
+    id: row.id,
+    poolId: row.pool_id,
+    access: row.access,
+    expiresAt: row.expires_at === null ? null : new Date(row.expires_at).getTime(),
+  };
+}
+
 /** Reads one consistent snapshot of everything the data plane needs. */
 export async function loadSnapshot(db: Queryable, box: SecretBox, now: number, log: Logger): Promise<Snapshot> {
   await db.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY');
@@ -91,7 +104,7 @@ export async function loadSnapshot(db: Queryable, box: SecretBox, now: number, l
       WHERE p.status <> 'deleted'`,
   );
   const keys = await db.query<KeyRow>(
-    `SELECT k.id, k.pool_id, k.key_hash, k.access, k.expires_at
+    `SELECT ${KEY_COLUMNS}
        FROM pool_keys k JOIN pools p ON p.id = k.pool_id
       WHERE p.status <> 'deleted' AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > $1)`,
     [new Date(now)],
@@ -146,14 +159,7 @@ export async function loadSnapshot(db: Queryable, box: SecretBox, now: number, l
     });
   }
   const keyMap = new Map<string, KeyEntry>();
-  for (const row of keys.rows) {
-    keyMap.set(row.key_hash, {
-      id: row.id,
-      poolId: row.pool_id,
-      access: row.access,
-      expiresAt: row.expires_at === null ? null : new Date(row.expires_at).getTime(),
-    });
-  }
+  for (const row of keys.rows) keyMap.set(row.key_hash, keyEntry(row));
   return {
     pools: poolMap,
     keys: keyMap,
@@ -178,26 +184,79 @@ export function poolLimits(snapshot: Snapshot): PoolLimits[] {
   return out;
 }
 
+interface KeyStateRow extends KeyRow {
+  revoked_at: Date | string | null;
+  pool_status: string;
+}
+
+/**
+ * Applies `key:<id>` notifications to a snapshot's key map in place: each named key is read whatever its
+ * state and is then present (live) or absent (revoked, expired, pool deleted, gone). One query per batch.
+ */
+export async function applyKeyChanges(db: Queryable, keys: Map<string, KeyEntry>, ids: readonly number[], box: SecretBox, now: number, log: Logger): Promise<void> {
+  const { rows } = await db.query<KeyStateRow>(
+    `SELECT ${KEY_COLUMNS}, k.revoked_at, p.status AS pool_status
+       FROM pool_keys k JOIN pools p ON p.id = k.pool_id
+      WHERE k.id = ANY($1::int4[])`,
+    [ids],
+  );
+  const seen = new Set<number>();
+  for (const row of rows) {
+    seen.add(row.id);
+    const live = row.revoked_at === null && row.pool_status !== 'deleted' && (row.expires_at === null || new Date(row.expires_at).getTime() > now);
+    if (live) keys.set(row.key_hash, keyEntry(row));
+    else if (keys.get(row.key_hash)?.id === row.id) keys.delete(row.key_hash);
+  }
+  // A row that no longer exists: find its entry by id (rare, so a scan is fine).
+  if (seen.size < ids.length) {
+    const gone = new Set(ids.filter((id) => !seen.has(id)));
+    for (const [hash, entry] of keys) if (gone.has(entry.id)) keys.delete(hash);
+  }
+}
+
+/** What a change notification asks of the data plane. */
+type Change = { kind: 'key'; id: number } | { kind: 'none' } | { kind: 'full' };
+
+/** Kinds whose rows the snapshot does not hold: Control API tokens and webhook endpoints. */
+const NOT_IN_SNAPSHOT = new Set(['token', 'webhook']);
+
+export function parseChange(payload: string): Change {
+  const colon = payload.indexOf(':');
+  const kind = colon < 0 ? payload : payload.slice(0, colon);
+  const rest = colon < 0 ? '' : payload.slice(colon + 1);
+  if (kind === 'key' && /^\d{1,9}$/.test(rest)) return { kind: 'key', id: Number(rest) };
+  if (NOT_IN_SNAPSHOT.has(kind)) return { kind: 'none' };
+  return { kind: 'full' };
+}
+
 export interface SnapshotSourceOptions {
   sql: Sql;
   box: SecretBox;
   log: Logger;
   clock: () => number;
   resyncMs: number;
-  /** Called with each new snapshot, before the hot path sees it. */
+  /** Called with each new snapshot (full loads), before the hot path sees it. */
   onLoad: (snapshot: Snapshot) => void;
 }
 
 /**
- * Keeps `current` fresh. Reloads are coalesced: one load runs at a time and any number of
- * notifications that arrive meanwhile cause exactly one more. A failed load keeps the previous
- * snapshot and is retried by the next notification or resync.
+ * Keeps `current` fresh. A `key:<id>` notification is a point update of that key; any other kind the
+ * snapshot may hold (and the periodic resync) is a full reload. Work is coalesced: one load or update
+ * runs at a time, and what arrives meanwhile is done once after it — all pending keys in one query, any
+ * number of full requests as one reload. A failed load or update keeps the previous state; a failed
+ * point update falls back to a full reload.
  */
 export class SnapshotSource {
   current: Snapshot = EMPTY_SNAPSHOT;
+  /** Full reloads done (start-up, resync, non-key notifications); for tests and diagnostics. */
+  fullLoads = 0;
+  /** Key point updates done (batches) and keys they applied. */
+  keyUpdates = 0;
+  keysApplied = 0;
   readonly #opts: SnapshotSourceOptions;
   #running: Promise<void> | null = null;
-  #queued = false;
+  #fullQueued = false;
+  #pendingKeys = new Set<number>();
   #timer: NodeJS.Timeout | null = null;
   #unlisten: (() => Promise<void>) | null = null;
   #closed = false;
@@ -209,28 +268,51 @@ export class SnapshotSource {
   /** Loads the first snapshot (a failure here fails start-up), then follows the change feed. */
   async start(): Promise<void> {
     await this.#loadOnce();
-    this.#unlisten = await this.#opts.sql.listen(CHANGE_CHANNEL, () => void this.reload());
+    this.#unlisten = await this.#opts.sql.listen(CHANGE_CHANNEL, (payload) => void this.#onChange(payload));
     this.#timer = setInterval(() => void this.reload(), this.#opts.resyncMs);
     this.#timer.unref();
   }
 
-  /** Asks for a reload; resolves when a load that started after this call has finished. */
+  #onChange(payload: string): Promise<void> {
+    const change = parseChange(payload);
+    if (change.kind === 'none') return Promise.resolve();
+    if (change.kind === 'full') return this.reload();
+    this.#pendingKeys.add(change.id);
+    return this.#run();
+  }
+
+  /** Asks for a full reload; resolves when a load that started after this call has finished. */
   reload(): Promise<void> {
+    this.#fullQueued = true;
+    return this.#run();
+  }
+
+  /** Resolves when everything asked for so far is done. */
+  #run(): Promise<void> {
     if (this.#closed) return Promise.resolve();
-    if (this.#running) {
-      this.#queued = true;
-      return this.#running;
-    }
-    this.#running = (async () => {
+    this.#running ??= (async () => {
       try {
-        do {
-          this.#queued = false;
-          try {
-            await this.#loadOnce();
-          } catch (err) {
-            this.#opts.log.error({ err }, 'data plane snapshot reload failed; keeping the previous snapshot');
+        while (!this.#closed && (this.#fullQueued || this.#pendingKeys.size > 0)) {
+          if (this.#fullQueued) {
+            // A full load sees every key notified before it started (notifications follow commits).
+            this.#fullQueued = false;
+            this.#pendingKeys.clear();
+            try {
+              await this.#loadOnce();
+            } catch (err) {
+              this.#opts.log.error({ err }, 'data plane snapshot reload failed; keeping the previous snapshot');
+            }
+          } else {
+            const ids = [...this.#pendingKeys];
+            this.#pendingKeys.clear();
+            try {
+              await this.#applyKeys(ids);
+            } catch (err) {
+              this.#opts.log.error({ err }, 'data plane key update failed; reloading the whole snapshot');
+              this.#fullQueued = true;
+            }
           }
-        } while (this.#queued && !this.#closed);
+        }
       } finally {
         this.#running = null;
       }
@@ -238,10 +320,19 @@ export class SnapshotSource {
     return this.#running;
   }
 
+  async #applyKeys(ids: number[]): Promise<void> {
+    const { sql, box, log, clock } = this.#opts;
+    // The map belongs to the current snapshot; entries are replaced whole, never changed in place.
+    await applyKeyChanges(sql, this.current.keys as Map<string, KeyEntry>, ids, box, clock(), log);
+    this.keyUpdates++;
+    this.keysApplied += ids.length;
+  }
+
   async #loadOnce(): Promise<void> {
     const { sql, box, log, clock } = this.#opts;
     const snapshot = await sql.transaction((tx) => loadSnapshot(tx, box, clock(), log));
     if (this.#closed) return;
+    this.fullLoads++;
     this.#opts.onLoad(snapshot);
     this.current = snapshot;
   }
