@@ -44,7 +44,8 @@ export interface DelivererOptions {
   random?: () => number;
 }
 
-interface ClaimedRow {
+/** A claimed outbox row joined with its destination's current URL, secret and credential. */
+export interface ClaimedRow {
   id: string;
   webhook_endpoint_id: number;
   job_id: string;
@@ -88,7 +89,8 @@ export class Deliverer {
     this.#agent = new Agent({
       // One context for every connection (a per-connection `ca` re-parses every root at each handshake).
       connect: ca ? { secureContext: createSecureContext({ ca }) } : {},
-      connections: opts.perDestination,
+      // No per-origin connection cap: the in-flight caps above bound sends, and two destinations on one
+      // host (paths of one receiver) must not queue behind each other's hanging requests.
       keepAliveTimeout: 10_000,
       headersTimeout: this.#o.timeoutMs,
       bodyTimeout: this.#o.timeoutMs,

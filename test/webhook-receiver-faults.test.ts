@@ -1,0 +1,160 @@
+// Receivers that misbehave (spec: Delivery semantics 1 — timeouts, TLS errors and non-2xx are failures): one
+// that hangs, resets, redirects, answers 3xx/4xx/5xx, streams 1 GB back or is refused by the SSRF guard at
+// send time. Each is recorded as the right failure, none stalls deliveries to a healthy receiver, and the
+// process's memory stays flat.
+import t from 'tap';
+import { randomBytes } from 'node:crypto';
+import { startTestService } from './helpers/service.js';
+import { startReceiver, type Behaviour } from './helpers/receiver.js';
+import { enqueueJobEvent } from '../src/webhooks/outbox.js';
+import { Deliverer } from '../src/webhooks/deliverer.js';
+import { createLogger } from '../src/log.js';
+import type { JobEvent } from '../src/jobs/job-event.js';
+
+const receiver = await startReceiver();
+t.teardown(() => receiver.close());
+// One attempt per delivery (then given up), so each recorded attempt is easy to name.
+const svc = await startTestService({
+  overrides: { webhookCaFile: receiver.caFile, webhookMaxAttempts: 1, webhookConcurrency: 16 },
+});
+t.teardown(() => svc.close());
+const sql = svc.service.sql;
+const boot = await svc.bootstrap({ plan: 'team' });
+const hex = (n: number) => randomBytes(n).toString('hex');
+
+async function poolWithHook(path: string): Promise<{ pool: { id: number; host: string }; hookId: number }> {
+  const subdomain = `p-${hex(4)}`;
+  const { rows } = await sql.query<{ id: number }>(
+    `INSERT INTO pools (team_id, name, subdomain, backend, origin, origin_host, async_enabled)
+     VALUES ($1, $2, $2, 'http', 'https://api.example.test', 'api.example.test', true) RETURNING id`,
+    [boot.team.id, subdomain],
+  );
+  const res = await svc.api('POST', '/api/v1/webhooks', { token: boot.token, body: { name: `h-${hex(3)}`, url: `${receiver.url}${path}`, pool_ids: [rows[0]!.id] } });
+  if (res.status !== 201) throw new Error(`create webhook: ${res.status}`);
+  return { pool: { id: rows[0]!.id, host: `${subdomain}.${svc.config.poolDomain}` }, hookId: res.body.data.id };
+}
+
+const event = (pool: { id: number; host: string }): JobEvent => ({
+  jobId: `job_${hex(8)}`,
+  poolId: pool.id,
+  poolHost: pool.host,
+  status: 'completed',
+  reason: 'busy',
+  createdAt: Date.now() - 50,
+  completedAt: Date.now(),
+  detail: { kind: 'http', status: 200, headers: {}, body: 'done' },
+});
+const enqueue = (e: JobEvent) => sql.transaction((tx) => enqueueJobEvent(tx, e));
+
+async function attempts(hookId: number) {
+  const { rows } = await sql.query<{ result: string; http_status: number | null; error: string | null; latency_ms: number }>(
+    'SELECT result, http_status, error, latency_ms FROM webhook_delivery_attempts WHERE webhook_endpoint_id = $1 ORDER BY id',
+    [hookId],
+  );
+  return rows;
+}
+
+async function until<T>(what: string, fn: () => Promise<T | undefined | false>, timeoutMs = 20_000): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+t.test('hang, reset, redirect, 3xx/4xx/5xx are failures; a healthy receiver is served meanwhile', async (t) => {
+  const faults: Array<[string, Behaviour, RegExp, number | null]> = [
+    ['/hang', 'hang', /timeout/, null],
+    ['/reset', 'reset', /(ECONNRESET|socket|closed)/i, null],
+    ['/redirect', 'redirect', /redirect not followed/, 302],
+    ['/s301', { status: 301 }, /redirect not followed/, 301],
+    ['/s404', { status: 404 }, /HTTP 404/, 404],
+    ['/s410', { status: 410 }, /HTTP 410/, 410],
+    ['/s500', { status: 500 }, /HTTP 500/, 500],
+    ['/s503', { status: 503 }, /HTTP 503/, 503],
+  ];
+  const hooks = new Map<string, number>();
+  for (const [path, b] of faults) {
+    receiver.on(path, b);
+    const { pool, hookId } = await poolWithHook(path);
+    hooks.set(path, hookId);
+    // Four deliveries each: the hanging receiver takes its whole per-destination share of slots.
+    for (let i = 0; i < 4; i++) await enqueue(event(pool));
+  }
+  await receiver.waitFor('/hang', 4);
+  const hangingNow = receiver.active;
+  t.ok(hangingNow >= 4, `the hanging receiver holds requests open (${hangingNow} active)`);
+
+  // While those hang, a healthy destination's deliveries go through promptly.
+  const healthy = await poolWithHook('/healthy');
+  const started = Date.now();
+  for (let i = 0; i < 10; i++) await enqueue(event(healthy.pool));
+  const got = await receiver.waitFor('/healthy', 10, 4000);
+  const slowest = Math.max(...got.map((g) => g.at - started));
+  t.ok(slowest < 3000, `10 healthy deliveries within ${slowest} ms while another receiver hangs`);
+  t.equal(receiver.received.filter((r) => r.path === '/hang').length, 4, 'the hanging receiver is still hanging (5 s timeout)');
+
+  for (const [path, , error, status] of faults) {
+    const rows = await until(`${path} recorded`, async () => {
+      const a = await attempts(hooks.get(path)!);
+      return a.length === 4 && a;
+    });
+    for (const r of rows) {
+      t.equal(r.result, 'failure', `${path}: failure`);
+      t.equal(r.http_status, status, `${path}: status ${status}`);
+      t.match(r.error, error, `${path}: ${r.error}`);
+    }
+    if (path === '/hang') t.ok(rows.every((r) => r.latency_ms >= 4900 && r.latency_ms < 7000), 'a hang fails at the 5 s timeout');
+  }
+  t.equal(receiver.received.filter((r) => r.path === '/ok').length, 0, 'no redirect was followed');
+  const { rows } = await sql.query<{ consecutive_failures: number }>('SELECT consecutive_failures FROM webhook_endpoints WHERE id = $1', [hooks.get('/s500')!]);
+  t.equal(rows[0]!.consecutive_failures, 4, 'each failure counts toward the streak');
+});
+
+t.test('a receiver streaming 1 GB back: success on its 2xx, the body is not read, RSS stays flat', async (t) => {
+  receiver.on('/huge', 'huge');
+  const { pool, hookId } = await poolWithHook('/huge');
+  const healthy = await poolWithHook('/healthy2');
+  globalThis.gc?.();
+  const before = process.memoryUsage().rss;
+  for (let i = 0; i < 6; i++) await enqueue(event(pool));
+  for (let i = 0; i < 6; i++) await enqueue(event(healthy.pool));
+  await receiver.waitFor('/healthy2', 6, 5000);
+  const rows = await until('6 huge deliveries recorded', async () => {
+    const a = await attempts(hookId);
+    return a.length === 6 && a;
+  });
+  t.ok(rows.every((r) => r.result === 'success' && r.http_status === 200), 'a 2xx answer within 5 s is a success');
+  await new Promise((r) => setTimeout(r, 300));
+  const grown = process.memoryUsage().rss - before;
+  t.ok(receiver.hugeBytesWritten < 6 * 64 * 1024 * 1024, `the receiver could write only ${(receiver.hugeBytesWritten / 2 ** 20).toFixed(1)} MiB of 6 GiB`);
+  t.ok(grown < 96 * 1024 * 1024, `RSS grew ${(grown / 2 ** 20).toFixed(1)} MiB`);
+});
+
+t.test('the SSRF guard runs again at send time: a destination now resolving to a private address is refused', async (t) => {
+  const { pool, hookId } = await poolWithHook('/guarded');
+  // A second deliverer whose policy refuses private addresses (the service's own allows them for tests).
+  const guarded = new Deliverer({
+    sql,
+    box: svc.service.box,
+    log: createLogger('silent'),
+    targets: { allowPrivate: false, ownHosts: [], lookup: async () => ['10.0.0.7'] },
+    caFile: receiver.caFile,
+    retry: { baseMs: 120_000, capMs: 120_000, maxAttempts: 15 },
+    leaseMs: 30_000,
+    concurrency: 4,
+    perDestination: 4,
+    pollMs: 100,
+  });
+  const row = {
+    id: '0', webhook_endpoint_id: hookId, job_id: 'job_x', pool_id: pool.id, event_type: 'async.job.completed',
+    body: Buffer.from('{}'), body_sha256: '', attempts: 1, url: `https://moved.example.test/guarded`,
+    signing_secret_enc: svc.service.box.seal('whsec_x'), auth_header: null, credential_enc: null,
+  };
+  const outcome = await guarded.send(row);
+  await guarded.stop();
+  t.match(outcome, { ok: false, status: null, error: /destination refused: .*private/ });
+  t.equal(receiver.received.filter((r) => r.path === '/guarded').length, 0, 'nothing was sent');
+});
