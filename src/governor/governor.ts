@@ -35,11 +35,19 @@ export interface Permit {
   release(outcome?: Outcome): void;
 }
 
-export type RefusalReason = 'queue_full' | 'no_slot' | 'queue_timeout' | 'aborted' | 'unavailable';
+/** `rate_limited`: the pool's RPM gate is shut (learned or fixed rate spent, or the upstream asked to wait). */
+export type RefusalReason = 'queue_full' | 'no_slot' | 'queue_timeout' | 'aborted' | 'unavailable' | 'rate_limited';
 
 export type Admission =
   | { ok: true; permit: Permit; queuedMs: number }
-  | { ok: false; reason: RefusalReason; queuedMs: number; retryAfterMs?: number };
+  | {
+      ok: false;
+      reason: RefusalReason;
+      queuedMs: number;
+      retryAfterMs?: number;
+      /** With `unavailable`: the shared governor's backend (Redis) cannot be reached, not a missing pool. */
+      backendDown?: boolean;
+    };
 
 export interface AdmitRequest {
   poolId: number;
@@ -56,6 +64,11 @@ export interface PoolLimits {
   queueTimeoutMs: number;
   budgetId: number | null;
   reservedConcurrent: number;
+  /** Adaptive concurrency on or off (absent: off; the pool setting defaults to on) and its floor (default 1). */
+  adaptive?: boolean;
+  adaptiveMin?: number;
+  /** A fixed requests-per-minute gate; null or absent lets the RPM learner decide. */
+  rpmOverride?: number | null;
 }
 
 export interface BudgetLimits {

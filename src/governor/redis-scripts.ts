@@ -1,0 +1,141 @@
+// The Redis governor's Lua scripts: every admission decision runs inside Redis as one atomic script over keys
+// that share one hash tag ({p:<poolId>} or {b:<budgetId>}), so a script touches one Cluster slot.
+import { createHash } from 'node:crypto';
+
+export interface Script {
+  readonly name: string;
+  readonly source: string;
+  readonly sha: string;
+}
+
+function script(name: string, source: string): Script {
+  return { name, source, sha: createHash('sha1').update(source).digest('hex') };
+}
+
+// Time comes from Redis (TIME), not from the nodes, so every node judges lease deadlines on one clock.
+const NOW = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+`;
+
+/**
+ * Acquire one slot of a pool.
+ * KEYS: 1 slots (zset lease id → deadline), 2 effective limit (string), 3 line (zset node → joined at),
+ *       4 line liveness (zset node → expiry), 5.. slots of the budget's other member pools.
+ * ARGV: 1 lease id, 2 term ms, 3 max concurrent, 4 node id, 5 mode (0 fail fast, 1 newcomer that may wait,
+ *       2 queued waiter), 6 line ttl ms, 7 node still has waiters after this admission (1/0),
+ *       8 budget origin max (-1: no budget cap), 9 this pool's reserve, 10.. reserves of KEYS[5..].
+ * Returns {admitted 1/0, pool in-flight after, effective limit, lease deadline (ms, Redis clock)}.
+ *
+ * The line makes nodes take turns: a node may take a slot only when more slots are free than nodes queued
+ * ahead of it; a node served goes to the back of the line. Expired leases (a dead node's) and expired line
+ * entries (a dead node's waiters) are dropped first, so they cost one term at most.
+ */
+export const ACQUIRE = script(
+  'acquire',
+  `${NOW}
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+if #gone > 0 then
+  redis.call('ZREM', KEYS[3], unpack(gone))
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+end
+local count = redis.call('ZCARD', KEYS[1])
+local limit = tonumber(ARGV[3])
+local eff = tonumber(redis.call('GET', KEYS[2]) or '')
+if eff and eff < limit then limit = eff end
+if limit < 0 then limit = 0 end
+local node = ARGV[4]
+local mode = tonumber(ARGV[5])
+local ahead = redis.call('ZRANK', KEYS[3], node)
+local inline = ahead ~= false
+if not inline then ahead = redis.call('ZCARD', KEYS[3]) end
+local ok = count + ahead < limit
+local bmax = tonumber(ARGV[8])
+if ok and bmax >= 0 then
+  local reserved = tonumber(ARGV[9])
+  local total = count
+  local borrowed = math.max(0, count - reserved)
+  local rsum = reserved
+  for i = 5, #KEYS do
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
+    local c = redis.call('ZCARD', KEYS[i])
+    local r = tonumber(ARGV[i + 5])
+    total = total + c
+    borrowed = borrowed + math.max(0, c - r)
+    rsum = rsum + r
+  end
+  ok = total < bmax and (count < reserved or borrowed < math.max(0, bmax - rsum))
+end
+local ttl = tonumber(ARGV[6])
+if ok then
+  local deadline = now + tonumber(ARGV[2])
+  redis.call('ZADD', KEYS[1], deadline, ARGV[1])
+  if ARGV[7] == '1' then
+    redis.call('ZADD', KEYS[3], now, node)
+    redis.call('ZADD', KEYS[4], now + ttl, node)
+  elseif inline then
+    redis.call('ZREM', KEYS[3], node)
+    redis.call('ZREM', KEYS[4], node)
+  end
+  return {1, count + 1, limit, deadline}
+end
+if mode > 0 then
+  redis.call('ZADD', KEYS[3], 'NX', now, node)
+  redis.call('ZADD', KEYS[4], now + ttl, node)
+end
+return {0, count, limit, 0}
+`,
+);
+
+/**
+ * Release one lease; wakes waiting nodes (pub/sub) only when a slot was really freed and somebody waits.
+ * KEYS: 1 slots, 2 line. ARGV: 1 lease id, 2 channel, 3 message, 4 always publish (1: budget pools, whose
+ * waiters may sit in another pool's line). Returns {removed 1/0, pool in-flight after}.
+ */
+export const RELEASE = script(
+  'release',
+  `
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+if removed == 1 and (ARGV[4] == '1' or redis.call('EXISTS', KEYS[2]) == 1) then
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+end
+return {removed, redis.call('ZCARD', KEYS[1])}
+`,
+);
+
+/**
+ * Keeps the leases of a live node alive: every lease it still holds gets deadline now + term. A lease that
+ * is missing (Redis restarted empty) is written back, because that request really is still in flight.
+ * KEYS: 1 slots. ARGV: 1 term ms, 2.. lease ids. Returns how many leases had to be written back.
+ */
+export const REFRESH = script(
+  'refresh',
+  `${NOW}
+local deadline = now + tonumber(ARGV[1])
+local added = 0
+for i = 2, #ARGV do
+  added = added + redis.call('ZADD', KEYS[1], deadline, ARGV[i])
+end
+return added
+`,
+);
+
+/**
+ * Moves one lease's deadline (the lock API's renew, from any node). Never revives a lease that is gone.
+ * KEYS: 1 slots. ARGV: 1 lease id, 2 new deadline (Unix ms). Returns 1 when renewed, 0 when gone.
+ */
+export const RENEW = script(
+  'renew',
+  `${NOW}
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score or tonumber(score) <= now then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  return 0
+end
+redis.call('ZADD', KEYS[1], 'XX', tonumber(ARGV[2]), ARGV[1])
+return 1
+`,
+);
+
+export const SCRIPTS = [ACQUIRE, RELEASE, REFRESH, RENEW] as const;

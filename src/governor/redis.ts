@@ -1,0 +1,732 @@
+// The Redis governor (many nodes): slots are leases in a sorted set per pool scored by deadline, decided by
+// Lua scripts (EVALSHA); waiters queue FIFO per node and are woken by pub/sub, with a timed retry behind it.
+import { randomBytes } from 'node:crypto';
+import { Redis, type RedisOptions } from 'ioredis';
+import type { Admission, AdmitRequest, BudgetLimits, Governor, Outcome, Permit, PoolLimits, PoolState, RefusalReason } from './governor.js';
+import { BudgetShare } from './budget-share.js';
+import { MemoryGovernor } from './memory.js';
+import { WaitQueue, type WaitNode } from './wait-queue.js';
+import { ACQUIRE, REFRESH, RELEASE, RENEW, SCRIPTS, type Script } from './redis-scripts.js';
+
+const MAX_TIMER_MS = 2_147_483_647;
+const HOLD_WEIGHT = 0.1;
+const RETRY_MIN_MS = 1_000;
+const RETRY_MAX_MS = 60_000;
+const DEFAULT_HOLD_MS = 1_000;
+
+export type FailurePolicy = 'closed' | 'open';
+
+export interface RedisGovernorOptions {
+  /** redis://… ; ignored when `redis` is given. */
+  url?: string;
+  /** Extra ioredis options (tests: db index). */
+  redisOptions?: RedisOptions;
+  /** Prefix of every key and of the wake-up channel (no `{`: the hash tag must be the first braces). */
+  prefix?: string;
+  /** Lease term: a node that dies without releasing loses its slots after this long. */
+  termMs?: number;
+  /** Fallback retry of a node's waiters when no wake-up arrives (jittered up to 2×). */
+  retryMs?: number;
+  /** Redis down: 'closed' refuses (unavailable, backendDown); 'open' admits against a local per-node limit. */
+  failurePolicy?: FailurePolicy;
+  /** With 'open': each node admits up to max(1, floor(maxConcurrent / divisor)) per pool on its own. */
+  failOpenDivisor?: number;
+  /** Called when the connection drops or comes back (logging). */
+  onConnection?: (up: boolean, err?: unknown) => void;
+}
+
+/** A lease handed to the lock API: it lives on Redis alone; any node may renew or release it. */
+export interface Lease {
+  poolId: number;
+  leaseId: string;
+  /** Unix ms (Redis clock). */
+  deadline: number;
+}
+
+export type LeaseAdmission = { ok: true; lease: Lease; queuedMs: number } | Extract<Admission, { ok: false }>;
+
+/** Where one pool's keys live: its own tag, or its budget's, so a budget's scripts touch one slot. */
+interface PoolKeys {
+  tag: string;
+  slots: string;
+  eff: string;
+  line: string;
+  lineExp: string;
+}
+
+class Waiter implements WaitNode<Waiter> {
+  prev: Waiter | null = null;
+  next: Waiter | null = null;
+  linked = false;
+  timer: NodeJS.Timeout | null = null;
+  settled = false;
+  /** A newcomer whose first attempt is in flight; counted in its pool's `pending`. */
+  pending = false;
+  constructor(
+    readonly view: PoolView,
+    readonly seq: number,
+    readonly signal: AbortSignal | undefined,
+    readonly enqueuedAt: number,
+    readonly termMs: number,
+    readonly keepAlive: boolean,
+    readonly resolve: (a: Admission | LeaseAdmission) => void,
+  ) {}
+
+  handleEvent(): void {
+    this.view.gov.giveUp(this, 'aborted');
+  }
+}
+
+function onWaitTimeout(w: Waiter): void {
+  w.view.gov.giveUp(w, 'queue_timeout');
+}
+
+/** A slot held by this node; its lease is kept alive by the node's refresh until released. */
+export class RedisPermit implements Permit {
+  #released = false;
+  constructor(
+    readonly gov: RedisGovernor,
+    readonly poolId: number,
+    readonly keys: PoolKeys,
+    readonly leaseId: string,
+    readonly grantedAt: number,
+  ) {}
+
+  release(outcome?: Outcome): void {
+    if (this.#released) return;
+    this.#released = true;
+    this.gov.releasePermit(this, outcome);
+  }
+}
+
+/** This node's view of one pool: its limits, last known pool-wide count, and its local FIFO. */
+class PoolView {
+  limits: PoolLimits;
+  keys: PoolKeys;
+  group: Group | null = null;
+  active = true;
+  /** Pool-wide in-flight as last seen in a script reply, adjusted by this node's own releases. */
+  count = 0;
+  /** Effective limit from Redis (min of max and the stored adaptive value), as last seen. */
+  stored: number | null = null;
+  readonly queue = new WaitQueue<Waiter>();
+  /** Newcomers whose first attempt is in flight and who will wait if it fails. */
+  pending = 0;
+  /**
+   * This node's releases sent but not yet answered. Replies come back in order on one connection, so a
+   * reply's count already reflects every earlier release and none of these: count = reply − unacked.
+   */
+  unacked = 0;
+  avgHoldMs = 0;
+
+  constructor(readonly gov: RedisGovernor, limits: PoolLimits, keys: PoolKeys) {
+    this.limits = limits;
+    this.keys = keys;
+  }
+
+  get inFlight(): number {
+    return this.count;
+  }
+
+  get reservedConcurrent(): number {
+    return this.limits.reservedConcurrent;
+  }
+
+  get waiting(): number {
+    return this.queue.size + this.pending;
+  }
+
+  effectiveLimit(): number {
+    if (!this.active) return 0;
+    return this.stored === null ? this.limits.maxConcurrent : Math.min(this.limits.maxConcurrent, this.stored);
+  }
+
+  retryAfterMs(): number {
+    const hold = this.avgHoldMs > 0 ? this.avgHoldMs : DEFAULT_HOLD_MS;
+    const ms = (hold * (this.waiting + 1)) / Math.max(1, this.effectiveLimit());
+    return Math.min(RETRY_MAX_MS, Math.max(RETRY_MIN_MS, Math.ceil(ms / 1000) * 1000));
+  }
+}
+
+/** Pools that share one hash tag: one standalone pool, or the pools of one capped budget. */
+class Group {
+  readonly members: PoolView[] = [];
+  pumping = false;
+  dirty = false;
+  timer: NodeJS.Timeout | null = null;
+  constructor(readonly tag: string, readonly budgetMax: number | null) {}
+}
+
+function sanitize(l: PoolLimits): PoolLimits {
+  const count = (n: number): number => (Number.isFinite(n) && n > 0 ? Math.floor(n) : 0);
+  return {
+    poolId: l.poolId,
+    maxConcurrent: count(l.maxConcurrent),
+    queueLength: count(l.queueLength),
+    queueTimeoutMs: count(l.queueTimeoutMs),
+    budgetId: l.budgetId,
+    reservedConcurrent: count(l.reservedConcurrent),
+  };
+}
+
+const EMPTY_STATE: PoolState = Object.freeze({ inFlight: 0, queued: 0, effectiveLimit: 0, remaining: 0 });
+
+type AcquireReply = [number, number, number, number];
+
+/**
+ * Admission shared by every node through Redis. One script call per acquire and per release (auto-pipelined,
+ * so concurrent calls share round trips). Waiters are FIFO per node; nodes take turns through a line in
+ * Redis, so a busy node cannot starve another.
+ */
+export class RedisGovernor implements Governor {
+  readonly nodeId = randomBytes(8).toString('hex');
+  readonly redis: Redis;
+  readonly #sub: Redis;
+  readonly #prefix: string;
+  readonly #channel: string;
+  readonly #termMs: number;
+  readonly #retryMs: number;
+  readonly #lineTtlMs: number;
+  readonly #policy: FailurePolicy;
+  readonly #divisor: number;
+  readonly #fallback: MemoryGovernor | null;
+  readonly #onConnection: (up: boolean, err?: unknown) => void;
+  readonly #views = new Map<number, PoolView>();
+  readonly #groups = new Map<string, Group>();
+  /** Leases this node keeps alive, by slots key. */
+  readonly #held = new Map<string, Set<RedisPermit>>();
+  /** Releases that could not reach Redis; sent again once it is back. */
+  readonly #unsent = new Map<string, { keys: PoolKeys; leaseId: string }>();
+  readonly #refreshTimer: NodeJS.Timeout;
+  #seq = 0;
+  #closed = false;
+  #up = false;
+  readonly #ready: Promise<void>;
+  #markReady: () => void = () => {};
+
+  constructor(opts: RedisGovernorOptions = {}) {
+    this.#prefix = opts.prefix ?? 'poolgate:';
+    if (this.#prefix.includes('{')) throw new Error('the governor key prefix must not contain "{"');
+    this.#channel = `${this.#prefix}freed`;
+    this.#termMs = opts.termMs ?? 30_000;
+    this.#retryMs = opts.retryMs ?? 50;
+    this.#lineTtlMs = Math.max(500, this.#retryMs * 10);
+    this.#policy = opts.failurePolicy ?? 'closed';
+    this.#divisor = Math.max(1, Math.floor(opts.failOpenDivisor ?? 1));
+    this.#fallback = this.#policy === 'open' ? new MemoryGovernor() : null;
+    this.#onConnection = opts.onConnection ?? (() => {});
+    const base: RedisOptions = {
+      enableAutoPipelining: true,
+      // Down means down: a command fails at once rather than waiting in a queue behind a dead connection,
+      // and a command in flight when the connection drops is failed, not silently sent again.
+      enableOfflineQueue: false,
+      autoResendUnfulfilledCommands: false,
+      maxRetriesPerRequest: 0,
+      retryStrategy: (n: number) => Math.min(50 * n, 1000),
+      ...opts.redisOptions,
+    };
+    this.redis = opts.url ? new Redis(opts.url, base) : new Redis(base);
+    this.#sub = this.redis.duplicate({ enableOfflineQueue: true, maxRetriesPerRequest: null, enableAutoPipelining: false });
+    this.#sub.on('message', (_channel: string, tag: string) => this.#wake(tag));
+    this.#sub.on('error', () => {});
+    this.#ready = new Promise<void>((resolve) => {
+      this.#markReady = resolve;
+    });
+    this.redis.on('ready', () => this.#connected());
+    this.redis.on('close', () => this.#disconnected());
+    this.redis.on('error', (err: unknown) => this.#onConnection(false, err));
+    void this.#sub.subscribe(this.#channel).catch(() => {});
+    this.#refreshTimer = setInterval(() => this.#refreshAll(), Math.max(10, Math.floor(this.#termMs / 3)));
+    this.#refreshTimer.unref();
+  }
+
+  /** Resolves once connected the first time (or rejects after timeoutMs). */
+  ready(timeoutMs = 5000): Promise<void> {
+    let timer: NodeJS.Timeout;
+    return Promise.race([
+      this.#ready,
+      new Promise<void>((_, reject) => {
+        timer = setTimeout(() => reject(new Error('redis governor: no connection')), timeoutMs);
+      }),
+    ]).finally(() => clearTimeout(timer));
+  }
+
+  get connected(): boolean {
+    return this.#up && this.redis.status === 'ready';
+  }
+
+  #keys(l: PoolLimits, budgetCapped: boolean): PoolKeys {
+    const tag = budgetCapped && l.budgetId !== null ? `{b:${l.budgetId}}` : `{p:${l.poolId}}`;
+    const k = `${this.#prefix}${tag}:${l.poolId}:`;
+    return { tag, slots: `${k}slots`, eff: `${k}eff`, line: `${k}line`, lineExp: `${k}line-exp` };
+  }
+
+  configure(pools: readonly PoolLimits[], budgets: readonly BudgetLimits[]): void {
+    const caps = new Map<number, number>();
+    for (const b of budgets) if (b.originMaxConcurrent !== null) caps.set(b.budgetId, Math.max(0, Math.floor(b.originMaxConcurrent)));
+    const seen = new Set<number>();
+    for (const raw of pools) {
+      const limits = sanitize(raw);
+      seen.add(limits.poolId);
+      const keys = this.#keys(limits, limits.budgetId !== null && caps.has(limits.budgetId));
+      const v = this.#views.get(limits.poolId);
+      if (v) {
+        v.limits = limits;
+        v.active = true;
+        if (v.keys.slots !== keys.slots) {
+          // The pool joined or left a budget: its count lives under another tag from now on.
+          v.keys = keys;
+          v.count = 0;
+        }
+      } else {
+        this.#views.set(limits.poolId, new PoolView(this, limits, keys));
+      }
+    }
+    for (const [id, v] of this.#views) {
+      if (seen.has(id)) continue;
+      v.active = false;
+      this.#refuseAll(v, 'unavailable');
+      this.#views.delete(id);
+    }
+    for (const g of this.#groups.values()) if (g.timer) clearTimeout(g.timer);
+    this.#groups.clear();
+    for (const v of this.#views.values()) {
+      const cap = v.limits.budgetId === null ? undefined : caps.get(v.limits.budgetId);
+      let g = this.#groups.get(v.keys.tag);
+      if (!g) {
+        g = new Group(v.keys.tag, cap ?? null);
+        this.#groups.set(v.keys.tag, g);
+      }
+      g.members.push(v);
+      v.group = g;
+    }
+    this.#fallback?.configure(
+      pools.map((p) => ({ ...p, maxConcurrent: Math.max(1, Math.floor(p.maxConcurrent / this.#divisor)) })),
+      budgets.map((b) => ({ ...b, originMaxConcurrent: b.originMaxConcurrent === null ? null : Math.max(1, Math.floor(b.originMaxConcurrent / this.#divisor)) })),
+    );
+    // Raised limits admit waiters at once.
+    for (const g of this.#groups.values()) this.#pump(g);
+  }
+
+  /**
+   * Stores the effective limit of a pool in Redis for every node (the adaptive controller's output):
+   * admissions use min(maxConcurrent, n). null removes it. It expires after ttlMs unless set again, so a
+   * stopped controller cannot pin a pool low forever.
+   */
+  async setEffectiveLimit(poolId: number, n: number | null, ttlMs = 600_000): Promise<void> {
+    const v = this.#views.get(poolId);
+    if (!v) return;
+    if (n === null) {
+      await this.redis.del(v.keys.eff);
+      v.stored = null;
+    } else {
+      const limit = Math.max(0, Math.floor(n));
+      await this.redis.set(v.keys.eff, String(limit), 'PX', Math.max(1, Math.floor(ttlMs)));
+      v.stored = limit;
+    }
+    if (v.group) this.#pump(v.group);
+  }
+
+  acquire(req: AdmitRequest): Admission | Promise<Admission> {
+    return this.#acquire(req, this.#termMs, true) as Admission | Promise<Admission>;
+  }
+
+  /**
+   * The lock API's acquire: a lease that this node does not keep alive. It lives until `termMs` after the
+   * grant unless renewed (renewLease) or released (releaseLease), from this node or any other.
+   */
+  acquireLease(req: AdmitRequest & { termMs: number }): Promise<LeaseAdmission> {
+    return Promise.resolve(this.#acquire(req, Math.max(1, Math.floor(req.termMs)), false) as LeaseAdmission | Promise<LeaseAdmission>);
+  }
+
+  /** Moves a lease's deadline (Unix ms). False when the lease is gone (released or reclaimed). */
+  async renewLease(poolId: number, leaseId: string, deadline: number): Promise<boolean> {
+    const v = this.#views.get(poolId);
+    if (!v) return false;
+    return (await this.#eval(RENEW, [v.keys.slots], [leaseId, String(Math.floor(deadline))])) === 1;
+  }
+
+  /** Frees a lease from any node. True when it was held, false when it was already gone. */
+  async releaseLease(poolId: number, leaseId: string, outcome?: Outcome): Promise<boolean> {
+    const v = this.#views.get(poolId);
+    if (!v) return false;
+    void outcome; // The outcome feeds the adaptive limit, which runs beside the governor.
+    const keys = v.keys;
+    v.unacked++;
+    let reply: [number, number];
+    try {
+      reply = (await this.#eval(RELEASE, [keys.slots, keys.line], this.#releaseArgs(keys, leaseId, v.group))) as [number, number];
+    } finally {
+      v.unacked--;
+    }
+    if (v.keys === keys) v.count = Math.max(0, reply[1] - v.unacked);
+    if (v.group) this.#pump(v.group);
+    return reply[0] === 1;
+  }
+
+  #releaseArgs(keys: PoolKeys, leaseId: string, g: Group | null): string[] {
+    return [leaseId, this.#channel, keys.tag, g !== null && g.budgetMax !== null ? '1' : '0'];
+  }
+
+  #down(): Admission {
+    return { ok: false, reason: 'unavailable', queuedMs: 0, retryAfterMs: 1000, backendDown: true };
+  }
+
+  #acquire(req: AdmitRequest, termMs: number, keepAlive: boolean): Admission | LeaseAdmission | Promise<Admission | LeaseAdmission> {
+    const v = this.#views.get(req.poolId);
+    if (v === undefined || !v.active || this.#closed) return { ok: false, reason: 'unavailable', queuedMs: 0 };
+    const signal = req.signal;
+    if (signal?.aborted) return { ok: false, reason: 'aborted', queuedMs: 0 };
+    if (!this.connected) {
+      if (this.#fallback && keepAlive) return this.#fallback.acquire(req);
+      return this.#down();
+    }
+    const waitMs = Math.min(req.waitMs, v.limits.queueTimeoutMs);
+    const mayWait = waitMs > 0 && v.waiting < v.limits.queueLength;
+    // A newcomer never overtakes a waiter of its own pool on this node.
+    if (v.queue.size > 0 || (v.group?.pumping && v.waiting > 0)) {
+      if (!(waitMs > 0)) return { ok: false, reason: 'no_slot', queuedMs: 0, retryAfterMs: v.retryAfterMs() };
+      if (!mayWait) return { ok: false, reason: 'queue_full', queuedMs: 0, retryAfterMs: v.retryAfterMs() };
+    }
+    return new Promise((resolve) => {
+      const w = new Waiter(v, ++this.#seq, signal, performance.now(), termMs, keepAlive, resolve);
+      if (mayWait) signal?.addEventListener('abort', w);
+      if (v.queue.size > 0) {
+        this.#enqueue(w, waitMs);
+        return;
+      }
+      if (mayWait) {
+        w.pending = true;
+        v.pending++;
+      }
+      this.#attempt(w, mayWait ? 1 : 0).then(
+        (admitted) => {
+          this.#unpend(w);
+          if (admitted || w.settled) return;
+          if (!mayWait) {
+            this.#settle(w, { ok: false, reason: waitMs > 0 ? 'queue_full' : 'no_slot', queuedMs: 0, retryAfterMs: v.retryAfterMs() });
+            return;
+          }
+          this.#enqueue(w, waitMs);
+        },
+        () => this.#unpend(w),
+      );
+    });
+  }
+
+  /**
+   * Queues a waiter. Its wait is measured from arrival, but a newcomer's first attempt always gets its answer:
+   * the round trip that decides is not waiting for a slot.
+   */
+  #enqueue(w: Waiter, waitMs: number): void {
+    const v = w.view;
+    if (!v.active || this.#closed) {
+      this.#settle(w, { ok: false, reason: 'unavailable', queuedMs: performance.now() - w.enqueuedAt });
+      return;
+    }
+    const left = waitMs - (performance.now() - w.enqueuedAt);
+    if (left <= 0) {
+      this.giveUp(w, 'queue_timeout');
+      return;
+    }
+    w.timer = setTimeout(onWaitTimeout, Math.min(left, MAX_TIMER_MS), w);
+    v.queue.push(w);
+    if (v.group) this.#schedule(v.group);
+  }
+
+  /**
+   * Runs the acquire script for a waiter. True when it was admitted (or the answer is settled some other
+   * way); false when the slot was refused and the waiter still waits. A grant that arrives for a waiter
+   * that already gave up is released at once.
+   */
+  async #attempt(w: Waiter, mode: 0 | 1 | 2): Promise<boolean> {
+    const v = w.view;
+    const keys = v.keys;
+    const g = v.group;
+    const leaseId = `${this.nodeId}:${w.seq}`;
+    const keyList = [keys.slots, keys.eff, keys.line, keys.lineExp];
+    const args = [
+      leaseId,
+      String(w.termMs),
+      String(v.active ? v.limits.maxConcurrent : 0),
+      this.nodeId,
+      String(mode),
+      String(this.#lineTtlMs),
+      mode === 2 && v.queue.size > 1 ? '1' : '0',
+      g !== null && g.budgetMax !== null ? String(g.budgetMax) : '-1',
+      String(v.limits.reservedConcurrent),
+    ];
+    if (g !== null && g.budgetMax !== null) {
+      for (const m of g.members) {
+        if (m === v) continue;
+        keyList.push(m.keys.slots);
+        args.push(String(m.limits.reservedConcurrent));
+      }
+    }
+    let reply: AcquireReply;
+    try {
+      reply = (await this.#eval(ACQUIRE, keyList, args)) as AcquireReply;
+    } catch (err) {
+      // The answer is unknown: the lease may exist. Release it once Redis is back; refuse or fall back.
+      this.#unsent.set(leaseId, { keys, leaseId });
+      this.#failWaiter(w);
+      return true;
+    }
+    const [ok, count, limit, deadline] = reply;
+    if (v.keys === keys) {
+      v.count = Math.max(0, count - v.unacked);
+      v.stored = limit;
+    }
+    if (ok !== 1) return false;
+    if (w.settled || this.#closed) {
+      this.#sendRelease(keys, leaseId, g);
+      return true;
+    }
+    if (w.linked) v.queue.remove(w);
+    const queuedMs = performance.now() - w.enqueuedAt;
+    if (w.keepAlive) {
+      const permit = new RedisPermit(this, v.limits.poolId, keys, leaseId, performance.now());
+      let set = this.#held.get(keys.slots);
+      if (!set) this.#held.set(keys.slots, (set = new Set()));
+      set.add(permit);
+      this.#settle(w, { ok: true, permit, queuedMs: mode === 0 || mode === 1 ? 0 : queuedMs });
+    } else {
+      this.#settle(w, { ok: true, lease: { poolId: v.limits.poolId, leaseId, deadline }, queuedMs: mode === 2 ? queuedMs : 0 });
+    }
+    return true;
+  }
+
+  #unpend(w: Waiter): void {
+    if (!w.pending) return;
+    w.pending = false;
+    w.view.pending--;
+  }
+
+  #settle(w: Waiter, a: Admission | LeaseAdmission): void {
+    if (w.settled) return;
+    w.settled = true;
+    this.#unpend(w);
+    if (w.timer !== null) clearTimeout(w.timer);
+    w.timer = null;
+    w.signal?.removeEventListener('abort', w);
+    if (w.linked) w.view.queue.remove(w);
+    w.resolve(a);
+  }
+
+  /** A waiter's wait ended (timeout or abort) before it got a slot. */
+  giveUp(w: Waiter, reason: RefusalReason): void {
+    if (w.settled) return;
+    const v = w.view;
+    const queuedMs = performance.now() - w.enqueuedAt;
+    this.#settle(w, reason === 'queue_timeout' ? { ok: false, reason, queuedMs, retryAfterMs: v.retryAfterMs() } : { ok: false, reason, queuedMs });
+    if (v.queue.size === 0 && v.pending === 0) this.#leaveLine(v);
+  }
+
+  #failWaiter(w: Waiter): void {
+    if (w.settled) return;
+    if (this.#fallback && w.keepAlive) {
+      const wait = Math.max(0, w.view.limits.queueTimeoutMs - (performance.now() - w.enqueuedAt));
+      const settle = (a: Admission) => this.#settle(w, a);
+      const r = this.#fallback.acquire({ poolId: w.view.limits.poolId, waitMs: wait, signal: w.signal });
+      if (r instanceof Promise) void r.then(settle);
+      else settle(r);
+      return;
+    }
+    this.#settle(w, this.#down());
+  }
+
+  #leaveLine(v: PoolView): void {
+    if (!this.connected) return;
+    this.redis.zrem(v.keys.line, this.nodeId).catch(() => {});
+    this.redis.zrem(v.keys.lineExp, this.nodeId).catch(() => {});
+  }
+
+  #refuseAll(v: PoolView, reason: RefusalReason): void {
+    for (let w = v.queue.peek(); w !== null; w = v.queue.peek()) {
+      if (reason === 'unavailable') this.#settle(w, { ok: false, reason, queuedMs: performance.now() - w.enqueuedAt });
+      else this.giveUp(w, reason);
+    }
+  }
+
+  releasePermit(p: RedisPermit, _outcome?: Outcome): void {
+    const set = this.#held.get(p.keys.slots);
+    set?.delete(p);
+    if (set?.size === 0) this.#held.delete(p.keys.slots);
+    const v = this.#views.get(p.poolId);
+    const current = v !== undefined && v.keys.slots === p.keys.slots ? v : undefined;
+    if (current) {
+      if (current.count > 0) current.count--;
+      const held = performance.now() - p.grantedAt;
+      current.avgHoldMs = current.avgHoldMs === 0 ? held : current.avgHoldMs + HOLD_WEIGHT * (held - current.avgHoldMs);
+    }
+    if (this.#closed) return;
+    this.#sendRelease(p.keys, p.leaseId, current?.group ?? null, current);
+  }
+
+  #sendRelease(keys: PoolKeys, leaseId: string, g: Group | null, v?: PoolView): void {
+    if (!this.connected) {
+      this.#unsent.set(leaseId, { keys, leaseId });
+      return;
+    }
+    if (v) v.unacked++;
+    this.#eval(RELEASE, [keys.slots, keys.line], this.#releaseArgs(keys, leaseId, g)).then(
+      (r) => {
+        const [, count] = r as [number, number];
+        if (v) {
+          v.unacked--;
+          if (v.keys === keys) v.count = Math.max(0, count - v.unacked);
+        }
+        if (g) this.#pump(g);
+      },
+      () => {
+        if (v) v.unacked--;
+        this.#unsent.set(leaseId, { keys, leaseId });
+      },
+    );
+  }
+
+  /** A wake-up (pub/sub) for a tag: pump that group's waiters. */
+  #wake(tag: string): void {
+    const g = this.#groups.get(tag);
+    if (g) this.#pump(g);
+  }
+
+  /** The timed retry behind pub/sub: 1–2× retryMs, jittered so nodes do not retry in step. */
+  #schedule(g: Group): void {
+    if (g.timer !== null || this.#closed) return;
+    g.timer = setTimeout(() => {
+      g.timer = null;
+      this.#pump(g);
+    }, this.#retryMs * (1 + Math.random()));
+  }
+
+  /**
+   * Admits this node's waiters of a group, oldest first (across the budget's pools), one attempt at a time,
+   * until one is refused. A trigger that arrives meanwhile (dirty) earns one more try.
+   */
+  #pump(g: Group): void {
+    if (this.#closed) return;
+    if (g.pumping) {
+      g.dirty = true;
+      return;
+    }
+    // The oldest head whose pool looks open from here; else the oldest head (our counts may be stale:
+    // other nodes release too).
+    let best: Waiter | null = null;
+    let oldest: Waiter | null = null;
+    for (const m of g.members) {
+      const head = m.queue.peek();
+      if (head === null) continue;
+      if (oldest === null || head.seq < oldest.seq) oldest = head;
+      if ((best === null || head.seq < best.seq) && m.count < m.effectiveLimit()) best = head;
+    }
+    best ??= oldest;
+    if (best === null) return;
+    if (!this.connected) {
+      this.#schedule(g);
+      return;
+    }
+    g.pumping = true;
+    g.dirty = false;
+    const w = best;
+    void this.#attempt(w, 2).then((admitted) => {
+      g.pumping = false;
+      if (this.#groups.get(g.tag) !== g) {
+        const now = this.#groups.get(g.tag);
+        if (now) this.#pump(now);
+        return;
+      }
+      if (admitted || g.dirty) this.#pump(g);
+      else this.#schedule(g);
+    });
+  }
+
+  async #eval(s: Script, keys: string[], args: string[]): Promise<unknown> {
+    try {
+      return await this.redis.evalsha(s.sha, keys.length, ...keys, ...args);
+    } catch (err) {
+      if (!(err instanceof Error) || !err.message.startsWith('NOSCRIPT')) throw err;
+      // Redis restarted (or flushed its scripts): load it again, then call by hash as before.
+      await this.redis.script('LOAD', s.source);
+      return await this.redis.evalsha(s.sha, keys.length, ...keys, ...args);
+    }
+  }
+
+  async #connected(): Promise<void> {
+    try {
+      await Promise.all(SCRIPTS.map((s) => this.redis.script('LOAD', s.source)));
+    } catch {
+      return; // dropped again; the next ready event retries
+    }
+    this.#up = true;
+    this.#markReady();
+    this.#onConnection(true);
+    // Leases this node still holds are written back (Redis may have restarted empty), releases that could not
+    // be sent are sent, then waiters get a try.
+    this.#refreshAll();
+    for (const [id, u] of this.#unsent) {
+      this.#unsent.delete(id);
+      this.#sendRelease(u.keys, u.leaseId, this.#groups.get(u.keys.tag) ?? null);
+    }
+    for (const g of this.#groups.values()) this.#pump(g);
+  }
+
+  #disconnected(): void {
+    if (!this.#up) return;
+    this.#up = false;
+    this.#onConnection(false);
+    // Nobody can be admitted through Redis now: waiters are refused (closed) or moved to the local limit (open).
+    for (const v of this.#views.values()) {
+      for (let w = v.queue.peek(); w !== null; w = v.queue.peek()) {
+        v.queue.remove(w);
+        this.#failWaiter(w);
+      }
+    }
+  }
+
+  #refreshAll(): void {
+    if (!this.connected) return;
+    for (const [slots, set] of this.#held) {
+      if (set.size === 0) continue;
+      const ids: string[] = [];
+      for (const p of set) ids.push(p.leaseId);
+      this.#eval(REFRESH, [slots], [String(this.#termMs), ...ids]).catch(() => {});
+    }
+  }
+
+  state(poolId: number): PoolState {
+    const v = this.#views.get(poolId);
+    if (v === undefined) return EMPTY_STATE;
+    const limit = v.effectiveLimit();
+    const own = Math.max(0, limit - v.count);
+    let remaining = own;
+    const g = v.group;
+    if (g !== null && g.budgetMax !== null) {
+      const share = new BudgetShare<PoolView>(0, g.budgetMax);
+      share.members.push(...g.members);
+      share.recount((m) => m.waiting);
+      remaining = Math.min(own, share.headroom(v));
+    }
+    return { inFlight: v.count, queued: v.waiting, effectiveLimit: limit, remaining };
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    clearInterval(this.#refreshTimer);
+    for (const g of this.#groups.values()) if (g.timer) clearTimeout(g.timer);
+    for (const v of this.#views.values()) this.#refuseAll(v, 'unavailable');
+    await this.#fallback?.close();
+    // Leases still held are released so the slots do not wait out a term.
+    const sends: Promise<unknown>[] = [];
+    if (this.connected) {
+      for (const set of this.#held.values()) {
+        for (const p of set) sends.push(this.#eval(RELEASE, [p.keys.slots, p.keys.line], this.#releaseArgs(p.keys, p.leaseId, null)).catch(() => {}));
+      }
+    }
+    this.#held.clear();
+    await Promise.all(sends);
+    this.#sub.disconnect();
+    await this.redis.quit().catch(() => this.redis.disconnect());
+  }
+}
