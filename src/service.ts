@@ -14,6 +14,7 @@ import { loadUws } from './http/uws.js';
 import { createLogger, type Logger } from './log.js';
 import { Dataplane } from './dataplane/server.js';
 import { LockServer } from './lock/server.js';
+import { policiesGate } from './policies/index.js';
 import { RequestMetrics } from './dataplane/pool-metrics.js';
 import { MemoryGovernor } from './governor/memory.js';
 import { PoolMetrics } from './metrics/registry.js';
@@ -209,6 +210,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       closers.push(() => lockApi.close());
     }
     if (opts.roles.includes('worker')) {
+        policies: policiesGate(dp.policies),
       // The job runner takes slots from the data plane's governor when it shares the process, and
       // otherwise follows the config itself with its own governor.
       let governor: Governor;

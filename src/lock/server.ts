@@ -19,6 +19,7 @@ import { parseJsonObject, parseOutcome } from './outcome.js';
 import { sendError, sendJson } from './respond.js';
 import { matchLockRoute, type LockRoute } from './routes.js';
 import { registerJobRoutes, type JobRouteDeps } from '../jobs/routes.js';
+import type { PoliciesGate } from '../policies/index.js';
 
 /** Largest acquire body (spec: "not shown"); `{"waitMs":…}` needs under 30 bytes. */
 export const ACQUIRE_BODY_LIMIT = 4 * 1024;
@@ -40,6 +41,8 @@ export interface LockServerOptions {
   clock?: () => number;
   /** Job polling (GET /pools/{pool}/jobs/{id}[/result]) is served on this host too. */
   jobs?: JobRouteDeps | null;
+  /** Stage 4 on acquire: the pools' policies (src/policies policiesGate); absent runs none. */
+  policies?: PoliciesGate | null;
 }
 
 /** One lock call as the stages see it: the data plane's Exchange plus the matched route. */
@@ -203,6 +206,16 @@ export class LockServer {
 
   async #acquire(call: LockCall, pool: PoolEntry, body: Buffer): Promise<void> {
     const { ex, client, head } = call;
+    if (this.#opts.policies) {
+      // Stage 4 before a slot, on the body already read whole (a signed acquire hashes it).
+      const v = await this.#opts.policies({ ...ex, pool, peer: ex.clientAddress }, body);
+      if (v !== null) {
+        // Spec (Lock API errors): an allowlist miss is 403 and a bad signature or nonce replay 401, both `unauthorized`.
+        const error: OutcomeName = v.status === 401 || v.status === 403 ? 'unauthorized' : v.status === 413 ? 'payload_too_large' : 'unavailable';
+        sendError(client, head, v.status, error, v.message);
+        return this.#log(call, error, v.status);
+      }
+    }
     const parsed = parseJsonObject(body);
     const wait = parsed.ok ? acquireWait(parsed.value, ex.headers, pool.settings.queueTimeoutMs) : parsed;
     if (!wait.ok) {

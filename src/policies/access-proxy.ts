@@ -5,7 +5,11 @@ import type { AccessProxyPolicy } from '../store/pool-settings.js';
 import { CidrList } from './cidr.js';
 import { refuse, type Policy, type PolicyRefusal, type PolicyRequest } from './policy.js';
 
-export const DEFAULT_IDENTITY_HEADER = 'x-service-identity';
+/**
+ * oauth2-proxy's name. The identity must reach the origin, and X-Service-* headers never do (they are
+ * poolgate's own), so the default is not an X-Service-* name.
+ */
+export const DEFAULT_IDENTITY_HEADER = 'x-auth-request-user';
 
 const UNTRUSTED: PolicyRefusal = refuse(403, 'access_proxy', 'untrusted_source', 'this pool is reachable only through its access proxy');
 const NO_IDENTITY: PolicyRefusal = refuse(401, 'access_proxy', 'missing_identity', 'the access proxy sent no identity');

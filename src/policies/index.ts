@@ -127,8 +127,10 @@ export class Policies {
  * request body (needed when the pool signs requests). A refusal maps to 403 `unauthorized` (allowlist,
  * access proxy) or 401 `unauthorized` (signature, nonce replay, JWT); 413/503 keep their status.
  */
-export function policiesGate(policies: Policies) {
-  return (req: Omit<PolicyRequest, 'client'>, body: Buffer | null): Verdict | Promise<Verdict> => {
+export type PoliciesGate = (req: Omit<PolicyRequest, 'client'>, body: Buffer | null) => Verdict | Promise<Verdict>;
+
+export function policiesGate(policies: Policies): PoliciesGate {
+  return (req, body) => {
     const compiled = policies.forPool(req.pool);
     if (compiled.policies.length === 0) return null;
     return policies.run(compiled, { ...req, client: policies.clientAddress(req.peer, req.headers) }, body);

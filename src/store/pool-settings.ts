@@ -32,7 +32,7 @@ export type JwtPolicy = Static<typeof JwtPolicySchema>;
 export const AccessProxyPolicySchema = Type.Object(
   {
     proxies: Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { minItems: 1, maxItems: 64 }),
-    /** Header the proxy sets (lower case; default `x-service-identity`). */
+    /** Header the proxy sets (lower case; default `x-auth-request-user`); forwarded to the origin unless it is an X-Service-* name. */
     header: Type.Optional(HeaderName),
   },
   { additionalProperties: false },
