@@ -58,6 +58,8 @@ export interface Service {
   readonly control: ControlApp | null;
   /** The pool traffic listener (and its governor), when this process runs the dataplane role. */
   readonly dataplane: Dataplane | null;
+  /** The per-minute pool traffic counts behind the metrics summary (flush() writes them now). */
+  readonly rollups: RollupBuffer | null;
   /** The async job runner, when this process runs the worker role. */
   readonly jobs: JobRunner | null;
   close(): Promise<void>;
@@ -105,6 +107,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
   const ports: Ports = {};
   let control: ControlApp | null = null;
   let dataplane: Dataplane | null = null;
+  let rollupBuffer: RollupBuffer | null = null;
   let jobRunner: JobRunner | null = null;
   let admin: AdminSocket | null = null;
   // Where jobs are polled: the lock API's public address (its port is known once it listens).
@@ -172,6 +175,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       const governor = new MemoryGovernor();
       const poolMetrics = new PoolMetrics();
       const rollups = new RollupBuffer({ db: sql, onError: (err) => log.warn({ err }, 'pool metrics rollup flush failed; counts kept for the next try') });
+      rollupBuffer = rollups;
       closers.push(async () => {
         await rollups.close().catch((err: unknown) => log.warn({ err }, 'final pool metrics rollup flush failed'));
         await governor.close();
@@ -262,6 +266,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
     ports,
     control,
     dataplane,
+    rollups: rollupBuffer,
     jobs: jobRunner,
     close() {
       closing ??= (async () => {

@@ -15,7 +15,7 @@ let teamId: number;
 t.before(async () => {
   origin = await startOrigin();
   // No periodic resync during the test: every full reload counted is one a notification caused.
-  svc = await startTestService({ overrides: { originCaFile: origin.caFile, snapshotResyncMs: 3_600_000, accessLogSample: 0 } });
+  svc = await startTestService({ overrides: { originCaFile: origin.caFile, snapshotResyncMs: 3_600_000, accessLogFile: '/dev/null' } });
   const boot = await svc.bootstrap();
   token = boot.token;
   teamId = boot.team.id;
