@@ -49,6 +49,8 @@ export interface Snapshot {
 }
 
 export const EMPTY_SNAPSHOT: Snapshot = { pools: new Map(), keys: new Map(), budgets: [], loadedAt: 0 };
+  /** The key's HMAC signing secret, opened (origin signing); null when it has none. */
+  readonly signingSecret: string | null;
 
 interface PoolRow {
   id: number;
@@ -77,10 +79,19 @@ interface KeyRow {
 }
 
 /** The pool_keys columns a KeyEntry is made from (the full load and the point update read the same). */
-const KEY_COLUMNS = 'k.id, k.pool_id, k.key_hash, k.access, k.expires_at';
+const KEY_COLUMNS = 'k.id, k.pool_id, k.key_hash, k.access, k.expires_at, k.signing_secret_enc';
 
 /** One key's snapshot entry from its row. */
-function keyEntry(row: KeyRow): KeyEntry {
+function keyEntry(row: KeyRow, box: SecretBox, log: Logger): KeyEntry {
+  let signingSecret: string | null = null;
+  if (row.signing_secret_enc) {
+    try {
+      signingSecret = box.open(row.signing_secret_enc);
+    } catch (err) {
+      // The key stays usable on pools that do not sign; signed requests with it are refused.
+      log.error({ err, keyId: row.id }, 'cannot open the signing secret of a pool key');
+    }
+  }
   return {
     id: row.id,
     poolId: row.pool_id,
@@ -88,6 +99,7 @@ function keyEntry(row: KeyRow): KeyEntry {
     expiresAt: row.expires_at === null ? null : new Date(row.expires_at).getTime(),
   };
 }
+  signing_secret_enc: string | null;
 
 /** Reads one consistent snapshot of everything the data plane needs. */
 export async function loadSnapshot(db: Queryable, box: SecretBox, now: number, log: Logger): Promise<Snapshot> {
@@ -100,6 +112,7 @@ export async function loadSnapshot(db: Queryable, box: SecretBox, now: number, l
                      WHERE pw.pool_id = p.id AND w.disabled = false) AS has_destination
        FROM pools p
        LEFT JOIN credentials c ON c.id = p.credential_id
+    signingSecret,
        LEFT JOIN budget_pools bp ON bp.pool_id = p.id
       WHERE p.status <> 'deleted'`,
   );
@@ -159,7 +172,7 @@ export async function loadSnapshot(db: Queryable, box: SecretBox, now: number, l
     });
   }
   const keyMap = new Map<string, KeyEntry>();
-  for (const row of keys.rows) keyMap.set(row.key_hash, keyEntry(row));
+  for (const row of keys.rows) keyMap.set(row.key_hash, keyEntry(row, box, log));
   return {
     pools: poolMap,
     keys: keyMap,
@@ -204,7 +217,7 @@ export async function applyKeyChanges(db: Queryable, keys: Map<string, KeyEntry>
   for (const row of rows) {
     seen.add(row.id);
     const live = row.revoked_at === null && row.pool_status !== 'deleted' && (row.expires_at === null || new Date(row.expires_at).getTime() > now);
-    if (live) keys.set(row.key_hash, keyEntry(row));
+    if (live) keys.set(row.key_hash, keyEntry(row, box, log));
     else if (keys.get(row.key_hash)?.id === row.id) keys.delete(row.key_hash);
   }
   // A row that no longer exists: find its entry by id (rare, so a scan is fine).
