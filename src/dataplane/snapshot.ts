@@ -39,6 +39,8 @@ export interface KeyEntry {
   readonly access: 'read' | 'write';
   /** Unix ms; checked against the clock on every request. */
   readonly expiresAt: number | null;
+  /** The key's HMAC signing secret, opened (origin signing); null when it has none. */
+  readonly signingSecret: string | null;
 }
 
 export interface Snapshot {
@@ -49,8 +51,6 @@ export interface Snapshot {
 }
 
 export const EMPTY_SNAPSHOT: Snapshot = { pools: new Map(), keys: new Map(), budgets: [], loadedAt: 0 };
-  /** The key's HMAC signing secret, opened (origin signing); null when it has none. */
-  readonly signingSecret: string | null;
 
 interface PoolRow {
   id: number;
@@ -76,6 +76,7 @@ interface KeyRow {
   key_hash: string;
   access: 'read' | 'write';
   expires_at: Date | string | null;
+  signing_secret_enc: string | null;
 }
 
 /** The pool_keys columns a KeyEntry is made from (the full load and the point update read the same). */
@@ -97,9 +98,9 @@ function keyEntry(row: KeyRow, box: SecretBox, log: Logger): KeyEntry {
     poolId: row.pool_id,
     access: row.access,
     expiresAt: row.expires_at === null ? null : new Date(row.expires_at).getTime(),
+    signingSecret,
   };
 }
-  signing_secret_enc: string | null;
 
 /** Reads one consistent snapshot of everything the data plane needs. */
 export async function loadSnapshot(db: Queryable, box: SecretBox, now: number, log: Logger): Promise<Snapshot> {
@@ -112,7 +113,6 @@ export async function loadSnapshot(db: Queryable, box: SecretBox, now: number, l
                      WHERE pw.pool_id = p.id AND w.disabled = false) AS has_destination
        FROM pools p
        LEFT JOIN credentials c ON c.id = p.credential_id
-    signingSecret,
        LEFT JOIN budget_pools bp ON bp.pool_id = p.id
       WHERE p.status <> 'deleted'`,
   );
