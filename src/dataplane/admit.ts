@@ -31,6 +31,11 @@ export function refusalReply(a: Extract<Admission, { ok: false }>, governorHeade
         ['retry-after', retryAfterSeconds(a.retryAfterMs)],
         ...governorHeaders,
       ]);
+    case 'rate_limited':
+      return reply(429, 'too_many_requests', "the pool's request rate limit is reached", [
+        ['retry-after', retryAfterSeconds(a.retryAfterMs)],
+        ...governorHeaders,
+      ]);
     case 'queue_timeout':
       return reply(504, 'queue_timeout', 'no slot opened within the queue wait', governorHeaders);
     case 'unavailable':

@@ -192,6 +192,9 @@ export function poolLimits(snapshot: Snapshot): PoolLimits[] {
       queueTimeoutMs: p.settings.queueTimeoutMs,
       budgetId: p.budgetId,
       reservedConcurrent: p.reservedConcurrent,
+      adaptive: p.settings.adaptive,
+      adaptiveMin: p.settings.adaptiveMin,
+      rpmOverride: p.settings.rpmOverride,
     });
   }
   return out;

@@ -1,5 +1,5 @@
-// The in-memory governor (one node): per-pool concurrency slots, a bounded FIFO wait queue per pool, and
-// Capacity budgets whose pools share one origin cap.
+// The in-memory governor (one node): per-pool concurrency slots, a bounded FIFO wait queue per pool,
+// Capacity budgets whose pools share one origin cap, and per pool an adaptive limit and an RPM gate.
 import type {
   Admission,
   AdmitRequest,
@@ -11,7 +11,10 @@ import type {
   PoolState,
   RefusalReason,
 } from './governor.js';
+import { AdaptiveLimit, SampleKind } from './adaptive-limit.js';
 import { BudgetShare } from './budget-share.js';
+import { applyRateObject, clearRateInfo, emptyRateInfo, hasRateInfo, parseRateHeaders, type RateInfo } from './rate-headers.js';
+import { RpmLearner } from './rpm-learner.js';
 import { WaitQueue, type WaitNode } from './wait-queue.js';
 
 /** setTimeout's largest delay; a longer wait would fire at once. */
@@ -24,17 +27,50 @@ const RETRY_MAX_MS = 60_000;
 /** Hold time assumed before a pool has released anything. */
 const DEFAULT_HOLD_MS = 1_000;
 
+/** The timer functions the governor uses; a simulation passes its own with simulated time. */
+export interface GovernorTimers {
+  setTimeout<T>(fn: (arg: T) => void, ms: number, arg: T): unknown;
+  clearTimeout(handle: unknown): void;
+}
+
+const NODE_TIMERS: GovernorTimers = {
+  setTimeout: (fn, ms, arg) => setTimeout(fn, ms, arg),
+  clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
+};
+
 export interface MemoryGovernorOptions {
   /** Monotonic clock in ms; tests pass a fake one. */
   now?: () => number;
+  /** Wall-clock time in epoch ms, for dates in rate-limit headers (default Date.now). */
+  wallClock?: () => number;
+  /** Timers for waits and the RPM gate (default Node's); must follow the same clock as `now`. */
+  timers?: GovernorTimers;
 }
+
+/** What the adaptive limit and the RPM learner of one pool know (for tests, benchmarks and diagnostics). */
+export interface LearnedState {
+  /** The learned adaptive limit (whole slots within adaptiveMin..max_concurrent, not lowered by a probe); null when adaptive is off. */
+  adaptiveLimit: number | null;
+  shortRttMs: number;
+  longRttMs: number;
+  /** Requests per minute the upstream stated; null until it said. */
+  learnedRpm: number | null;
+  /** The rate the gate enforces per minute (override, or a margin under the learned figure); null when none. */
+  gateRpm: number | null;
+  tokenLimit: number | null;
+  /** Ms until the gate lets the next request through; 0 when open. */
+  gateWaitMs: number;
+}
+
+/** Scratch for parsing one outcome: the event loop runs one release at a time, so one object serves all. */
+const RATE: RateInfo = emptyRateInfo();
 
 /** One waiter; it is also its own abort listener (handleEvent), so no listener closure is made per waiter. */
 class Waiter implements WaitNode<Waiter> {
   prev: Waiter | null = null;
   next: Waiter | null = null;
   linked = false;
-  timer: NodeJS.Timeout | null = null;
+  timer: unknown = null;
   readonly pool: PoolSlots;
   readonly seq: number;
   readonly enqueuedAt: number;
@@ -55,7 +91,7 @@ class Waiter implements WaitNode<Waiter> {
 
   /** Detaches the timer and the abort listener, then answers the caller. Called once, after unlinking. */
   settle(a: Admission): void {
-    if (this.timer !== null) clearTimeout(this.timer);
+    if (this.timer !== null) this.pool.timers.clearTimeout(this.timer);
     this.timer = null;
     this.signal?.removeEventListener('abort', this);
     this.#resolve(a);
@@ -79,43 +115,89 @@ class SlotPermit implements Permit {
     this.#grantedAt = grantedAt;
   }
 
-  release(_outcome?: Outcome): void {
+  release(outcome?: Outcome): void {
     if (this.#released) return;
     this.#released = true;
-    // The outcome will feed the adaptive limit; the hold time already feeds the retry hint.
-    this.#pool.give(this.#grantedAt);
+    this.#pool.give(this.#grantedAt, outcome);
   }
+}
+
+function onGateOpen(p: PoolSlots): void {
+  p.gateTimer = null;
+  p.pump();
 }
 
 /** The slots, queue and limits of one pool. Every change of `inFlight` goes through take() and give(). */
 class PoolSlots {
   readonly poolId: number;
   readonly now: () => number;
-  limits: PoolLimits;
+  readonly wallClock: () => number;
+  readonly timers: GovernorTimers;
+  limits!: PoolLimits;
   inFlight = 0;
   readonly queue = new WaitQueue<Waiter>();
   budget: BudgetShare<PoolSlots> | null = null;
   /** False once the pool left the configuration: refuses new work, lets its permits drain. */
   active = true;
   #avgHoldMs = 0;
+  /** The adaptive limit; null while `adaptive` is off (a pool switched back on starts afresh). */
+  adaptive: AdaptiveLimit | null = null;
+  readonly rpm = new RpmLearner();
+  /** Wakes the queue when the RPM gate reopens; armed only while waiters are held back by the gate. */
+  gateTimer: unknown = null;
 
-  constructor(limits: PoolLimits, now: () => number) {
+  constructor(limits: PoolLimits, now: () => number, wallClock: () => number, timers: GovernorTimers) {
     this.poolId = limits.poolId;
-    this.limits = limits;
     this.now = now;
+    this.wallClock = wallClock;
+    this.timers = timers;
+    this.setLimits(limits);
+  }
+
+  setLimits(limits: PoolLimits): void {
+    this.limits = limits;
+    const min = Math.min(limits.adaptiveMin ?? 1, limits.maxConcurrent);
+    if (!limits.adaptive || limits.maxConcurrent === 0) this.adaptive = null;
+    else if (this.adaptive === null) this.adaptive = new AdaptiveLimit({ min, max: limits.maxConcurrent });
+    else this.adaptive.setBounds(min, limits.maxConcurrent);
+    this.rpm.setOverride(limits.rpmOverride ?? null, this.now());
   }
 
   get reservedConcurrent(): number {
     return this.limits.reservedConcurrent;
   }
 
-  /** The one place the effective limit is computed; the adaptive limit will join as min(max, adaptive). */
+  /** The one place the effective limit is computed: min(max_concurrent, adaptive). */
   effectiveLimit(): number {
-    return this.active ? this.limits.maxConcurrent : 0;
+    if (!this.active) return 0;
+    // The controller's bounds are adaptiveMin..max_concurrent, so its limit is already the minimum.
+    return this.adaptive === null ? this.limits.maxConcurrent : this.adaptive.limit;
   }
 
   canTake(): boolean {
-    return this.inFlight < this.effectiveLimit() && (this.budget === null || this.budget.admits(this));
+    return this.inFlight < this.effectiveLimit() && (this.budget === null || this.budget.admits(this)) && this.rpm.allows(this.now());
+  }
+
+  /** Ms until the RPM gate lets a request through (0 when open). */
+  gateWaitMs(): number {
+    return this.rpm.waitMs(this.now());
+  }
+
+  /** Refusal hint while the gate is shut: when it reopens, in whole seconds. */
+  gateRetryAfterMs(wait: number): number {
+    return Math.max(RETRY_MIN_MS, Math.ceil(wait / 1000) * 1000);
+  }
+
+  /** Arms the wake-up for waiters the RPM gate holds back (nothing else would wake them). */
+  armGate(): void {
+    if (this.gateTimer !== null || this.queue.size === 0 || !this.active) return;
+    const wait = this.gateWaitMs();
+    if (wait > 0) this.gateTimer = this.timers.setTimeout(onGateOpen, Math.min(Math.ceil(wait), MAX_TIMER_MS), this);
+  }
+
+  disarmGate(): void {
+    if (this.gateTimer !== null) this.timers.clearTimeout(this.gateTimer);
+    this.gateTimer = null;
   }
 
   remaining(): number {
@@ -124,25 +206,56 @@ class PoolSlots {
   }
 
   take(queuedMs: number): Admission {
+    const now = this.now();
     this.budget?.take(this);
     this.inFlight++;
-    return { ok: true, permit: new SlotPermit(this, this.now()), queuedMs };
+    this.rpm.take(now);
+    return { ok: true, permit: new SlotPermit(this, now), queuedMs };
   }
 
-  give(grantedAt: number): void {
+  give(grantedAt: number, outcome: Outcome | undefined): void {
     if (this.inFlight === 0) return; // unreachable while permits settle once; never go negative
+    const held = this.now() - grantedAt;
+    // Learn before the slot is counted free: the sample's in-flight includes itself, and a raised
+    // limit admits waiters in the pump below.
+    if (outcome !== undefined) this.#learn(outcome, held);
     this.budget?.give(this);
     this.inFlight--;
-    const held = this.now() - grantedAt;
     this.#avgHoldMs = this.#avgHoldMs === 0 ? held : this.#avgHoldMs + HOLD_WEIGHT * (held - this.#avgHoldMs);
     this.pump();
+  }
+
+  /**
+   * Feeds one upstream answer to the RPM learner and the adaptive limit. A lock release's `rate`
+   * object wins over headers field by field. A retry hint counts only on a refusal (429 or 503, a
+   * throttled count, or no status, as a lock client reports it). A 429 the rate headers explain (the
+   * window's `remaining` is 0) is a rate signal, not a concurrency one; answers without a status, and
+   * 5xx answers, are not latency samples (an error's speed says nothing about the service time).
+   */
+  #learn(o: Outcome, held: number): void {
+    const now = this.now();
+    const info = o.headers !== undefined ? parseRateHeaders(o.headers, this.wallClock(), RATE) : clearRateInfo(RATE);
+    if (o.rate !== undefined && o.rate !== null && typeof o.rate === 'object') applyRateObject(o.rate, info);
+    const status = o.status;
+    const throttled = status === 429 || (o.throttled !== undefined && o.throttled > 0);
+    const hint = o.retryAfterMs !== undefined && o.retryAfterMs >= 0 ? o.retryAfterMs : info.retryAfterMs;
+    const refusal = throttled || status === undefined || status === 503;
+    info.retryAfterMs = refusal && hint >= 0 ? hint : NaN;
+    if (hasRateInfo(info)) this.rpm.observe(now, info);
+
+    if (this.adaptive === null) return;
+    let kind: SampleKind = SampleKind.Ok;
+    if ((throttled || info.retryAfterMs >= 0) && info.remaining !== 0) kind = SampleKind.Throttled;
+    else if (o.dropped === true || status === undefined || status >= 500 || throttled) kind = SampleKind.Dropped;
+    this.adaptive.onSample(now, o.latencyMs ?? held, this.inFlight, kind);
   }
 
   enqueue(w: Waiter, waitMs: number): void {
     this.queue.push(w);
     if (this.budget) this.budget.waiting++;
-    w.timer = setTimeout(onWaitTimeout, Math.min(waitMs, MAX_TIMER_MS), w);
+    w.timer = this.timers.setTimeout(onWaitTimeout, Math.min(waitMs, MAX_TIMER_MS), w);
     w.signal?.addEventListener('abort', w);
+    this.armGate();
   }
 
   #unlink(w: Waiter): boolean {
@@ -164,6 +277,7 @@ class PoolSlots {
   }
 
   refuseAll(reason: RefusalReason): void {
+    this.disarmGate();
     for (let w = this.queue.peek(); w !== null; w = this.queue.peek()) this.refuse(w, reason);
   }
 
@@ -174,6 +288,7 @@ class PoolSlots {
       return;
     }
     for (let w = this.queue.peek(); w !== null && this.canTake(); w = this.queue.peek()) this.grant(w);
+    this.armGate();
   }
 
   /**
@@ -198,9 +313,10 @@ function pumpBudget(b: BudgetShare<PoolSlots>): void {
       const head = p.queue.peek();
       if (head !== null && (best === null || head.seq < best.seq) && p.canTake()) best = head;
     }
-    if (best === null) return;
+    if (best === null) break;
     best.pool.grant(best);
   }
+  if (b.waiting > 0) for (const p of b.members) p.armGate();
 }
 
 function sanitize(l: PoolLimits): PoolLimits {
@@ -212,6 +328,9 @@ function sanitize(l: PoolLimits): PoolLimits {
     queueTimeoutMs: count(l.queueTimeoutMs),
     budgetId: l.budgetId,
     reservedConcurrent: count(l.reservedConcurrent),
+    adaptive: l.adaptive === true,
+    adaptiveMin: Math.max(1, count(l.adaptiveMin ?? 1)),
+    rpmOverride: l.rpmOverride !== undefined && l.rpmOverride !== null && l.rpmOverride > 0 && Number.isFinite(l.rpmOverride) ? l.rpmOverride : null,
   };
 }
 
@@ -225,12 +344,16 @@ const EMPTY_STATE: PoolState = Object.freeze({ inFlight: 0, queued: 0, effective
  */
 export class MemoryGovernor implements Governor {
   readonly #now: () => number;
+  readonly #wallClock: () => number;
+  readonly #timers: GovernorTimers;
   readonly #pools = new Map<number, PoolSlots>();
   #seq = 0;
   #closed = false;
 
   constructor(opts: MemoryGovernorOptions = {}) {
     this.#now = opts.now ?? (() => performance.now());
+    this.#wallClock = opts.wallClock ?? Date.now;
+    this.#timers = opts.timers ?? NODE_TIMERS;
   }
 
   configure(pools: readonly PoolLimits[], budgets: readonly BudgetLimits[]): void {
@@ -240,10 +363,10 @@ export class MemoryGovernor implements Governor {
       seen.add(limits.poolId);
       const p = this.#pools.get(limits.poolId);
       if (p) {
-        p.limits = limits;
+        p.setLimits(limits);
         p.active = true;
       } else {
-        this.#pools.set(limits.poolId, new PoolSlots(limits, this.#now));
+        this.#pools.set(limits.poolId, new PoolSlots(limits, this.#now, this.#wallClock, this.#timers));
       }
     }
     for (const [id, p] of this.#pools) {
@@ -281,6 +404,9 @@ export class MemoryGovernor implements Governor {
     if (p.queue.size === 0 && p.canTake()) return p.take(0);
 
     const waitMs = Math.min(req.waitMs, p.limits.queueTimeoutMs);
+    // The RPM gate: refused at once, like a full pool, when it will not open within the wait.
+    const gateWait = p.gateWaitMs();
+    if (gateWait > 0 && !(gateWait <= waitMs)) return { ok: false, reason: 'rate_limited', queuedMs: 0, retryAfterMs: p.gateRetryAfterMs(gateWait) };
     if (!(waitMs > 0)) return { ok: false, reason: 'no_slot', queuedMs: 0, retryAfterMs: p.retryAfterMs() };
     if (p.queue.size >= p.limits.queueLength) return { ok: false, reason: 'queue_full', queuedMs: 0, retryAfterMs: p.retryAfterMs() };
     const seq = ++this.#seq;
@@ -291,6 +417,22 @@ export class MemoryGovernor implements Governor {
     const p = this.#pools.get(poolId);
     if (p === undefined) return EMPTY_STATE;
     return { inFlight: p.inFlight, queued: p.queue.size, effectiveLimit: p.effectiveLimit(), remaining: p.remaining() };
+  }
+
+  /** What the pool's adaptive limit and RPM learner know; null for an unknown pool. */
+  learned(poolId: number): LearnedState | null {
+    const p = this.#pools.get(poolId);
+    if (p === undefined) return null;
+    const orNull = (n: number): number | null => (Number.isNaN(n) ? null : n);
+    return {
+      adaptiveLimit: p.adaptive === null ? null : Math.floor(p.adaptive.estimate),
+      shortRttMs: p.adaptive?.shortRtt ?? 0,
+      longRttMs: p.adaptive?.longRtt ?? 0,
+      learnedRpm: orNull(p.rpm.learnedRpm),
+      gateRpm: orNull(p.rpm.gateRpm),
+      tokenLimit: orNull(p.rpm.tokenLimit),
+      gateWaitMs: p.gateWaitMs(),
+    };
   }
 
   async close(): Promise<void> {

@@ -11,6 +11,7 @@ export const REQUEST_OUTCOMES = [
   'admitted',
   'rejected_queue_full',
   'rejected_no_slot',
+  'rejected_rate_limited',
   'queue_timeout',
   'aborted',
   'unavailable',
@@ -22,7 +23,7 @@ export const REQUEST_OUTCOMES = [
 ] as const;
 export type RequestOutcome = (typeof REQUEST_OUTCOMES)[number];
 
-export const REFUSAL_REASONS: readonly RefusalReason[] = ['queue_full', 'no_slot', 'queue_timeout', 'aborted', 'unavailable'];
+export const REFUSAL_REASONS: readonly RefusalReason[] = ['queue_full', 'no_slot', 'queue_timeout', 'aborted', 'unavailable', 'rate_limited'];
 
 /** The request outcome a governor refusal counts as. */
 export const OUTCOME_OF_REFUSAL: Readonly<Record<RefusalReason, RequestOutcome>> = {
@@ -31,6 +32,7 @@ export const OUTCOME_OF_REFUSAL: Readonly<Record<RefusalReason, RequestOutcome>>
   queue_timeout: 'queue_timeout',
   aborted: 'aborted',
   unavailable: 'unavailable',
+  rate_limited: 'rejected_rate_limited',
 };
 
 export const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx', 'error'] as const;
