@@ -88,9 +88,10 @@ t.test('10,000 leases from crashing clients are all reclaimed one term after the
   const renewals: Array<Promise<void>> = [];
   const slotIds: string[] = [];
 
-  await each(10_000, 64, async (i) => {
+  // 10,000 leases, plus 500 acquires dropped on the wire interleaved among them (every 21st).
+  await each(10_500, 64, async (i) => {
     const fate = random();
-    if (fate < 0.05) {
+    if (i % 21 === 20) {
       // The client dies while its acquire is on the wire: whatever the server did, nothing may leak.
       const ac = new AbortController();
       const p = post('/pools/crash/lock/acquire', key, undefined, ac.signal).catch(() => null);
@@ -110,7 +111,7 @@ t.test('10,000 leases from crashing clients are all reclaimed one term after the
     counts.granted++;
     const slotId: string = r.json.slotId;
     if (i % 97 === 0) slotIds.push(slotId);
-    if (fate < 0.7) {
+    if (fate < 0.65) {
       counts.crashed++; // never renews, never releases
     } else if (fate < 0.9) {
       counts.renewedThenCrashed++;
@@ -131,7 +132,7 @@ t.test('10,000 leases from crashing clients are all reclaimed one term after the
   clearInterval(sampler);
   t.comment(JSON.stringify({ ...counts, peakInFlight: peak }));
   t.equal(counts.refused, 0, 'the pool never ran out of its 10,000 slots');
-  t.ok(counts.granted >= 9000, `${counts.granted} leases granted`);
+  t.equal(counts.granted, 10_000, '10,000 leases granted');
   t.ok(peak > 1, `leases overlapped (peak ${peak} in flight)`);
 
   const sinceLast = performance.now() - lastActivity;
