@@ -209,12 +209,12 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         accessLog: dp.accessLog,
         clock: () => now().getTime(),
         jobs: { sql, log, snapshot: () => dp.snapshots.current, clock: () => now().getTime(), poolDomain: config.poolDomain, lockApiUrl },
+        policies: policiesGate(dp.policies),
       });
       ports.lock = lockApi.port;
       closers.push(() => lockApi.close());
     }
     if (opts.roles.includes('worker')) {
-        policies: policiesGate(dp.policies),
       // The job runner takes slots from the data plane's governor when it shares the process, and
       // otherwise follows the config itself with its own governor.
       let governor: Governor;

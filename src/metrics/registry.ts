@@ -130,8 +130,6 @@ export class PoolMetrics {
     registers: [this.registry],
   });
 
-  constructor(opts: PoolMetricsOptions = {}) {
-    if (opts.defaultMetrics !== false) {
   readonly #policyRefusals = new Counter({
     name: 'poolgate_policy_refusals_total',
     help: 'Requests a pool policy (ip_allowlist, access_proxy, hmac, jwt) refused before admission, by reason.',
@@ -139,6 +137,8 @@ export class PoolMetrics {
     registers: [this.registry],
   });
 
+  constructor(opts: PoolMetricsOptions = {}) {
+    if (opts.defaultMetrics !== false) {
       collectDefaultMetrics({ register: this.registry });
       // Gauges named like counters (promtool flags them); each is the sum of its by-type twin without _total.
       for (const name of MISNAMED_DEFAULT_GAUGES) this.registry.removeSingleMetric(name);
@@ -186,13 +186,13 @@ export class PoolMetrics {
     return h;
   }
 
-  /** Drops a deleted (or renamed) pool's series and handles. */
-  forget(pool: string): void {
   /** Counts one policy refusal (refusals are the rare path: labels are bound here, not cached). */
   policyRefused(pool: string, policy: string, reason: string): void {
     this.#policyRefusals.inc({ pool, policy, reason });
   }
 
+  /** Drops a deleted (or renamed) pool's series and handles. */
+  forget(pool: string): void {
     if (!this.#handles.delete(pool)) return;
     for (const outcome of REQUEST_OUTCOMES) this.#requests.remove({ pool, outcome });
     for (const reason of REFUSAL_REASONS) this.#rejected.remove({ pool, reason });
