@@ -163,6 +163,18 @@ export const ConfigSchema = Type.Object(
       description:
         'Comma-separated CIDRs of reverse proxies in front of the data plane and lock API. Only from these peers is X-Forwarded-For read (its rightmost untrusted entry is the client address for IP allowlists); empty trusts none.',
     }),
+    sqlBodyLimit: Type.Integer({
+      minimum: 1024,
+      maximum: 64 * 1024 * 1024,
+      default: 1024 * 1024,
+      env: 'POOLGATE_SQL_BODY_LIMIT',
+      description: 'Largest SQL-over-HTTP request body in bytes (query text and params); larger bodies get 413.',
+    }),
+    dbAllowInsecure: Type.Boolean({
+      default: false,
+      env: 'POOLGATE_DB_ALLOW_INSECURE',
+      description: 'Connect to a database pool\'s server without TLS when it refuses TLS (db_sslmode is otherwise enforced). Local use and tests only.',
+    }),
     logLevel: Type.Union(
       ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((l) => Type.Literal(l)),
       { default: 'info', env: 'POOLGATE_LOG_LEVEL', description: 'Log level of the service log (stderr).' },

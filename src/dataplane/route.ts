@@ -16,10 +16,10 @@ export function routeGate(poolDomain: string): Gate {
     const label = host.slice(0, -suffix.length);
     if (label.length === 0 || label.includes('.')) return NOT_FOUND;
     const pool = ex.snapshot.pools.get(label);
-    // Database pools are served by the SQL endpoints and wire listeners, not by this proxy.
-    if (!pool || pool.backend !== 'http') return NOT_FOUND;
+    if (!pool) return NOT_FOUND;
     if (pool.status !== 'active') return reply(503, 'unavailable', 'this pool is suspended');
-    if (pool.origin === null) return reply(503, 'unavailable', 'this pool has no usable origin');
+    // Database pools (postgres, mysql) have no origin: they are served by SQL over HTTP (src/db).
+    if (pool.backend === 'http' && pool.origin === null) return reply(503, 'unavailable', 'this pool has no usable origin');
     ex.pool = pool;
     return null;
   };

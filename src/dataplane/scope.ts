@@ -10,8 +10,9 @@ const DOT_SEGMENT = /(^|\/)(\.|%2e){1,2}(\/|$)/i;
 export function scopeGate(): Gate {
   return (ex: Exchange) => {
     const key = ex.key;
-    if (key === null || key.access === 'write') return null;
     const pool = ex.pool!;
+    // Spec, key access semantics 3: on a database pool every query is a POST; the database refuses writes.
+    if (key === null || key.access === 'write' || pool.backend !== 'http') return null;
     if (!pool.readMethods.has(ex.method)) return FORBIDDEN;
     if (BASE.has(ex.method)) return null;
     const prefixes = pool.readPaths.get(ex.method);

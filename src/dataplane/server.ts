@@ -22,6 +22,8 @@ import { scopeGate } from './scope.js';
 import { poolLimits, SnapshotSource, type PoolEntry } from './snapshot.js';
 import { Policies } from '../policies/index.js';
 import { policyStage } from '../policies/dataplane-stage.js';
+import { SqlOverHttp } from '../db/sql-over-http.js';
+import type { DbUpstreams } from '../db/upstream.js';
 
 export interface DataplaneOptions {
   config: Config;
@@ -60,6 +62,8 @@ export class Dataplane {
   readonly #accessLog: AccessLog;
   readonly #release: ReturnType<typeof releaseStage>;
   readonly #bodyLimit: number;
+  /** SQL over HTTP: serves every database pool (postgres, mysql) after stage 4. */
+  readonly #sql: SqlOverHttp;
   #listenSocket: us_listen_socket | null = null;
   #inFlight = 0;
   #drained: (() => void) | null = null;
@@ -80,13 +84,17 @@ export class Dataplane {
       clock,
       onRefusal: (pool, policy, reason) => opts.metrics?.policyRefused?.(pool, policy, reason),
     });
+    this.#sql = new SqlOverHttp({ config: opts.config, governor: opts.governor, log: opts.log });
     this.snapshots = new SnapshotSource({
       sql: opts.sql,
       box: opts.box,
       log: opts.log,
       clock,
       resyncMs: opts.config.snapshotResyncMs,
-      onLoad: (s) => this.governor.configure(poolLimits(s), s.budgets),
+      onLoad: (s) => {
+        this.governor.configure(poolLimits(s), s.budgets);
+        this.#sql.sync(s);
+      },
     });
     this.#app = loadUws().App();
     this.#app.any('/*', (res, req) => this.#handle(res, req));
@@ -113,6 +121,11 @@ export class Dataplane {
   /** The pool access log, shared with the lock API (its acquire attempts belong in the same log). */
   get accessLog(): AccessLog {
     return this.#accessLog;
+  }
+
+  /** The upstream database connections (for the async jobs runner: src/db/sql-over-http.ts runSqlRequest). */
+  get databases(): DbUpstreams {
+    return this.#sql.upstreams;
   }
 
   /** Requests between arrival and release. */
@@ -190,6 +203,10 @@ export class Dataplane {
     // Stage 4, policies (src/policies): before a slot; a signed body is read whole first, to be hashed.
     const stage4 = policyStage(this.policies, ex, bodyPresent ? (h) => res.onData(h) : null);
     if (stage4.refusal !== null) return stop(stage4.refusal);
+    if (ex.pool!.backend !== 'http') {
+      const onData = bodyPresent ? (stage4.onData ?? ((h) => res.onData(h))) : null;
+      return this.#sql.serve(ex, client, onData, stage4.pending, (s) => this.#settle(ex, s));
+    }
     if (this.#bodyLimit > 0 && Number(headers['content-length'] ?? 0) > this.#bodyLimit) {
       return stop(reply(413, 'payload_too_large', `request body exceeds ${this.#bodyLimit} bytes`));
     }
@@ -340,6 +357,7 @@ export class Dataplane {
       // Drops idle keep-alive connections too (present at runtime, missing from the typings).
       (this.#app as TemplatedApp & { close(): void }).close();
       await this.#upstreams.close(this.#inFlight > 0);
+      await this.#sql.close();
       await this.policies.close();
       await this.#accessLog.close();
     })();

@@ -27,10 +27,20 @@ export interface PoolEntry {
   readonly reservedConcurrent: number;
   /** The managed origin credential, opened; null when none is attached (or it could not be opened). */
   readonly credential: CredentialSecret | null;
+  /** The upstream database of a `postgres`/`mysql` pool; null for http pools (or a row missing its host). */
+  readonly database: DatabaseTarget | null;
   /** Async mode (spec rule 5): on, jobs when busy, and at least one active (not disabled) attached destination. */
   readonly asyncEnabled: boolean;
   readonly asyncOnQueue: boolean;
   readonly hasActiveDestination: boolean;
+}
+
+export interface DatabaseTarget {
+  readonly host: string;
+  /** null: the backend's default port (5432, 3306). */
+  readonly port: number | null;
+  readonly name: string;
+  readonly sslmode: 'verify-full' | 'require';
 }
 
 export interface KeyEntry {
@@ -65,6 +75,10 @@ interface PoolRow {
   secret_enc: string | null;
   budget_id: number | null;
   reserved_concurrent: number | null;
+  db_host: string | null;
+  db_port: number | null;
+  db_name: string | null;
+  db_sslmode: 'verify-full' | 'require' | null;
   async_enabled: boolean;
   async_on_queue: boolean;
   has_destination: boolean;
@@ -108,6 +122,7 @@ export async function loadSnapshot(db: Queryable, box: SecretBox, now: number, l
   const pools = await db.query<PoolRow>(
     `SELECT p.id, p.subdomain, p.backend, p.status, p.origin, p.max_concurrent, p.require_key, p.settings,
             p.credential_id, c.secret_enc, bp.budget_id, bp.reserved_concurrent,
+            p.db_host, p.db_port, p.db_name, p.db_sslmode,
             p.async_enabled, p.async_on_queue,
             EXISTS (SELECT 1 FROM pool_webhooks pw JOIN webhook_endpoints w ON w.id = pw.webhook_endpoint_id
                      WHERE pw.pool_id = p.id AND w.disabled = false) AS has_destination
@@ -166,6 +181,10 @@ export async function loadSnapshot(db: Queryable, box: SecretBox, now: number, l
       budgetId: row.budget_id,
       reservedConcurrent: row.reserved_concurrent ?? 0,
       credential,
+      database:
+        row.backend !== 'http' && row.db_host && row.db_name
+          ? { host: row.db_host, port: row.db_port, name: row.db_name, sslmode: row.db_sslmode ?? 'verify-full' }
+          : null,
       asyncEnabled: row.async_enabled,
       asyncOnQueue: row.async_on_queue,
       hasActiveDestination: row.has_destination,

@@ -1,0 +1,296 @@
+// SQL over HTTP on a database pool's host: `POST {query, params}` → `{columns, rows}`, or
+// `POST {queries: [...]}` → `{results: [...]}` in one transaction. The request is read and checked before it
+// takes a slot; the slot is held from admission until the answer is written.
+import type { Config } from '../config/schema.js';
+import type { Admission, Governor, Outcome } from '../governor/governor.js';
+import type { Logger } from '../log.js';
+import { admit, governorHeaders, refusalReply, requestedWait } from '../dataplane/admit.js';
+import type { ClientResponse } from '../dataplane/client-response.js';
+import { reply, type Exchange, type Reply } from '../dataplane/exchange.js';
+import type { Settlement } from '../dataplane/release.js';
+import type { PoolEntry, Snapshot } from '../dataplane/snapshot.js';
+import type { OnData } from '../policies/dataplane-stage.js';
+import { failureBody, type DbFailure } from './errors.js';
+import { DbUpstreams, type RunResult, type SqlStatement, type StatementResult } from './upstream.js';
+
+/** The most statements one `queries` batch may hold. */
+export const MAX_BATCH = 1000;
+/** PostgreSQL's protocol limit on bind parameters; applied to both backends. */
+export const MAX_PARAMS = 65535;
+
+export type SqlRequest = { kind: 'single'; statement: SqlStatement } | { kind: 'batch'; statements: SqlStatement[] };
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+function statementOf(v: unknown, where: string): SqlStatement | string {
+  if (!isObject(v)) return `${where} must be an object with "query" and optional "params"`;
+  for (const k of Object.keys(v)) if (k !== 'query' && k !== 'params') return `${where} has an unknown property "${k}"`;
+  if (typeof v.query !== 'string' || v.query.trim() === '') return `${where}.query must be a non-empty string`;
+  if (v.query.includes('\u0000')) return `${where}.query must not contain NUL characters`;
+  const params = v.params ?? [];
+  if (!Array.isArray(params)) return `${where}.params must be an array`;
+  if (params.length > MAX_PARAMS) return `${where}.params has more than ${MAX_PARAMS} values`;
+  return { query: v.query, params };
+}
+
+/** Parses and checks a request body; a string says what is wrong (answered 400). */
+export function parseSqlRequest(text: string): SqlRequest | string {
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    return 'the body must be JSON: {"query": "...", "params": [...]} or {"queries": [...]}';
+  }
+  if (!isObject(body)) return 'the body must be a JSON object: {"query": "...", "params": [...]} or {"queries": [...]}';
+  if ('queries' in body) {
+    for (const k of Object.keys(body)) if (k !== 'queries') return `a batch has only "queries"; unknown property "${k}"`;
+    const list = body.queries;
+    if (!Array.isArray(list) || list.length === 0) return '"queries" must be a non-empty array';
+    if (list.length > MAX_BATCH) return `"queries" holds at most ${MAX_BATCH} statements`;
+    const statements: SqlStatement[] = [];
+    for (let i = 0; i < list.length; i++) {
+      const s = statementOf(list[i], `queries[${i}]`);
+      if (typeof s === 'string') return s;
+      statements.push(s);
+    }
+    return { kind: 'batch', statements };
+  }
+  const s = statementOf(body, 'the body');
+  return typeof s === 'string' ? s : { kind: 'single', statement: s };
+}
+
+/** One statement's JSON form. */
+function resultJson(r: StatementResult): Record<string, unknown> {
+  const out: Record<string, unknown> = { command: r.command, rowCount: r.rowCount, columns: r.columns, rows: r.rows };
+  if (r.lastInsertId !== undefined) out.lastInsertId = r.lastInsertId;
+  return out;
+}
+
+/** The 200 body of a request: the statement's result, or `{results}` for a batch. */
+export function responseJson(req: SqlRequest, results: StatementResult[]): Record<string, unknown> {
+  return req.kind === 'single' ? resultJson(results[0]!) : { results: results.map(resultJson) };
+}
+
+function statementsOf(req: SqlRequest): SqlStatement[] {
+  return req.kind === 'single' ? [req.statement] : req.statements;
+}
+
+function errorJson(f: Exclude<DbFailure, { kind: 'aborted' }>, index: number | undefined): { status: number; body: Record<string, unknown> } {
+  const r = failureBody(f);
+  if (index !== undefined) r.body.index = index;
+  return r;
+}
+
+/** What the async jobs runner gets for a stored SQL request: the job detail, or the error answer. */
+export type SqlJobOutcome =
+  | { ok: true; status: 200; detail: { kind: 'database'; columns?: unknown[]; rows?: unknown[]; results?: unknown[] } & Record<string, unknown> }
+  | { ok: false; status: number; body: Record<string, unknown> };
+
+/**
+ * Runs a stored SQL request (the body a client POSTed to a database pool) for the async jobs runner, with
+ * the pool's request timeout. The caller holds the slot. Resolves, never rejects.
+ */
+export async function runSqlRequest(upstreams: DbUpstreams, pool: PoolEntry, body: Buffer | string, signal?: AbortSignal): Promise<SqlJobOutcome> {
+  const req = parseSqlRequest(typeof body === 'string' ? body : body.toString('utf8'));
+  if (typeof req === 'string') return { ok: false, status: 400, body: { error: 'bad_request', message: req } };
+  const r = await upstreams.run(pool, statementsOf(req), { timeoutMs: pool.settings.requestTimeoutMs, signal, transaction: req.kind === 'batch' });
+  if (r.ok) return { ok: true, status: 200, detail: { kind: 'database', ...responseJson(req, r.results) } };
+  if (r.failure.kind === 'aborted') return { ok: false, status: 503, body: { error: 'unavailable', message: 'the job was cancelled' } };
+  return { ok: false, ...errorJson(r.failure, r.index) };
+}
+
+// ------------------------------------------------------------------------------------ the endpoint
+
+export interface SqlOverHttpOptions {
+  config: Config;
+  governor: Governor;
+  log: Logger;
+}
+
+const METHOD_NOT_ALLOWED = JSON.stringify({ error: 'method_not_allowed', message: 'a database pool takes every query as a POST' });
+
+/** The settlement of an answered run: the outcome the access log and metrics use, and the governor sample. */
+function settlementOf(r: RunResult, status: number, latencyMs: number): Settlement {
+  const upstream: Outcome = { status, latencyMs };
+  if (r.ok || r.failure.kind === 'database') return { outcome: 'proxied', status, upstream };
+  switch (r.failure.kind) {
+    case 'timeout':
+      return { outcome: 'upstream_timeout', status, upstream: { dropped: true, latencyMs } };
+    case 'unavailable':
+      return { outcome: 'unavailable', status, upstream: { dropped: true, latencyMs } };
+    default:
+      return { outcome: 'upstream_unreachable', status, upstream: { dropped: true, latencyMs } };
+  }
+}
+
+export class SqlOverHttp {
+  readonly upstreams: DbUpstreams;
+  readonly #opts: SqlOverHttpOptions;
+
+  constructor(opts: SqlOverHttpOptions) {
+    this.#opts = opts;
+    this.upstreams = new DbUpstreams({ allowInsecure: opts.config.dbAllowInsecure, log: opts.log });
+  }
+
+  /** Retires upstream connection pools whose pool was deleted or whose host, role or size changed. */
+  sync(snapshot: Snapshot): void {
+    this.upstreams.sync(snapshot);
+  }
+
+  close(): Promise<void> {
+    return this.upstreams.close();
+  }
+
+  /**
+   * Serves one request on a database pool (route, authenticate and the policies stage already ran; method
+   * scope does not apply: every query is a POST). Must be called synchronously from the uWS handler: it
+   * registers the body reader. `onData` is null when the request has no body; `verdict` is the policies'
+   * pending decision, if any. `settle` runs exactly once.
+   */
+  serve(ex: Exchange, client: ClientResponse, onData: OnData | null, verdict: Promise<Reply | null> | null, settle: (s: Settlement) => void): void {
+    const pool = ex.pool!;
+    const bodyPresent = onData !== null;
+    const stop = (r: Reply) => {
+      client.sendReply(r, null, bodyPresent);
+      settle({ outcome: r.error, status: r.status });
+    };
+    if (ex.method !== 'POST') {
+      // Refused before reading the body; the connection is closed when one was announced.
+      if (client.open) {
+        client.writeHead(405, [['content-type', 'application/json'], ['allow', 'POST']]);
+        client.tryEnd(Buffer.from(METHOD_NOT_ALLOWED), Buffer.byteLength(METHOD_NOT_ALLOWED));
+        if (bodyPresent) client.close();
+      }
+      settle({ outcome: 'bad_request', status: 405 });
+      return;
+    }
+    if (!pool.database || pool.credential?.method !== 'postgres_role') {
+      return stop(reply(503, 'unavailable', 'this database pool has no database credential attached'));
+    }
+    const limit = this.#opts.config.sqlBodyLimit;
+    if (Number(ex.headers['content-length'] ?? 0) > limit) return stop(reply(413, 'payload_too_large', `request body exceeds ${limit} bytes`));
+    const wait = requestedWait(ex);
+    if (typeof wait !== 'number') return stop(wait);
+
+    const abort = new AbortController();
+    let done = false;
+    client.onAbort(() => {
+      abort.abort();
+      if (done) return;
+      done = true;
+      settle({ outcome: 'client_aborted', status: 0 });
+    });
+    // The body and the policies' verdict, in whichever order they arrive.
+    let text: string | null = bodyPresent ? null : '';
+    let decided = verdict === null;
+    const proceed = () => {
+      if (done || text === null || !decided) return;
+      done = true;
+      this.#parsed(ex, client, text, wait, abort, settle);
+    };
+    verdict?.then(
+      (r) => {
+        if (done) return;
+        if (r !== null) {
+          done = true;
+          return stop(r);
+        }
+        decided = true;
+        proceed();
+      },
+      (err: unknown) => {
+        if (done) return;
+        done = true;
+        this.#opts.log.error({ err }, 'data plane policies stage failed');
+        client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
+        settle({ outcome: 'internal_error', status: 500 });
+      },
+    );
+    if (onData === null) return proceed();
+    const chunks: Buffer[] = [];
+    let size = 0;
+    onData((chunk, isLast) => {
+      if (done) return;
+      size += chunk.byteLength;
+      if (size > limit) {
+        done = true;
+        return stop(reply(413, 'payload_too_large', `request body exceeds ${limit} bytes`));
+      }
+      // uWS neuters the ArrayBuffer when this callback returns: copy it.
+      if (chunk.byteLength > 0) chunks.push(Buffer.from(chunk.slice(0)));
+      if (isLast) {
+        text = Buffer.concat(chunks, size).toString('utf8');
+        proceed();
+      }
+    });
+  }
+
+  #parsed(ex: Exchange, client: ClientResponse, text: string, wait: number, abort: AbortController, settle: (s: Settlement) => void): void {
+    const req = parseSqlRequest(text);
+    if (typeof req === 'string') {
+      client.sendReply(reply(400, 'bad_request', req), null, false);
+      return settle({ outcome: 'bad_request', status: 400 });
+    }
+    const a = admit(this.#opts.governor, ex, wait, abort.signal);
+    const after = (x: Admission) => {
+      this.#admitted(ex, client, req, abort, x).then(settle, (err: unknown) => {
+        // #admitted resolves on every failure it knows; this is a bug, but the slot must still come back.
+        this.#opts.log.error({ err }, 'SQL over HTTP failed unexpectedly');
+        client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
+        settle({ outcome: 'internal_error', status: 500 });
+      });
+    };
+    if (a instanceof Promise) {
+      ex.waited = true;
+      a.then(after, (err: unknown) => {
+        this.#opts.log.error({ err }, 'governor acquire failed');
+        after({ ok: false, reason: 'unavailable', queuedMs: 0 });
+      });
+    } else after(a);
+  }
+
+  async #admitted(ex: Exchange, client: ClientResponse, req: SqlRequest, abort: AbortController, a: Admission): Promise<Settlement> {
+    const pool = ex.pool!;
+    ex.admission = a;
+    ex.queuedMs = a.queuedMs;
+    if (!a.ok) {
+      if (a.reason === 'aborted' || client.aborted) return { outcome: 'client_aborted', status: 0 };
+      const r = refusalReply(a, governorHeaders(this.#opts.governor, pool.id, a.queuedMs))!;
+      client.sendReply(r, null, false);
+      return { outcome: r.error, status: r.status };
+    }
+    ex.permit = a.permit;
+    if (!client.open) return { outcome: 'client_aborted', status: 0 };
+
+    const started = performance.now();
+    const r = await this.upstreams.run(pool, statementsOf(req), {
+      timeoutMs: pool.settings.requestTimeoutMs,
+      signal: abort.signal,
+      transaction: req.kind === 'batch',
+    });
+    ex.upstreamMs = performance.now() - started;
+    if (!r.ok && r.failure.kind === 'aborted') return { outcome: 'client_aborted', status: 0, upstream: { dropped: true } };
+    const { status, body } = r.ok ? { status: 200, body: responseJson(req, r.results) } : errorJson(r.failure as Exclude<DbFailure, { kind: 'aborted' }>, r.index);
+    const headers = [['content-type', 'application/json'] as const, ...governorHeaders(this.#opts.governor, pool.id, ex.queuedMs)];
+    const sent = await sendJson(client, status, headers, Buffer.from(JSON.stringify(body)));
+    if (!sent) return { outcome: 'client_aborted', status: 0, upstream: { status, latencyMs: ex.upstreamMs } };
+    return settlementOf(r, status, ex.upstreamMs);
+  }
+}
+
+/** Writes a whole JSON response, waiting on backpressure; false when the client went away first. */
+function sendJson(client: ClientResponse, status: number, headers: ReadonlyArray<readonly [string, string]>, body: Buffer): Promise<boolean> {
+  if (!client.open) return Promise.resolve(false);
+  client.writeHead(status, headers);
+  const at = client.writeOffset();
+  const [, done] = client.tryEnd(body, body.length);
+  if (done) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    client.onAbort(() => resolve(false));
+    client.onWritable((offset) => {
+      const [ok, finished] = client.tryEnd(body.subarray(offset - at), body.length);
+      if (finished) resolve(true);
+      return ok;
+    });
+  });
+}
