@@ -13,6 +13,7 @@ import { startReceiver } from './helpers/receiver.js';
 import { needServer } from './helpers/servers.js';
 import { enqueueJobEvent } from '../src/webhooks/outbox.js';
 import { verifyDelivery } from '../src/index.js';
+import { OFFLOAD_AT_BYTES } from '../src/webhooks/envelope-body.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import type { JobEvent } from '../src/jobs/job-event.js';
 
@@ -142,6 +143,21 @@ t.test('a terminal job event is POSTed once per active destination with the exac
   });
   t.notOk(all[1]!.rawBody.toString().includes('detail'));
   t.equal(all[1]!.headers['x-service-event'], 'async.job.expired');
+});
+
+t.test('a large envelope (made in the worker pool) arrives byte for byte and verifies', async (t) => {
+  const pool = await newPool(svc, boot.team.id);
+  const hook = await newHook(svc, boot.token, '/large', [pool.id]);
+  const body = 'é"\n'.repeat(OFFLOAD_AT_BYTES / 2);
+  t.ok(body.length >= OFFLOAD_AT_BYTES, 'above the offload threshold');
+  const e = event(pool, { detail: { kind: 'http', status: 200, headers: {}, body } });
+  await enqueue(svc, e);
+  const [r] = await receiver.waitFor('/large', 1);
+  t.ok(r!.rawBody.equals(Buffer.from(JSON.stringify({
+    apiVersion: '1', type: 'async.job.completed', id: e.jobId, pool: pool.host, reason: 'requested',
+    createdAt: e.createdAt, completedAt: e.completedAt, detail: e.detail,
+  }))), 'the exact serialised envelope');
+  t.equal(r!.headers['x-service-signature'], expectedSignature(hook.signing_secret, String(r!.headers['x-service-timestamp']), e.jobId, r!.rawBody));
 });
 
 t.test('failures are retried with the identical body; a success resets the failure streak', async (t) => {

@@ -11,5 +11,6 @@ export default function envelopeBody(event: JobEvent): unknown {
   // A fresh ArrayBuffer (not the shared pool slab) so it can be transferred.
   const bytes = new Uint8Array(body.length);
   bytes.set(body);
-  return Piscina.move({ bytes, sha256 } as never);
+  // Piscina's transferable wrapper: the value is posted back with its buffer moved, not cloned.
+  return Piscina.move({ [Piscina.transferableSymbol]: bytes.buffer, [Piscina.valueSymbol]: { bytes, sha256 } } as never);
 }
