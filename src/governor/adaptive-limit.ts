@@ -59,10 +59,11 @@ export interface AdaptiveLimitOptions {
  * Their mean latency becomes the long-term RTT, up or down: an upstream that really got slower is
  * learned here.
  *
- * A throttled sample multiplies the limit by `backoffRatio`, at most once per short-term RTT (all the
- * requests in flight when the upstream started refusing report it; one backoff per round trip is the
- * TCP rule). A dropped sample changes nothing. The limit does not grow from a window in which fewer
- * than half of it were in flight: an idle pool says nothing about the upstream's capacity.
+ * A throttled sample multiplies the limit by `backoffRatio`, at most once per short-term RTT (100 ms
+ * before one is known): all the requests in flight when the upstream started refusing report it, and
+ * one backoff per round trip is the TCP rule. A dropped sample changes nothing. The limit does not
+ * grow from a window in which fewer than half of it were in flight: an idle pool says nothing about
+ * the upstream's capacity.
  *
  * Pure and O(1): time comes in with each sample (no clock is read) and nothing is allocated, so a
  * distributed governor can run the same controller on each node and share the result.
@@ -148,7 +149,7 @@ export class AdaptiveLimit {
   onSample(now: number, rttMs: number, inFlight: number, kind: SampleKind): number {
     if (kind === SampleKind.Throttled) {
       // Once per round trip: the refusals of one overloaded moment arrive together.
-      if (now - this.#lastBackoffAt >= this.#shortRtt) {
+      if (now - this.#lastBackoffAt >= (this.#shortRtt > 0 ? this.#shortRtt : UNKNOWN_RTT_MS)) {
         this.#lastBackoffAt = now;
         this.#limit = Math.max(this.#min, this.#limit * this.#backoffRatio);
       }
@@ -220,6 +221,9 @@ export class AdaptiveLimit {
     this.#windowMaxInFlight = 0;
   }
 }
+
+/** The backoff interval before any latency was measured. */
+const UNKNOWN_RTT_MS = 100;
 
 /** The queue the limit allows beyond the measured capacity: half its square root, at least one slot. */
 function queueAllowance(limit: number): number {
