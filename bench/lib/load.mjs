@@ -3,13 +3,18 @@ import autocannon from 'autocannon';
 
 /**
  * @param {{ name: string, url: string, method?: string, headers?: Record<string,string>, body?: string,
- *           paths?: string[], duration: number, connections: number }} spec
+ *           paths?: string[], setupRequest?: (req: object, ctx: object) => object, duration: number, connections: number }} spec
  */
 export async function measure(spec) {
   let i = 0;
   const request = { method: spec.method ?? 'GET', headers: spec.headers ?? {}, body: spec.body };
   // With several paths, each request takes the next one, so a write spreads over every pool.
   if (spec.paths?.length) request.setupRequest = (req) => ({ ...req, path: spec.paths[i++ % spec.paths.length] });
+  // A per-request hook of the caller (e.g. a fresh signature per request) runs after the path is chosen.
+  if (spec.setupRequest) {
+    const choosePath = request.setupRequest;
+    request.setupRequest = (req, ctx) => spec.setupRequest(choosePath ? choosePath(req, ctx) : req, ctx);
+  }
   const result = await autocannon({
     url: spec.url,
     connections: spec.connections,

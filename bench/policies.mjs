@@ -1,0 +1,197 @@
+// Policies benchmark: the per-request cost of each pool policy. One https origin (uWS, self-signed), one
+// poolgate (every role, fresh PostgreSQL database), and pools that differ only in their policies: none,
+// IP allowlist, access proxy, HMAC (every request freshly signed), JWT (ES256, static key), all four.
+// Each is driven by autocannon in turn, side by side in one run.
+// Usage: npm run bench:policies   (env BENCH_DURATION seconds, default 6; BENCH_WARMUP, default 2;
+// BENCH_CONNECTIONS, default 50). Writes bench/out/policies-*.json and the "## Policies" section.
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { loadavg } from 'node:os';
+import pg from 'pg';
+import { request } from 'undici';
+import { exportSPKI, generateKeyPair, SignJWT } from 'jose';
+import { api, root, startPoolgate } from './lib/poolgate.mjs';
+import { measure } from './lib/load.mjs';
+import { machine, writeJson, writeSection } from './lib/results.mjs';
+import { startChild } from './lib/child.mjs';
+import { signRequest } from '../dist/src/index.js';
+
+function intEnv(name, def, min) {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return def;
+  if (!/^\d+$/.test(raw) || Number(raw) < min) throw new Error(`${name} must be an integer ≥ ${min}, got ${JSON.stringify(raw)}`);
+  return Number(raw);
+}
+
+const settings = {
+  duration_s: intEnv('BENCH_DURATION', 6, 1),
+  warmup_s: intEnv('BENCH_WARMUP', 2, 0),
+  connections: intEnv('BENCH_CONNECTIONS', 50, 1),
+  origin_host: '127.0.0.2',
+  pool_max_concurrent: 10_000,
+  store: 'PostgreSQL (fresh database on the local server)',
+  access_log: 'sampled 1 in 1000 to a file',
+};
+const PG_URL = process.env.POOLGATE_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+const log = (msg) => process.stderr.write(`bench:policies: ${msg}\n`);
+
+function selfSignedCert(dir) {
+  const keyFile = join(dir, 'key.pem');
+  const certFile = join(dir, 'cert.pem');
+  execFileSync(
+    'openssl',
+    ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', keyFile, '-out', certFile,
+      '-days', '1', '-subj', `/CN=${settings.origin_host}`, '-addext', `subjectAltName=IP:${settings.origin_host}`],
+    { stdio: 'ignore' },
+  );
+  return { keyFile, certFile };
+}
+
+async function freshDatabase() {
+  const name = `poolgate_bench_${randomBytes(5).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: PG_URL });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${name}`);
+  await admin.end();
+  const url = new URL(PG_URL);
+  url.pathname = `/${name}`;
+  return {
+    url: url.toString(),
+    async drop() {
+      const c = new pg.Client({ connectionString: PG_URL });
+      await c.connect();
+      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await c.end();
+    },
+  };
+}
+
+const round = (n, d = 2) => Math.round(n * 10 ** d) / 10 ** d;
+
+async function main() {
+  const m = machine();
+  const dir = mkdtempSync(join(tmpdir(), 'poolgate-bench-policies-'));
+  const stops = [];
+  const rows = [];
+  try {
+    const { keyFile, certFile } = selfSignedCert(dir);
+    const origin = await startChild(join(root, 'bench/lib/tls-origin.mjs'), [settings.origin_host, keyFile, certFile]);
+    stops.push(() => origin.stop());
+    const originUrl = `https://${settings.origin_host}:${origin.port}`;
+    const db = await freshDatabase();
+    stops.push(() => db.drop());
+    const svc = await startPoolgate({
+      DATABASE_URL: db.url,
+      POOLGATE_ORIGIN_CA_FILE: certFile,
+      POOLGATE_ALLOW_PRIVATE_TARGETS: 'true',
+      POOLGATE_LOG_LEVEL: 'warn',
+      POOLGATE_ACCESS_LOG_FILE: join(dir, 'access.log'),
+      POOLGATE_ACCESS_LOG_SAMPLE: '1000',
+    });
+    stops.unshift(() => svc.stop());
+    const boot = await svc.admin(['bootstrap', '--team', 'Bench', '--email', 'bench@bench.test', '--plan', 'business']);
+    const sql = new pg.Client({ connectionString: db.url });
+    await sql.connect();
+
+    const jwtKeys = await generateKeyPair('ES256');
+    const jwt = await new SignJWT({ sub: 'bench' })
+      .setProtectedHeader({ alg: 'ES256' })
+      .setIssuer('https://idp.bench')
+      .setAudience('bench')
+      .setExpirationTime('2h')
+      .sign(jwtKeys.privateKey);
+    const jwtPolicy = { keys: [await exportSPKI(jwtKeys.publicKey)], issuer: 'https://idp.bench', audience: 'bench', algorithms: ['ES256'], header: 'x-service-jwt' };
+    const apPolicy = { proxies: ['127.0.0.1/32'] };
+    const allow = ['10.0.0.0/8', '192.168.0.0/16', '127.0.0.0/8', '::1/128'];
+    const variants = [
+      { key: 'none', name: 'no policies', settings: {} },
+      { key: 'ip_allowlist', name: 'IP allowlist (4 CIDRs)', settings: { ipAllowlist: allow } },
+      { key: 'access_proxy', name: 'access proxy', settings: { accessProxy: apPolicy } },
+      { key: 'hmac', name: 'HMAC (signed per request, memory nonces)', settings: { originSigning: true } },
+      { key: 'jwt', name: 'JWT (ES256, static key)', settings: { jwt: jwtPolicy } },
+      { key: 'all', name: 'all four', settings: { ipAllowlist: allow, accessProxy: apPolicy, originSigning: true, jwt: jwtPolicy } },
+    ];
+    const proxyUrl = `http://127.0.0.1:${svc.listening.proxy}`;
+    for (const v of variants) {
+      const sub = `bench-${v.key.replace('_', '-')}`;
+      const { rows: made } = await sql.query(
+        `INSERT INTO pools (team_id, name, subdomain, backend, origin, origin_host, max_concurrent) VALUES ($1, $2, $2, 'http', $3, $4, $5) RETURNING id`,
+        [boot.team.id, sub, originUrl, new URL(originUrl).host, settings.pool_max_concurrent],
+      );
+      await sql.query(`SELECT pg_notify('poolgate_changes', $1)`, [`pool:${made[0].id}`]);
+      const patched = await api(svc.controlUrl, boot.token, 'PATCH', `/api/v1/pools/${sub}/settings`, { settings: v.settings });
+      if (patched.status !== 200) throw new Error(`settings of ${sub} → ${patched.status} ${JSON.stringify(patched.body)}`);
+      const minted = await api(svc.controlUrl, boot.token, 'POST', `/api/v1/pools/${sub}/keys`, { label: 'bench' });
+      if (minted.status !== 201) throw new Error(`mint → ${minted.status} ${JSON.stringify(minted.body)}`);
+      v.sub = sub;
+      v.headers = { host: `${sub}.pools.localhost`, 'x-service-key': minted.body.data.key };
+      if (v.settings.accessProxy) v.headers['x-auth-request-user'] = 'bench@bench.test';
+      if (v.settings.jwt) v.headers['x-service-jwt'] = jwt;
+      v.secret = minted.body.data.signing_secret ?? null;
+    }
+    await sql.end();
+
+    // A fresh signature (timestamp, nonce) for every request: a repeated one would be a replay.
+    const specFor = (v, duration) => {
+      const spec = { name: v.name, url: `${proxyUrl}/`, headers: v.headers, connections: settings.connections, duration };
+      if (v.secret) spec.setupRequest = (req) => ({ ...req, headers: { ...req.headers, ...signRequest({ secret: v.secret, method: 'GET', target: req.path ?? '/' }) } });
+      return spec;
+    };
+    for (const v of variants) {
+      for (let i = 0; ; i++) {
+        const extra = v.secret ? signRequest({ secret: v.secret, method: 'GET', target: '/' }) : {};
+        const res = await request(`${proxyUrl}/`, { headers: { ...v.headers, ...extra } });
+        const body = await res.body.text();
+        if (res.statusCode === 200) break;
+        if (i > 50) throw new Error(`probe of ${v.sub} → ${res.statusCode} ${body}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+
+    const load = loadavg().map((x) => round(x));
+    for (const v of variants) {
+      if (settings.warmup_s > 0) await measure(specFor(v, settings.warmup_s));
+      const a = await measure(specFor(v, settings.duration_s));
+      rows.push({ variant: v.key, name: v.name, ...a });
+      log(`${v.name}: ${a.rps} req/s, p50 ${a.latency_ms.p50} ms, p99 ${a.latency_ms.p99} ms, non-2xx ${a.non2xx}, errors ${a.errors}`);
+    }
+    const base = rows.find((r) => r.variant === 'none');
+    for (const r of rows) {
+      r.rps_ratio = round(r.rps / base.rps);
+      // Added service time per request: 1/throughput of a saturated server, minus the baseline's.
+      r.added_us_per_request = round((1 / r.rps - 1 / base.rps) * 1e6, 1);
+    }
+    const out = { date: new Date().toISOString(), machine: m, loadavg_at_start_of_runs: load, settings, rows };
+    const file = writeJson(`policies-${out.date.replace(/[:.]/g, '-')}.json`, out);
+    writeJson('policies-latest.json', out);
+    const table = [
+      '| pool policies | req/s | vs none | added µs/request | p50 ms | p99 ms | non-2xx |',
+      '| --- | ---: | ---: | ---: | ---: | ---: | ---: |',
+      ...rows.map((r) => `| ${r.name} | ${r.rps} | ${r.rps_ratio} | ${r.variant === 'none' ? '–' : r.added_us_per_request} | ${r.latency_ms.p50} | ${r.latency_ms.p99} | ${r.non2xx} |`),
+    ].join('\n');
+    writeSection(
+      '## Policies',
+      `Run ${out.date} on ${m.nproc} × ${m.cpu}, ${m.memory_gib} GiB, Node ${m.node}; load average ${load.join(' / ')} (1/5/15 min) when the runs began.
+autocannon, ${settings.connections} connections, ${settings.duration_s} s per pool after ${settings.warmup_s} s warm-up, GET / through poolgate
+(every role in one process, ${settings.store}) to a uWS https origin on ${settings.origin_host}; the pools differ only in their
+policies and run one after another in the same process. "added µs/request" is 1/throughput minus the no-policy pool's
+(the server is saturated, so it approximates the CPU each policy adds). The HMAC rows include autocannon signing every
+request on the same machine (\`signRequest\`), which competes with poolgate for the CPU. Raw: \`bench/out/${file.split('/').pop()}\`.
+
+${table}
+`,
+    );
+    log(`wrote ${file}`);
+  } finally {
+    for (const s of stops) await s().catch((err) => log(`stop failed: ${err.message}`));
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
