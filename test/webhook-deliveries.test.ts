@@ -12,6 +12,7 @@ import { startTestService, type TestService } from './helpers/service.js';
 import { startReceiver } from './helpers/receiver.js';
 import { needServer } from './helpers/servers.js';
 import { enqueueJobEvent } from '../src/webhooks/outbox.js';
+import { retryDelayMs } from '../src/webhooks/backoff.js';
 import { verifyDelivery } from '../src/index.js';
 import { OFFLOAD_AT_BYTES } from '../src/webhooks/envelope-body.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
@@ -292,4 +293,30 @@ t.test('at-least-once: a worker killed mid-delivery leaves the row, and the next
     return rows.length > 0 && rows;
   });
   t.same(hist, [{ result: 'success', attempt: 2 }], 'the crashed attempt counts; the redelivery is attempt 2');
+});
+
+t.test('retry schedule: full jitter under a doubling ceiling, capped', async (t) => {
+  const s = { baseMs: 10_000, capMs: 3_600_000, maxAttempts: 15 };
+  const top = () => 0.999_999_9;
+  const ceilings = Array.from({ length: 14 }, (_, i) => retryDelayMs(s, i + 1, top) + 1);
+  t.same(ceilings, [10, 20, 40, 80, 160, 320, 640, 1280, 2560, 3600, 3600, 3600, 3600, 3600].map((x) => x * 1000));
+  t.equal(retryDelayMs(s, 3, () => 0), 0, 'the wait may be anything from 0');
+  const draws = Array.from({ length: 200 }, () => retryDelayMs(s, 4));
+  t.ok(draws.every((d) => d >= 0 && d < 80_000) && new Set(draws).size > 150, 'uniform over [0, ceiling)');
+});
+
+t.test('verifyDelivery refuses malformed input with a reason and reads fetch Headers', async (t) => {
+  const secret = 'whsec_test';
+  const raw = Buffer.from('{"apiVersion":"1"}');
+  const ts = String(Math.floor(Date.now() / 1000));
+  const sig = expectedSignature(secret, ts, 'job_1', raw);
+  const good = { 'x-service-signature': sig, 'x-service-timestamp': ts, 'x-service-job-id': 'job_1' };
+  t.match(verifyDelivery(secret, new Headers(good), raw), { ok: true, jobId: 'job_1', timestamp: Number(ts) });
+  t.match(verifyDelivery(secret, { 'X-Service-Signature': sig, 'X-Service-Timestamp': ts, 'X-Service-Job-Id': 'job_1' }, raw.toString()), { ok: true }, 'any header case, string body');
+  t.same(verifyDelivery(secret, { ...good, 'x-service-timestamp': '17e8' }, raw), { ok: false, reason: 'malformed_timestamp' });
+  t.same(verifyDelivery(secret, { ...good, 'x-service-timestamp': undefined }, raw), { ok: false, reason: 'missing_timestamp' });
+  t.same(verifyDelivery(secret, { ...good, 'x-service-job-id': undefined }, raw), { ok: false, reason: 'missing_job_id' });
+  t.same(verifyDelivery(secret, { ...good, 'x-service-job-id': 'job_2' }, raw), { ok: false, reason: 'signature_mismatch' }, 'the job id is signed');
+  t.same(verifyDelivery(secret, { ...good, 'x-service-signature': 'zz' }, raw), { ok: false, reason: 'signature_mismatch' });
+  t.same(verifyDelivery(secret, good, raw, { toleranceSeconds: 60, now: Date.now() - 120_000 }), { ok: false, reason: 'stale_timestamp' }, 'a timestamp from the future is refused too');
 });
