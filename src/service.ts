@@ -17,6 +17,7 @@ import { LockServer } from './lock/server.js';
 import { policiesGate } from './policies/index.js';
 import { RequestMetrics } from './dataplane/pool-metrics.js';
 import { MemoryGovernor } from './governor/memory.js';
+import { redisGovernorFromConfig } from './governor/redis.js';
 import { PoolMetrics } from './metrics/registry.js';
 import { RollupBuffer } from './metrics/rollups.js';
 import { startMetricsServer } from './metrics/server.js';
@@ -172,7 +173,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       });
     }
     if (opts.roles.includes('dataplane')) {
-      const governor = new MemoryGovernor();
+      const governor = config.redisUrl ? await redisGovernorFromConfig(config, log) : new MemoryGovernor();
       const poolMetrics = new PoolMetrics();
       const rollups = new RollupBuffer({ db: sql, onError: (err) => log.warn({ err }, 'pool metrics rollup flush failed; counts kept for the next try') });
       rollupBuffer = rollups;

@@ -47,6 +47,25 @@ export const ConfigSchema = Type.Object(
       env: 'REDIS_URL',
       description: 'Redis for the shared governor; null uses the in-memory governor.',
     }),
+    governorFailurePolicy: Type.Union([Type.Literal('closed'), Type.Literal('open')], {
+      default: 'closed',
+      env: 'POOLGATE_GOVERNOR_FAILURE_POLICY',
+      description: "When Redis cannot be reached: 'closed' refuses pool traffic with 503 governor_unavailable; 'open' admits against a local per-node limit (max_concurrent / governorFailOpenDivisor).",
+    }),
+    governorFailOpenDivisor: Type.Integer({
+      minimum: 1,
+      maximum: 1000,
+      default: 1,
+      env: 'POOLGATE_GOVERNOR_FAIL_OPEN_DIVISOR',
+      description: "With the 'open' policy each node admits max(1, floor(max_concurrent / this)) per pool while Redis is down; set it to the number of data plane nodes to keep the origin near its limit.",
+    }),
+    governorLeaseTermMs: Type.Integer({
+      minimum: 1000,
+      maximum: 600000,
+      default: 30000,
+      env: 'POOLGATE_GOVERNOR_LEASE_TERM_MS',
+      description: 'Redis governor slot lease term: a node that dies without releasing loses its slots after this long; live nodes refresh theirs every third of it.',
+    }),
     secretKey: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
       default: null,
       env: 'POOLGATE_SECRET_KEY',

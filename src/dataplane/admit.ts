@@ -39,6 +39,7 @@ export function refusalReply(a: Extract<Admission, { ok: false }>, governorHeade
     case 'queue_timeout':
       return reply(504, 'queue_timeout', 'no slot opened within the queue wait', governorHeaders);
     case 'unavailable':
+      if (a.backendDown) return reply(503, 'governor_unavailable', 'the shared governor (Redis) cannot be reached', [['retry-after', retryAfterSeconds(a.retryAfterMs)]]);
       return reply(503, 'unavailable', 'the governor is unavailable', [['retry-after', retryAfterSeconds(a.retryAfterMs)]]);
     case 'aborted':
       return null;

@@ -17,6 +17,8 @@ export type OutcomeName =
   | 'too_many_requests'
   | 'queue_timeout'
   | 'unavailable'
+  /** The shared governor's Redis cannot be reached (fail-closed policy): 503. */
+  | 'governor_unavailable'
   | 'upstream_unreachable'
   | 'upstream_timeout'
   | 'upstream_aborted'

@@ -730,3 +730,25 @@ export class RedisGovernor implements Governor {
     await this.redis.quit().catch(() => this.redis.disconnect());
   }
 }
+
+/** The data plane's Redis governor from the service config; waits briefly for Redis, then starts anyway (fail policy applies). */
+export async function redisGovernorFromConfig(
+  config: { redisUrl: string | null; governorFailurePolicy: FailurePolicy; governorFailOpenDivisor: number; governorLeaseTermMs: number },
+  log: { warn(obj: object, msg: string): void; info(obj: object, msg: string): void },
+): Promise<RedisGovernor> {
+  let wasUp = false;
+  const gov = new RedisGovernor({
+    url: config.redisUrl ?? undefined,
+    failurePolicy: config.governorFailurePolicy,
+    failOpenDivisor: config.governorFailOpenDivisor,
+    termMs: config.governorLeaseTermMs,
+    onConnection: (up, err) => {
+      if (up === wasUp) return;
+      wasUp = up;
+      if (up) log.info({}, 'redis governor connected');
+      else log.warn({ err, policy: config.governorFailurePolicy }, 'redis governor lost its connection; reconnecting');
+    },
+  });
+  await gov.ready().catch((err: unknown) => log.warn({ err }, 'redis governor: Redis not reachable at start; admissions follow the failure policy until it is'));
+  return gov;
+}
