@@ -162,19 +162,19 @@ class PgUpstream extends Counted implements Upstream {
 
   async acquire(): Promise<Session> {
     let client: pg.PoolClient;
+    const tried = this.#pool;
     try {
-      client = await this.#pool.connect();
+      client = await tried.connect();
     } catch (err) {
-      if (!(this.#opts.allowInsecure && TLS_REFUSED_PG.test(String((err as Error)?.message)))) throw err;
-      // The server has no TLS and the operator allowed plaintext (dbAllowInsecure): from now on connect without.
-      // Concurrent acquires all see the refusal; the first switches, the others retry on the new pool.
-      if (this.#tls) {
+      if (tried === this.#pool) {
+        if (!(this.#opts.allowInsecure && TLS_REFUSED_PG.test(String((err as Error)?.message)))) throw err;
+        // The server has no TLS and the operator allowed plaintext (dbAllowInsecure): from now on connect without.
         this.#opts.log.warn({ host: this.#target.host }, 'database refused TLS; connecting without it (dbAllowInsecure)');
-        const old = this.#pool;
         this.#tls = false;
         this.#pool = this.#makePool();
-        void old.end().catch(() => {});
+        void tried.end().catch(() => {});
       }
+      // Concurrent acquires all fail on the replaced pool: each tries once more on the current one.
       client = await this.#pool.connect();
     }
     this.checkedOut();
@@ -335,23 +335,24 @@ class MysqlUpstream extends Counted implements Upstream {
     return pool;
   }
 
-  #connect(): Promise<mysql.PoolConnection> {
-    return new Promise((resolve, reject) => this.#pool.getConnection((err, conn) => (err ? reject(err) : resolve(conn))));
+  #connect(pool = this.#pool): Promise<mysql.PoolConnection> {
+    return new Promise((resolve, reject) => pool.getConnection((err, conn) => (err ? reject(err) : resolve(conn))));
   }
 
   async acquire(): Promise<Session> {
     let conn: mysql.PoolConnection;
+    const tried = this.#pool;
     try {
-      conn = await this.#connect();
+      conn = await this.#connect(tried);
     } catch (err) {
-      if (!(this.#opts.allowInsecure && (err as { code?: string })?.code === 'HANDSHAKE_NO_SSL_SUPPORT')) throw err;
-      if (this.#tls) {
+      if (tried === this.#pool) {
+        if (!(this.#opts.allowInsecure && (err as { code?: string })?.code === 'HANDSHAKE_NO_SSL_SUPPORT')) throw err;
         this.#opts.log.warn({ host: this.#target.host }, 'database refused TLS; connecting without it (dbAllowInsecure)');
-        const old = this.#pool;
         this.#tls = false;
         this.#pool = this.#makePool();
-        old.end(() => {});
+        tried.end(() => {});
       }
+      // Concurrent acquires all fail on the replaced pool: each tries once more on the current one.
       conn = await this.#connect();
     }
     this.checkedOut();
