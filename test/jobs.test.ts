@@ -252,6 +252,10 @@ t.test('large and truncated results: resultUrl in the event, raw bytes on /resul
   t.same(ev.detail, { kind: 'http', resultUrl: big.json.result_url }, 'size alone does not set truncated');
   const raw = await poll(big.json.result_url, p.key);
   t.equal(raw.body.length, 300000);
+  const head = await request(big.json.result_url, { method: 'HEAD', headers: { 'x-service-key': p.key } });
+  t.equal(head.statusCode, 200);
+  t.equal(head.headers['content-length'], '300000', 'HEAD announces the stored length');
+  await head.body.dump();
 
   const huge = await call('jobs-large', `/download/${RESULT_BODY_CAP + 100_000}?chunked=1`, { headers: { 'x-service-key': p.key, 'x-service-async': 'true' } });
   const hjob = await settled(huge.json.poll_url, p.key);
@@ -336,4 +340,15 @@ t.test('polling needs the pool key of that pool; other ids are 404', async (t) =
   t.equal(lockStill.statusCode, 200, 'the lock API on the same host is untouched');
   const grant = (await lockStill.body.json()) as { slotId: string };
   await (await request(`${lockUrl()}/pools/jobs-auth-a/lock/${grant.slotId}/release`, { method: 'POST' })).body.dump();
+});
+
+t.test('finished jobs are deleted after the retention period; the poll URL is then 404', async (t) => {
+  const p = await createPool('jobs-retention');
+  const r = await call('jobs-retention', '/x', { headers: { 'x-service-key': p.key, 'x-service-async': 'true' } });
+  await settled(r.json.poll_url, p.key);
+  // Age the job past the retention period (7 days), as if a week had gone by.
+  await svc.service.sql.query(`UPDATE jobs SET completed_at = now() - interval '8 days' WHERE id = $1`, [r.json.id]);
+  await until('the job to be pruned', async () => (await poll(r.json.poll_url, p.key)).status === 404);
+  const { rows } = await svc.service.sql.query('SELECT 1 FROM jobs WHERE id = $1', [r.json.id]);
+  t.equal(rows.length, 0);
 });

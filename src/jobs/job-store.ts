@@ -229,6 +229,22 @@ export async function recoverLapsed(db: Queryable, maxAttempts: number, all: boo
   return { requeued: requeued.rowCount, failed: failed.rows.map(sweptJob) };
 }
 
+/** Deletes jobs finished more than retentionMs ago (a bounded batch); returns how many. */
+export async function pruneFinished(db: Queryable, retentionMs: number, limit: number): Promise<number> {
+  const { rowCount } = await db.query(
+    `DELETE FROM jobs WHERE id IN (
+       SELECT id FROM jobs WHERE completed_at < now() - $1::double precision * interval '1 millisecond' LIMIT $2)`,
+    [retentionMs, limit],
+  );
+  return rowCount;
+}
+
+/** A stored result as read back: `body` is null when it was not loaded (see findJob). */
+export interface LoadedResult extends Omit<StoredResult, 'body'> {
+  body: Buffer | null;
+  size: number;
+}
+
 export interface JobView {
   id: string;
   poolId: number;
@@ -238,11 +254,15 @@ export interface JobView {
   error: string | null;
   createdAt: number;
   completedAt: number | null;
-  result: StoredResult | null;
+  result: LoadedResult | null;
 }
 
-/** One job of a pool (another pool's job is not found), with its result when `withBody`. */
-export async function findJob(db: Queryable, poolId: number, id: string): Promise<JobView | null> {
+/**
+ * One job of a pool (another pool's job is not found). The result body is loaded whole when `fullBody`,
+ * and otherwise only when it is small enough to be inlined (`inlineCap`): a poll never reads megabytes
+ * it will not show.
+ */
+export async function findJob(db: Queryable, poolId: number, id: string, fullBody: boolean, inlineCap: number): Promise<JobView | null> {
   const { rows } = await db.query<{
     id: string;
     pool_id: number;
@@ -255,12 +275,14 @@ export async function findJob(db: Queryable, poolId: number, id: string): Promis
     result_status: number | null;
     result_headers: Record<string, string | string[]> | string | null;
     result_body: unknown;
+    result_size: number | null;
     result_truncated: boolean;
   }>(
     `SELECT id, pool_id, status, reason, attempts, error, created_at, completed_at,
-            result_status, result_headers, result_body, result_truncated
+            result_status, result_headers, result_truncated, octet_length(result_body) AS result_size,
+            CASE WHEN $3::boolean OR octet_length(result_body) <= $4 THEN result_body END AS result_body
        FROM jobs WHERE id = $1 AND pool_id = $2`,
-    [id, poolId],
+    [id, poolId, fullBody, inlineCap],
   );
   const r = rows[0];
   if (!r) return null;
@@ -279,7 +301,8 @@ export async function findJob(db: Queryable, poolId: number, id: string): Promis
         : {
             status: r.result_status,
             headers: typeof r.result_headers === 'string' ? JSON.parse(r.result_headers) : (r.result_headers ?? {}),
-            body: toBuffer(r.result_body) ?? Buffer.alloc(0),
+            body: toBuffer(r.result_body),
+            size: r.result_size ?? 0,
             truncated: r.result_truncated,
           },
   };

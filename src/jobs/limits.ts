@@ -17,5 +17,7 @@ export function retryDelayMs(attempts: number): number {
 export const LEASE_MARGIN_MS = 30_000;
 /** Jobs one runner runs at once across every pool (bounds result buffers in memory). */
 export const RUNNER_MAX_IN_FLIGHT = 64;
+/** Finished jobs (and their results) are kept this long after their terminal status, then deleted. */
+export const JOB_RETENTION_MS = 7 * 86_400_000;
 /** The NOTIFY channel that wakes runners when a job is spilled (payload: pool id). */
 export const JOBS_CHANNEL = 'poolgate_jobs';

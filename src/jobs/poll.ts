@@ -7,6 +7,7 @@ import type { Snapshot } from '../dataplane/snapshot.js';
 import type { Sql } from '../store/sql.js';
 import { isJobId } from './job-id.js';
 import { findJob, type JobView } from './job-store.js';
+import { INLINE_BODY_CAP } from './limits.js';
 import { flatHeaders, inlineText, pollUrl } from './result-view.js';
 
 export interface JobPollDeps {
@@ -37,6 +38,8 @@ export interface PollAnswer {
   status: number;
   headers: Array<[string, string]>;
   body: Buffer;
+  /** The length a HEAD answer announces when the body was not loaded; body.length otherwise. */
+  length?: number;
 }
 
 const LABEL = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
@@ -62,7 +65,7 @@ const error = (status: number, code: string, message: string, extra: Array<[stri
 export function jobJson(job: JobView, poolHost: string, poll: string): Record<string, unknown> {
   let result: Record<string, unknown> | null = null;
   if (job.result) {
-    const text = inlineText(job.result.body);
+    const text = job.result.body === null ? null : inlineText(job.result.body);
     result = {
       status: job.result.status,
       headers: flatHeaders(job.result.headers),
@@ -111,7 +114,7 @@ export async function answerJobPoll(deps: JobPollDeps, route: JobRoute, req: Pol
   const refused = authenticateGate(deps.clock)(ex);
   if (refused) return error(refused.status, refused.error, refused.message);
   // An id that cannot be a job id, or a job of another pool, is simply not found.
-  const job = isJobId(route.id) ? await findJob(deps.sql, pool.id, route.id) : null;
+  const job = isJobId(route.id) ? await findJob(deps.sql, pool.id, route.id, route.result && req.method !== 'HEAD', INLINE_BODY_CAP) : null;
   if (!job) return error(404, 'not_found', 'no such job');
   const poll = pollUrl(deps.lockApiUrl(), pool.subdomain, job.id);
   if (!route.result) return json(200, jobJson(job, `${pool.subdomain}.${deps.poolDomain}`, poll));
@@ -122,5 +125,6 @@ export async function answerJobPoll(deps: JobPollDeps, route: JobRoute, req: Pol
   const headers: Array<[string, string]> = clientResponseHeaders(job.result.headers);
   headers.push(['x-service-job-id', job.id], ['x-service-job-status', job.status]);
   if (job.result.truncated) headers.push(['x-service-job-truncated', 'true']);
-  return { status: job.result.status, headers, body: job.result.body };
+  // HEAD did not load the body: announce its stored length.
+  return { status: job.result.status, headers, body: job.result.body ?? Buffer.alloc(0), length: job.result.size };
 }

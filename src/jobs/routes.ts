@@ -14,7 +14,7 @@ export function sendPollAnswer(client: ClientResponse, head: boolean, a: PollAns
   if (!client.open || client.started) return;
   client.writeHead(a.status, a.headers);
   if (head) {
-    client.endWithoutBody(a.body.length);
+    client.endWithoutBody(a.length ?? a.body.length);
     return;
   }
   const start = client.writeOffset();

@@ -12,12 +12,13 @@ import {
   expireJobs,
   finishClaimed,
   poolsWithReadyJobs,
+  pruneFinished,
   recoverLapsed,
   retryLater,
   type ClaimedJob,
   type SweptJob,
 } from './job-store.js';
-import { JOBS_CHANNEL, LEASE_MARGIN_MS, MAX_ATTEMPTS, RESULT_BODY_CAP, RUNNER_MAX_IN_FLIGHT, retryDelayMs } from './limits.js';
+import { JOB_RETENTION_MS, JOBS_CHANNEL, LEASE_MARGIN_MS, MAX_ATTEMPTS, RESULT_BODY_CAP, RUNNER_MAX_IN_FLIGHT, retryDelayMs } from './limits.js';
 import { httpDetail, resultUrl } from './result-view.js';
 
 export type EnqueueJobEvent = (tx: Queryable, event: JobEvent) => Promise<number>;
@@ -48,6 +49,7 @@ export interface JobRunnerOptions {
 export class JobRunner {
   readonly #o: JobRunnerOptions;
   #inFlight = 0;
+  #started = 0;
   readonly #running = new Set<Promise<void>>();
   /** Pools being pumped, and pools asked to pump again when the current pump ends. */
   readonly #pumping = new Set<number>();
@@ -81,6 +83,11 @@ export class JobRunner {
     return this.#inFlight;
   }
 
+  /** Job runs this runner has started (attempts, including retries). */
+  get started(): number {
+    return this.#started;
+  }
+
   /** Looks for work: for one pool, or (no argument) every pool with ready jobs. */
   wake(poolId?: number): void {
     if (this.#closed) return;
@@ -107,7 +114,7 @@ export class JobRunner {
     })();
   }
 
-  /** Expires queued jobs past their TTL and recovers lapsed leases, each with its events. */
+  /** Expires queued jobs past their TTL and recovers lapsed leases, each with its events; prunes old finished jobs. */
   async sweep(recoverAll: boolean): Promise<void> {
     try {
       for (;;) {
@@ -120,6 +127,7 @@ export class JobRunner {
         if (swept === 0 || this.#closed) break;
         this.wake();
       }
+      await pruneFinished(this.#o.sql, JOB_RETENTION_MS, 500);
     } catch (err) {
       this.#o.log.error({ err }, 'job sweep failed; retried on the next tick');
     }
@@ -216,6 +224,7 @@ export class JobRunner {
       return false;
     }
     this.#inFlight++;
+    this.#started++;
     const run = this.#run(pool, job, permit).finally(() => {
       this.#inFlight--;
       this.#running.delete(run);

@@ -28,3 +28,5 @@ CREATE TABLE jobs (
 -- The runner's two scans: claimable jobs per pool, and leases to recover. Finished jobs are not indexed.
 CREATE INDEX jobs_claimable ON jobs (pool_id, run_after) WHERE status = 'queued';
 CREATE INDEX jobs_running ON jobs (lease_until) WHERE status = 'running';
+-- Retention: finished jobs are deleted a while after their terminal status.
+CREATE INDEX jobs_finished ON jobs (completed_at) WHERE completed_at IS NOT NULL;

@@ -1,0 +1,81 @@
+// Async jobs on PostgreSQL with two runners on one store: the service (all roles) and a separate worker
+// process's runner (startService with roles ['worker']). Claims use FOR UPDATE SKIP LOCKED, so each job
+// is run once, and both runners take part.
+import t from 'tap';
+import { Pool } from 'undici';
+import { needServer } from './helpers/servers.js';
+import { startTestService, type TestService } from './helpers/service.js';
+import { startOrigin, type Origin } from './helpers/origin.js';
+import { startService, type Service } from '../src/service.js';
+import { createLogger } from '../src/log.js';
+import { CHANGE_CHANNEL } from '../src/store/sql.js';
+
+const JOBS = 200;
+
+t.test('two runners on one PostgreSQL store run every job exactly once', async (t) => {
+  const skip = await needServer('postgres');
+  if (skip) return t.skip(skip);
+  const origin: Origin = await startOrigin();
+  t.teardown(() => origin.close());
+  const svc: TestService = await startTestService({ engine: 'postgres', overrides: { originCaFile: origin.caFile, accessLogSample: 0 } });
+  t.teardown(() => svc.close());
+  // A second process in all but name: its own store connections, snapshot, governor and runner.
+  const worker: Service = await startService({ config: svc.config, roles: ['worker'], log: createLogger('silent') });
+  t.teardown(() => worker.close());
+
+  const boot = await svc.bootstrap({ plan: 'team' });
+  const sql = svc.service.sql;
+  const { rows } = await sql.query<{ id: number }>(
+    `INSERT INTO pools (team_id, name, subdomain, backend, origin, origin_host, max_concurrent)
+     VALUES ($1, 'pg-jobs', 'pg-jobs', 'http', $2, $3, 8) RETURNING id`,
+    [boot.team.id, origin.url, new URL(origin.url).host],
+  );
+  const poolId = rows[0]!.id;
+  await sql.notify(CHANGE_CHANNEL, `pool:${poolId}`);
+  // A destination on a host that does not answer: deliveries are not what this test is about.
+  const hook = await svc.api('POST', '/api/v1/webhooks', { token: boot.token, body: { name: 'pg-hook', url: 'https://127.0.0.1:9/hook', pool_ids: [poolId] } });
+  t.equal(hook.status, 201);
+  const key = (await svc.api('POST', '/api/v1/pools/pg-jobs/keys', { token: boot.token, body: {} })).body.data.key as string;
+  await svc.service.dataplane!.snapshots.reload();
+
+  origin.reset();
+  const proxy = new Pool(svc.proxyUrl!, { connections: 16 });
+  t.teardown(() => proxy.close());
+  const ids: string[] = [];
+  const refused: number[] = [];
+  await Promise.all(
+    Array.from({ length: 16 }, async (_, w) => {
+      for (let i = w; i < JOBS; i += 16) {
+        const res = await proxy.request({
+          path: `/delay/20?job=${i}`,
+          method: 'GET',
+          headers: { host: `pg-jobs.${svc.config.poolDomain}`, 'x-service-key': key, 'x-service-async': 'true' },
+        });
+        const body = (await res.body.json()) as { id: string };
+        if (res.statusCode === 202) ids.push(body.id);
+        else refused.push(res.statusCode);
+      }
+    }),
+  );
+  t.same(refused, [], 'every request was accepted as a job');
+  const end = Date.now() + 40_000;
+  let done = 0;
+  while (Date.now() < end) {
+    const r = await sql.query<{ n: number }>(`SELECT count(*)::int AS n FROM jobs WHERE status = 'completed'`);
+    done = r.rows[0]!.n;
+    if (done === JOBS) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  t.equal(done, JOBS, 'every job completed');
+  const calls = new Map<string, number>();
+  for (const r of origin.requests) {
+    const job = new URL(r.url, 'https://x').searchParams.get('job')!;
+    calls.set(job, (calls.get(job) ?? 0) + 1);
+  }
+  t.equal(calls.size, JOBS, 'every job reached the origin');
+  t.ok([...calls.values()].every((n) => n === 1), 'no job was run twice');
+  t.ok(worker.jobs!.started > 0 && svc.service.jobs!.started > 0, `both runners took jobs (${svc.service.jobs!.started} + ${worker.jobs!.started})`);
+  t.ok(worker.jobs!.inFlight === 0 && svc.service.jobs!.inFlight === 0, 'both runners are idle');
+  const attempts = await sql.query<{ n: number }>(`SELECT count(*)::int AS n FROM jobs WHERE attempts <> 1`);
+  t.equal(attempts.rows[0]!.n, 0, 'one attempt each');
+});
