@@ -115,12 +115,49 @@ t.test('only POST on /pools/{pool}/lock/…; unknown paths and pools are 404 not
   t.equal(dp().governor.state(svc.service.dataplane!.snapshots.current.pools.get('lk-route')!.id).inFlight, 0, 'nothing was taken');
 });
 
+t.test('the path names the pool (any case, one trailing slash); suspended pools are 503; database pools and read keys lease too', async (t) => {
+  const id = await createPool('lk-path');
+  const key = await mintKey('lk-path');
+  const upper = await acquire('LK-Path', key);
+  t.equal(upper.status, 200, 'the label is matched without case');
+  const slash = await post(`/pools/lk-path/lock/${upper.json.slotId}/release/`, { key });
+  t.same(slash.json, { released: true }, 'one trailing slash is tolerated');
+
+  const res = await svc.api('POST', '/api/v1/pools/lk-path/keys', { token, body: { access: 'read' } });
+  await dp().snapshots.reload();
+  const readGrant = await acquire('lk-path', res.body.data.key);
+  t.equal(readGrant.status, 200, 'a read key leases slots: the lock API forwards nothing');
+  await release('lk-path', key, readGrant.json.slotId);
+
+  await svc.service.sql.query(`UPDATE pools SET status = 'suspended' WHERE id = $1`, [id]);
+  await dp().snapshots.reload();
+  const suspended = await acquire('lk-path', key);
+  t.equal(suspended.status, 503);
+  t.equal(suspended.json.error, 'unavailable');
+  await svc.service.sql.query(`UPDATE pools SET status = 'deleted' WHERE id = $1`, [id]);
+  await dp().snapshots.reload();
+  t.equal((await acquire('lk-path', key)).status, 404, 'a deleted pool is not found');
+
+  const { rows } = await svc.service.sql.query<{ id: number }>(
+    `INSERT INTO pools (team_id, name, subdomain, backend, db_host, db_name, max_concurrent, require_key)
+     VALUES ($1, 'lk-db', 'lk-db', 'postgres', 'db.example.com', 'app', 1, true) RETURNING id`,
+    [teamId],
+  );
+  await dp().snapshots.reload();
+  const dbKey = await mintKey('lk-db');
+  const dbGrant = await acquire('lk-db', dbKey);
+  t.equal(dbGrant.status, 200, 'a database pool leases its slots');
+  t.equal(dp().governor.state(rows[0]!.id).inFlight, 1, 'the same governor slots its SQL traffic uses');
+  t.equal((await acquire('lk-db', dbKey)).status, 429);
+  t.same((await release('lk-db', dbKey, dbGrant.json.slotId)).json, { released: true });
+});
+
 t.test('pool auth: X-Service-Key or Bearer; missing, wrong and other pools\' keys are 401 unauthorized', async (t) => {
   const id = await createPool('lk-auth', { maxConcurrent: 5 });
   await createPool('lk-auth-other');
   const key = await mintKey('lk-auth');
   const otherKey = await mintKey('lk-auth-other');
-  for (const headers of [{}, { 'x-service-key': 'pgk_wrong' }, { 'x-service-key': otherKey }, { authorization: 'Bearer pgk_wrong' }]) {
+  for (const headers of [{}, { 'x-service-key': 'pgk_wrong' }, { 'x-service-key': otherKey }, { authorization: 'Bearer pgk_wrong' }] as Array<Record<string, string>>) {
     const r = await acquire('lk-auth', null, { headers });
     t.equal(r.status, 401, JSON.stringify(headers));
     t.equal(r.json.error, 'unauthorized');
@@ -247,6 +284,8 @@ t.test('renew extends the lease by a term, never past requestDeadline; then 409 
   t.same(Object.keys(r1.json), ['leaseDeadline']);
   t.ok(r1.json.leaseDeadline > g.leaseDeadline, 'extended');
   t.ok(Math.abs(r1.json.leaseDeadline - (Date.now() + 1000)) < 200, 'by one term from now');
+  const withBody = await post(`/pools/lk-renew/lock/${g.slotId}/renew`, { key, raw: 'ignored' });
+  t.equal(withBody.status, 200, 'a renew body is read and ignored');
   t.equal((await renew('lk-renew-other', otherKey, g.slotId)).status, 404, 'a slotId of another pool is not found');
   t.same((await release('lk-renew-other', otherKey, g.slotId)).json, { released: false }, 'nor released through another pool');
   await sleep(500);
