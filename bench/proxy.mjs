@@ -9,8 +9,6 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { randomBytes } from 'node:crypto';
-import pg from 'pg';
 import { request } from 'undici';
 import { api, root, startPoolgate } from './lib/poolgate.mjs';
 import { measure } from './lib/load.mjs';
@@ -33,10 +31,10 @@ const settings = {
   // The origin binds a loopback address other than 127.0.0.1, the service's own host (refused as a target).
   origin_host: '127.0.0.2',
   pool_max_concurrent: 10_000,
-  store: 'PostgreSQL (fresh database on the local server)',
+  store: 'embedded (PGlite, fresh data dir)',
+  adaptive: false,
   access_logs: 'poolgate and nginx each log every request to a file',
 };
-const PG_URL = process.env.POOLGATE_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const log = (msg) => process.stderr.write(`bench:proxy: ${msg}\n`);
 
 function selfSignedCert(dir) {
@@ -51,64 +49,33 @@ function selfSignedCert(dir) {
   return { keyFile, certFile };
 }
 
-async function freshDatabase() {
-  const name = `poolgate_bench_${randomBytes(5).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: PG_URL });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
-  await admin.end();
-  const url = new URL(PG_URL);
-  url.pathname = `/${name}`;
-  return {
-    url: url.toString(),
-    async drop() {
-      const c = new pg.Client({ connectionString: PG_URL });
-      await c.connect();
-      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await c.end();
-    },
-  };
-}
-
 /**
- * poolgate with every role in one process on a fresh PostgreSQL database: team bootstrapped, pool created and
- * key minted through the Control API, max_concurrent raised with SQL (no settings endpoint) so nothing queues.
+ * poolgate with every role in one process on its embedded store: team bootstrapped with the admin CLI, then
+ * through the Control API a pool, a key, and settings that keep it from queueing (max_concurrent raised,
+ * adaptive concurrency off so the limit stays put).
  */
 async function startPoolgateTarget(origin, caFile, dir) {
-  const db = await freshDatabase();
   const env = {
-    DATABASE_URL: db.url,
     POOLGATE_ORIGIN_CA_FILE: caFile,
     POOLGATE_ALLOW_PRIVATE_TARGETS: 'true',
     POOLGATE_LOG_LEVEL: 'warn',
     POOLGATE_ACCESS_LOG_FILE: join(dir, 'poolgate-access.log'),
   };
   const nodeArgs = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
-  let svc;
-  try {
-    svc = await startPoolgate(env, { nodeArgs });
-  } catch (err) {
-    await db.drop();
-    throw err;
-  }
-  const stop = async () => {
-    await svc.stop();
-    await db.drop();
-  };
+  const svc = await startPoolgate(env, { nodeArgs });
+  const stop = () => svc.stop();
   try {
     const boot = await svc.admin(['bootstrap', '--team', 'Bench', '--email', 'bench@bench.test', '--plan', 'business']);
-    const made = await api(svc.controlUrl, boot.token, 'POST', '/api/v1/pools', { origin, name: 'bench-proxy' });
-    if (made.status !== 201) throw new Error(`POST /api/v1/pools → ${made.status} ${JSON.stringify(made.body)}`);
-    const sub = made.body.data.subdomain;
-    const minted = await api(svc.controlUrl, boot.token, 'POST', `/api/v1/pools/${sub}/keys`, { label: 'bench' });
-    if (minted.status !== 201) throw new Error(`mint → ${minted.status} ${JSON.stringify(minted.body)}`);
-    const c = new pg.Client({ connectionString: db.url });
-    await c.connect();
-    await c.query('UPDATE pools SET max_concurrent = $1 WHERE id = $2', [settings.pool_max_concurrent, made.body.data.id]);
-    await c.query(`SELECT pg_notify('poolgate_changes', $1)`, [`pool:${made.body.data.id}`]);
-    await c.end();
+    const call = async (method, path, body, want) => {
+      const res = await api(svc.controlUrl, boot.token, method, path, body);
+      if (res.status !== want) throw new Error(`${method} ${path} → ${res.status} ${JSON.stringify(res.body)}`);
+      return res.body.data;
+    };
+    const pool = await call('POST', '/api/v1/pools', { origin, name: 'bench-proxy' }, 201);
+    const minted = await call('POST', `/api/v1/pools/${pool.subdomain}/keys`, { label: 'bench' }, 201);
+    await call('PATCH', `/api/v1/pools/${pool.subdomain}/settings`, { max_concurrent: settings.pool_max_concurrent, settings: { adaptive: false } }, 200);
     const url = `http://127.0.0.1:${svc.listening.proxy}/`;
-    const headers = { host: `${sub}.pools.localhost`, 'x-service-key': minted.body.data.key };
+    const headers = { host: `${pool.subdomain}.pools.localhost`, 'x-service-key': minted.key };
     // Ready when the key works and the raised limit is in the governor (a 10-slot pool would queue at 50).
     for (let i = 0; ; i++) {
       const res = await get(url, headers);
@@ -259,8 +226,8 @@ export function proxySection(report, current) {
     'one after the other in the same run with the same load generators. Clients speak plain http/1.1 keep-alive',
     'to the proxies; the proxies speak https with keep-alive to the origin.',
     '',
-    '- poolgate: `node bin/poolgate.js start` (every role, PostgreSQL store), pool created and key minted through the',
-    `  Control API, key sent as X-Service-Key, max_concurrent ${s.pool_max_concurrent} (raised with SQL: no settings endpoint yet), access log to a file`,
+    '- poolgate: `node bin/poolgate.js start` (every role, embedded store); pool, key and settings through the Control API',
+    `  (\`PATCH …/settings\`: max_concurrent ${s.pool_max_concurrent}, adaptive off, so nothing queues); key sent as X-Service-Key; access log to a file`,
     '- nginx: `worker_processes auto`, `limit_conn` on the server, `keepalive 128` upstream, `proxy_ssl_verify on`, access log to a file',
     '- Node.js peer: fastify 5 + @fastify/http-proxy (undici, 128 keep-alive connections), logger off',
     '',

@@ -2,6 +2,7 @@
 // streamed with backpressure, and the origin's answer streamed back to the client.
 import { readFileSync } from 'node:fs';
 import { createSecureContext, rootCertificates, type SecureContext } from 'node:tls';
+import type { IncomingHttpHeaders } from 'node:http';
 import type { Readable } from 'node:stream';
 import { Pool, type Dispatcher } from 'undici';
 import type { Governor, Outcome } from '../governor/governor.js';
@@ -95,160 +96,232 @@ export interface ForwardDeps {
 /**
  * Sends the admitted request to the origin and streams the answer to the client. Resolves (never
  * rejects) with how it ended; an error reply is sent here when no response had started.
+ * `_abort` is the governor wait's signal; forwarding watches the client itself (no listener per request).
  */
-export async function forward(deps: ForwardDeps, ex: Exchange, client: ClientResponse, body: RequestBody | null, abort: AbortController): Promise<Settlement> {
-  const pool = ex.pool!;
-  const { signal } = abort;
-  const started = performance.now();
-  // Our own timer for the wait for response headers: undici's coarse timers (about 1 s resolution)
-  // would let a 100 ms request timeout run for up to a second while the slot is held.
-  let timedOut = false;
-  const deadline = setTimeout(() => {
-    timedOut = true;
-    abort.abort();
-  }, pool.settings.requestTimeoutMs);
-  const headers = upstreamRequestHeaders({
-    headers: ex.headers,
-    originHost: pool.originHost!,
-    clientAddress: ex.clientAddress,
-    clientHost: ex.headers.host ?? '',
-    keyInAuthorization: ex.keyInAuthorization,
-    credential: pool.credential,
-  });
-  let res: Dispatcher.ResponseData;
-  try {
-    res = await deps.upstreams.get(pool.origin!).request({
-      origin: pool.origin!,
-      path: ex.query ? `${ex.path}?${ex.query}` : ex.path,
-      method: ex.method as Dispatcher.HttpMethod,
-      headers,
-      body: body ?? undefined,
-      signal,
-      headersTimeout: 0,
-      // Between body chunks: a stalled origin body is cut after the same timeout.
-      bodyTimeout: pool.settings.requestTimeoutMs,
-    });
-  } catch (err) {
-    clearTimeout(deadline);
-    ex.upstreamMs = performance.now() - started;
-    if (!timedOut && (signal.aborted || client.aborted)) return { outcome: 'client_aborted', status: 0 };
-    const r = timedOut ? UPSTREAM_TIMEOUT : failureReply(err, body);
-    // The rest of an unread request body is discarded with the connection.
-    body?.release();
-    client.sendReply(r, governorHeaders(deps.governor, pool.id, ex.queuedMs), body !== null && !body.complete);
-    return {
-      outcome: r.error,
-      status: r.status,
-      // No answer from the origin: not a latency sample for the adaptive limit.
-      upstream: { dropped: true, latencyMs: ex.upstreamMs },
-    };
-  }
-
-  clearTimeout(deadline);
-  const status = res.statusCode;
-  const upstream: Outcome = {
-    status,
-    throttled: status === 429 ? 1 : 0,
-    retryAfterMs: retryAfterMs(res.headers['retry-after'], Date.now()),
-    headers: res.headers,
-  };
-  if (!client.open) {
-    discard(res.body);
-    ex.upstreamMs = performance.now() - started;
-    return { outcome: 'client_aborted', status: 0, upstream: { ...upstream, dropped: true } };
-  }
-  client.writeHead(status, [...clientResponseHeaders(res.headers), ...governorHeaders(deps.governor, pool.id, ex.queuedMs)]);
-
-  const cl = res.headers['content-length'];
-  const length = typeof cl === 'string' && /^\d+$/.test(cl) ? Number(cl) : null;
-  let ended: 'done' | 'client_aborted' | 'upstream_aborted';
-  if (ex.method === 'HEAD' || NO_BODY_STATUS.has(status)) {
-    discard(res.body);
-    client.endWithoutBody(ex.method === 'HEAD' && length !== null ? length : undefined);
-    ended = 'done';
-  } else {
-    ended = await pipeBody(client, res.body, length);
-  }
-  ex.upstreamMs = performance.now() - started;
-  upstream.latencyMs = ex.upstreamMs;
-  if (ended === 'done') return { outcome: 'proxied', status, upstream };
-  return { outcome: ended, status: ended === 'client_aborted' ? 0 : status, upstream: { ...upstream, dropped: true } };
+export function forward(deps: ForwardDeps, ex: Exchange, client: ClientResponse, body: RequestBody | null, _abort: AbortController): Promise<Settlement> {
+  return new Promise((resolve) => new Forwarding(deps, ex, client, body, resolve).start());
 }
 
+const CONNECT_REFUSED = reply(400, 'bad_request', 'the request cannot be forwarded: CONNECT is not supported');
+const ABORTED = Object.assign(new Error('request aborted by the proxy'), { code: 'UND_ERR_ABORTED' });
+
 /**
- * Streams the origin's body to the client. With a known length uWS frames it (tryEnd: the part it could
- * not take yet is retried from onWritable); without one it is sent chunked. Either way the origin body
- * is paused while the client's socket is backed up.
+ * One request to the origin as an undici dispatch handler: no promise, Readable or AbortSignal per request,
+ * and the origin's body goes from undici's callbacks straight to uWS, with undici paused while the client's
+ * socket is backed up. The wait for response headers has its own timer: undici's coarse timers (about 1 s
+ * resolution) would let a 100 ms request timeout run for up to a second while the slot is held.
  */
-function pipeBody(client: ClientResponse, body: Readable, total: number | null): Promise<'done' | 'client_aborted' | 'upstream_aborted'> {
-  return new Promise((resolve) => {
-    let settled = false;
-    const finish = (r: 'done' | 'client_aborted' | 'upstream_aborted') => {
-      if (settled) return;
-      settled = true;
-      // A finished body drains on its own (its connection goes back to the pool); any other is cut.
-      if (r !== 'done') body.destroy();
-      resolve(r);
+class Forwarding implements Dispatcher.DispatchHandler {
+  readonly #deps: ForwardDeps;
+  readonly #ex: Exchange;
+  readonly #client: ClientResponse;
+  readonly #body: RequestBody | null;
+  readonly #resolve: (s: Settlement) => void;
+  readonly #started = performance.now();
+  /** waiting: no response yet; streaming: the body is going to the client; done: resolved. */
+  #state: 'waiting' | 'streaming' | 'done' = 'waiting';
+  #controller: Dispatcher.DispatchController | null = null;
+  #timer: NodeJS.Timeout | null = null;
+  #upstream: Outcome | null = null;
+  /** Content-Length of the origin's body; null: sent chunked. */
+  #total: number | null = null;
+  /** A chunk uWS could not take whole yet (Content-Length path), and the write offset it started at. */
+  #pending: Buffer | null = null;
+  #pendingAt = 0;
+  /** The origin's body ended while a chunk was still pending. */
+  #endedWhilePending = false;
+
+  constructor(deps: ForwardDeps, ex: Exchange, client: ClientResponse, body: RequestBody | null, resolve: (s: Settlement) => void) {
+    this.#deps = deps;
+    this.#ex = ex;
+    this.#client = client;
+    this.#body = body;
+    this.#resolve = resolve;
+  }
+
+  start(): void {
+    const ex = this.#ex;
+    const pool = ex.pool!;
+    // A tunnel is not a request to forward (undici's dispatch would try to set one up).
+    if (ex.method === 'CONNECT') return this.#failBeforeResponse(CONNECT_REFUSED);
+    this.#timer = setTimeout(() => this.#onDeadline(), pool.settings.requestTimeoutMs);
+    this.#client.onAbort(() => this.#onClientGone());
+    const headers = upstreamRequestHeaders({
+      headers: ex.headers,
+      originHost: pool.originHost!,
+      clientAddress: ex.clientAddress,
+      clientHost: ex.headers.host ?? '',
+      keyInAuthorization: ex.keyInAuthorization,
+      credential: pool.credential,
+    });
+    // dispatch() reports its own failures through onResponseError, synchronously or later.
+    this.#deps.upstreams.get(pool.origin!).dispatch(
+      {
+        origin: pool.origin!,
+        path: ex.query ? `${ex.path}?${ex.query}` : ex.path,
+        method: ex.method as Dispatcher.HttpMethod,
+        headers,
+        body: this.#body,
+        headersTimeout: 0,
+        // Between body chunks: a stalled origin body is cut after the same timeout.
+        bodyTimeout: pool.settings.requestTimeoutMs,
+      },
+      this,
+    );
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.#controller = controller;
+    // Given up before the request got a connection (timeout, client gone): cut it now.
+    if (this.#state === 'done') controller.abort(ABORTED);
+  }
+
+  onResponseStart(controller: Dispatcher.DispatchController, status: number, headers: IncomingHttpHeaders): void {
+    // 1xx informational answers are not the response.
+    if (status < 200 || this.#state !== 'waiting') return;
+    this.#clearTimer();
+    const ex = this.#ex;
+    const client = this.#client;
+    const upstream: Outcome = {
+      status,
+      throttled: status === 429 ? 1 : 0,
+      retryAfterMs: retryAfterMs(headers['retry-after'], Date.now()),
+      headers,
     };
-    client.onAbort(() => finish('client_aborted'));
-    body.on('error', () => {
+    this.#upstream = upstream;
+    if (!client.open) {
+      this.#finish({ outcome: 'client_aborted', status: 0, upstream: { ...upstream, dropped: true } });
+      controller.abort(ABORTED);
+      return;
+    }
+    client.writeHead(status, [...clientResponseHeaders(headers), ...governorHeaders(this.#deps.governor, ex.pool!.id, ex.queuedMs)]);
+    const cl = headers['content-length'];
+    const length = typeof cl === 'string' && /^\d+$/.test(cl) ? Number(cl) : null;
+    if (ex.method === 'HEAD' || NO_BODY_STATUS.has(status)) {
+      client.endWithoutBody(ex.method === 'HEAD' && length !== null ? length : undefined);
+      this.#done();
+      return;
+    }
+    this.#total = length;
+    this.#state = 'streaming';
+    client.onWritable((offset) => this.#onWritable(offset));
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.#state !== 'streaming') return;
+    const client = this.#client;
+    if (!client.open) return;
+    if (this.#total === null) {
+      if (!client.write(chunk) && client.open) controller.pause();
+      return;
+    }
+    this.#pendingAt = client.writeOffset();
+    const [ok, done] = client.tryEnd(chunk, this.#total);
+    if (done) this.#done();
+    else if (!ok) {
+      this.#pending = chunk;
+      controller.pause();
+    }
+  }
+
+  /** uWS drained: retry the part of the pending chunk it did not take, or resume a chunked body. */
+  #onWritable(offset: number): boolean {
+    if (this.#state !== 'streaming') return true;
+    if (this.#total === null) {
+      this.#controller?.resume();
+      return true;
+    }
+    const pending = this.#pending;
+    if (pending === null) return true;
+    const [ok, done] = this.#client.tryEnd(pending.subarray(offset - this.#pendingAt), this.#total);
+    if (done) {
+      this.#pending = null;
+      this.#done();
+    } else if (ok) {
+      this.#pending = null;
+      if (this.#endedWhilePending) this.#shortBody();
+      else this.#controller?.resume();
+    }
+    return ok;
+  }
+
+  onResponseEnd(): void {
+    if (this.#state !== 'streaming') return;
+    if (this.#total === null || this.#total === 0) {
+      this.#client.end();
+      this.#done();
+    } else if (this.#pending !== null) {
+      this.#endedWhilePending = true;
+    } else {
+      this.#shortBody();
+    }
+  }
+
+  /** The origin sent fewer bytes than it announced: the client must not take this as complete. */
+  #shortBody(): void {
+    this.#client.close();
+    this.#finish({ outcome: 'upstream_aborted', status: this.#upstream!.status!, upstream: { ...this.#upstream!, dropped: true } });
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController | null, err: Error): void {
+    if (this.#state === 'done') return;
+    this.#clearTimer();
+    const client = this.#client;
+    if (this.#state === 'streaming') {
       // Aborting for a client that left also errors the body: that is still the client's doing.
       const gone = client.aborted;
       client.close();
-      finish(gone ? 'client_aborted' : 'upstream_aborted');
-    });
-
-    if (total === null) {
-      body.on('data', (chunk: Buffer) => {
-        if (!client.write(chunk) && client.open) body.pause();
-      });
-      client.onWritable(() => {
-        body.resume();
-        return true;
-      });
-      body.on('end', () => {
-        client.end();
-        finish('done');
-      });
+      this.#finish({ outcome: gone ? 'client_aborted' : 'upstream_aborted', status: gone ? 0 : this.#upstream!.status!, upstream: { ...this.#upstream!, dropped: true } });
       return;
     }
+    if (client.aborted) {
+      this.#finish({ outcome: 'client_aborted', status: 0 });
+      return;
+    }
+    this.#failBeforeResponse(failureReply(err, this.#body));
+  }
 
-    let pending: Buffer | null = null;
-    let pendingAt = 0;
-    body.on('data', (chunk: Buffer) => {
-      if (!client.open) return;
-      pendingAt = client.writeOffset();
-      const [ok, done] = client.tryEnd(chunk, total);
-      if (done) finish('done');
-      else if (!ok) {
-        pending = chunk;
-        body.pause();
-      }
-    });
-    client.onWritable((offset) => {
-      if (pending === null) return true;
-      const [ok, done] = client.tryEnd(pending.subarray(offset - pendingAt), total);
-      if (done) {
-        pending = null;
-        finish('done');
-      } else if (ok) {
-        pending = null;
-        body.resume();
-      }
-      return ok;
-    });
-    body.on('end', () => {
-      if (settled) return;
-      if (total === 0) {
-        client.end();
-        finish('done');
-        return;
-      }
-      // The origin sent fewer bytes than it announced: the client must not take this as complete.
-      client.close();
-      finish('upstream_aborted');
-    });
-  });
+  #onDeadline(): void {
+    this.#timer = null;
+    if (this.#state !== 'waiting') return;
+    this.#failBeforeResponse(UPSTREAM_TIMEOUT);
+    this.#controller?.abort(ABORTED);
+  }
+
+  #onClientGone(): void {
+    if (this.#state === 'done') return;
+    const upstream = this.#upstream;
+    this.#finish(upstream ? { outcome: 'client_aborted', status: 0, upstream: { ...upstream, dropped: true } } : { outcome: 'client_aborted', status: 0 });
+    this.#controller?.abort(ABORTED);
+  }
+
+  /** No answer from the origin: the error reply, and no latency sample for the adaptive limit. */
+  #failBeforeResponse(r: Reply): void {
+    const body = this.#body;
+    // The rest of an unread request body is discarded with the connection.
+    body?.release();
+    this.#client.sendReply(r, governorHeaders(this.#deps.governor, this.#ex.pool!.id, this.#ex.queuedMs), body !== null && !body.complete);
+    this.#finish({ outcome: r.error, status: r.status, upstream: { dropped: true, latencyMs: performance.now() - this.#started } });
+  }
+
+  #done(): void {
+    const upstream = this.#upstream!;
+    upstream.latencyMs = performance.now() - this.#started;
+    this.#finish({ outcome: 'proxied', status: upstream.status!, upstream });
+  }
+
+  #finish(s: Settlement): void {
+    if (this.#state === 'done') return;
+    this.#state = 'done';
+    this.#clearTimer();
+    this.#ex.upstreamMs = performance.now() - this.#started;
+    this.#resolve(s);
+  }
+
+  #clearTimer(): void {
+    if (this.#timer !== null) clearTimeout(this.#timer);
+    this.#timer = null;
+  }
 }
 
 /** A request to send to the origin from memory (an async job's stored request). */
