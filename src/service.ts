@@ -217,14 +217,14 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
     }
     if (opts.roles.includes('worker')) {
       // The job runner takes slots from the data plane's governor when it shares the process, and
-      // otherwise follows the config itself with its own governor.
+      // otherwise follows the config itself through the configured governor (Redis shares the limits).
       let governor: Governor;
       let snapshots: SnapshotSource;
       if (dataplane) {
         governor = dataplane.governor;
         snapshots = dataplane.snapshots;
       } else {
-        const own = new MemoryGovernor();
+        const own = config.redisUrl ? await redisGovernorFromConfig(config, log) : new MemoryGovernor();
         const source = new SnapshotSource({
           sql, box, log, clock: () => now().getTime(), resyncMs: config.snapshotResyncMs,
           onLoad: (snap) => own.configure(poolLimits(snap), snap.budgets),
