@@ -87,6 +87,19 @@ t.test('redis governor', { skip: await needServer('redis') }, async (t) => {
     await dead.close();
   });
 
+  t.test('scripts are called by hash and loaded again after SCRIPT FLUSH (NOSCRIPT)', async (t) => {
+    const gov = await make();
+    t.teardown(() => gov.close());
+    gov.configure([pool(1)], []);
+    permit(await gov.acquire({ poolId: 1, waitMs: 0 })).release();
+    await admin.script('FLUSH');
+    const again = await gov.acquire({ poolId: 1, waitMs: 0 });
+    t.match(again, { ok: true }, 'admitted after the scripts were flushed');
+    permit(again).release();
+    await sleep(20);
+    t.equal(gov.state(1).inFlight, 0, 'the release script was reloaded too');
+  });
+
   t.test('the stored effective limit caps every node: min(maxConcurrent, effective)', async (t) => {
     const prefix = `${RUN}eff:`;
     const a = await make({ prefix });

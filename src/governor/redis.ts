@@ -641,15 +641,13 @@ export class RedisGovernor implements Governor {
     });
   }
 
-  async #eval(s: Script, keys: string[], args: string[]): Promise<unknown> {
-    try {
-      return await this.redis.evalsha(s.sha, keys.length, ...keys, ...args);
-    } catch (err) {
+  #eval(s: Script, keys: string[], args: string[]): Promise<unknown> {
+    return this.redis.evalsha(s.sha, keys.length, ...keys, ...args).catch(async (err: unknown) => {
       if (!(err instanceof Error) || !err.message.startsWith('NOSCRIPT')) throw err;
       // Redis restarted (or flushed its scripts): load it again, then call by hash as before.
       await this.redis.script('LOAD', s.source);
-      return await this.redis.evalsha(s.sha, keys.length, ...keys, ...args);
-    }
+      return this.redis.evalsha(s.sha, keys.length, ...keys, ...args);
+    });
   }
 
   async #connected(): Promise<void> {
