@@ -132,8 +132,9 @@ t.test('redis governor', { skip: await needServer('redis') }, async (t) => {
     });
     a.configure([pool(1)], []);
     b.configure([pool(1)], []);
-    const got = await a.acquireLease({ poolId: 1, waitMs: 0, termMs: 200 });
+    const got = await a.acquireLease({ poolId: 1, waitMs: 0, termMs: 200, leaseId: 'slot-abc' });
     if (!got.ok) throw new Error(got.reason);
+    t.equal(got.lease.leaseId, 'slot-abc', "the caller's slot id names the lease");
     t.ok(got.lease.deadline > Date.now() - 1000, 'deadline on the Redis clock (Unix ms)');
     t.match(await b.acquire({ poolId: 1, waitMs: 0 }), { ok: false, reason: 'no_slot' });
     t.equal(await b.renewLease(1, got.lease.leaseId, Date.now() + 500), true, 'renewed from node B');

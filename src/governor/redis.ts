@@ -70,6 +70,8 @@ class Waiter implements WaitNode<Waiter> {
     readonly termMs: number,
     readonly keepAlive: boolean,
     readonly resolve: (a: Admission | LeaseAdmission) => void,
+    /** The lease's member in the slots set: the caller's (lock API slot id) or node id + sequence. */
+    readonly leaseId: string,
   ) {}
 
   handleEvent(): void {
@@ -328,15 +330,16 @@ export class RedisGovernor implements Governor {
   }
 
   acquire(req: AdmitRequest): Admission | Promise<Admission> {
-    return this.#acquire(req, this.#termMs, true) as Admission | Promise<Admission>;
+    return this.#acquire(req, this.#termMs, true, null) as Admission | Promise<Admission>;
   }
 
   /**
    * The lock API's acquire: a lease that this node does not keep alive. It lives until `termMs` after the
-   * grant unless renewed (renewLease) or released (releaseLease), from this node or any other.
+   * grant unless renewed (renewLease) or released (releaseLease), from this node or any other. `leaseId`
+   * lets the caller name the lease (an unguessable slot id); it must be unique within the pool.
    */
-  acquireLease(req: AdmitRequest & { termMs: number }): Promise<LeaseAdmission> {
-    return Promise.resolve(this.#acquire(req, Math.max(1, Math.floor(req.termMs)), false) as LeaseAdmission | Promise<LeaseAdmission>);
+  acquireLease(req: AdmitRequest & { termMs: number; leaseId?: string }): Promise<LeaseAdmission> {
+    return Promise.resolve(this.#acquire(req, Math.max(1, Math.floor(req.termMs)), false, req.leaseId ?? null) as LeaseAdmission | Promise<LeaseAdmission>);
   }
 
   /** Moves a lease's deadline (Unix ms). False when the lease is gone (released or reclaimed). */
@@ -372,7 +375,7 @@ export class RedisGovernor implements Governor {
     return { ok: false, reason: 'unavailable', queuedMs: 0, retryAfterMs: 1000, backendDown: true };
   }
 
-  #acquire(req: AdmitRequest, termMs: number, keepAlive: boolean): Admission | LeaseAdmission | Promise<Admission | LeaseAdmission> {
+  #acquire(req: AdmitRequest, termMs: number, keepAlive: boolean, leaseId: string | null): Admission | LeaseAdmission | Promise<Admission | LeaseAdmission> {
     const v = this.#views.get(req.poolId);
     if (v === undefined || !v.active || this.#closed) return { ok: false, reason: 'unavailable', queuedMs: 0 };
     const signal = req.signal;
@@ -389,7 +392,8 @@ export class RedisGovernor implements Governor {
       if (!mayWait) return { ok: false, reason: 'queue_full', queuedMs: 0, retryAfterMs: v.retryAfterMs() };
     }
     return new Promise((resolve) => {
-      const w = new Waiter(v, ++this.#seq, signal, performance.now(), termMs, keepAlive, resolve);
+      const seq = ++this.#seq;
+      const w = new Waiter(v, seq, signal, performance.now(), termMs, keepAlive, resolve, leaseId ?? `${this.nodeId}:${seq}`);
       if (mayWait) signal?.addEventListener('abort', w);
       if (v.queue.size > 0) {
         this.#enqueue(w, waitMs);
@@ -443,7 +447,7 @@ export class RedisGovernor implements Governor {
     const v = w.view;
     const keys = v.keys;
     const g = v.group;
-    const leaseId = `${this.nodeId}:${w.seq}`;
+    const leaseId = w.leaseId;
     const keyList = [keys.slots, keys.eff, keys.line, keys.lineExp];
     const args = [
       leaseId,
