@@ -137,15 +137,17 @@ function applyPolicy(v: HeaderValue, out: RateInfo): void {
 
 /**
  * `ratelimit` (IETF draft): `limit=100, remaining=50, reset=30` (draft 03, one dictionary) or
- * `"default";r=50;t=30` (draft 07 on, a list of policies; the one with the fewest left wins).
+ * `"default";r=50;t=30` (draft 07 on, a list of policies; the one with the fewest left wins). The
+ * dictionary's `limit` is the window closest to exhaustion, which may be a burst policy: a stated
+ * policy list (`hasPolicy`) keeps its lowest per-minute quota instead.
  */
-function applyRateLimit(v: HeaderValue, out: RateInfo): void {
+function applyRateLimit(v: HeaderValue, out: RateInfo, hasPolicy: boolean): void {
   const all = Array.isArray(v) ? v.join(',') : (v ?? '');
   if (/(?:^|[,\s])(?:limit|remaining|reset)\s*=/i.test(all)) {
     const limit = param(all, 'limit');
     const remaining = param(all, 'remaining');
     const reset = param(all, 'reset');
-    if (limit >= 0) out.limit = Math.floor(limit);
+    if (limit >= 0 && !hasPolicy) out.limit = Math.floor(limit);
     if (remaining >= 0) out.remaining = Math.floor(remaining);
     if (reset >= 0) out.resetMs = reset * 1000;
     return;
@@ -172,9 +174,14 @@ export function parseRateHeaders(headers: Headers, nowEpochMs: number, out: Rate
   let ietf: HeaderValue, policy: HeaderValue, ietfLimit: HeaderValue, ietfRemaining: HeaderValue, ietfReset: HeaderValue;
   let retryAfter: HeaderValue;
   for (const raw in headers) {
+    // Cheap rejection first (most responses carry none of these): every name that matters is
+    // "retry-after", "ratelimit…", "x-ratelimit…" (x-ra) or "anthropic-ratelimit…" (30+ characters).
     const c = raw.charCodeAt(0) | 0x20;
-    // Only names starting with a, r or x can matter: skip the rest without lowercasing them.
-    if (c !== 0x61 && c !== 0x72 && c !== 0x78) continue;
+    if (c === 0x78) {
+      if (raw.length < 17 || (raw.charCodeAt(2) | 0x20) !== 0x72 || (raw.charCodeAt(3) | 0x20) !== 0x61) continue;
+    } else if (c === 0x72) {
+      if (raw.length < 9) continue;
+    } else if (c !== 0x61 || raw.length < 30) continue;
     const v = headers[raw];
     switch (raw.toLowerCase()) {
       case 'retry-after':
@@ -239,7 +246,7 @@ export function parseRateHeaders(headers: Headers, nowEpochMs: number, out: Rate
     if (ietfRemaining !== undefined) out.remaining = count(first(ietfRemaining));
     if (ietfReset !== undefined) out.resetMs = parseReset(ietfReset, nowEpochMs);
     if (policy !== undefined) applyPolicy(policy, out);
-    if (ietf !== undefined) applyRateLimit(ietf, out);
+    if (ietf !== undefined) applyRateLimit(ietf, out, policy !== undefined);
     // The vendor headers are the more specific statement where both speak.
     if (!Number.isNaN(vendor.limit)) {
       out.limit = vendor.limit;

@@ -69,6 +69,8 @@ export interface UpstreamModel {
   jitter: number;
   /** True requests per minute, counted in fixed minute windows; Infinity for none. */
   rpm: number;
+  /** The capacity changes to `capacity` (and the hard limit in proportion) at `atMs`. */
+  change?: { atMs: number; capacity: number };
 }
 
 export interface SimOptions {
@@ -131,7 +133,7 @@ export async function simulate(o: SimOptions): Promise<SimResult> {
     ],
     [],
   );
-  const up = o.upstream;
+  const up = { ...o.upstream };
   let upstreamInFlight = 0;
   let windowStart = 0;
   let windowCount = 0;
@@ -161,6 +163,11 @@ export async function simulate(o: SimOptions): Promise<SimResult> {
   /** The upstream answers one request; `done` is called at the simulated time of its answer. */
   const call = (permit: Permit): void => {
     const now = clock.now;
+    if (up.change !== undefined && now >= up.change.atMs) {
+      up.hardLimit = Math.ceil((up.hardLimit * up.change.capacity) / up.capacity);
+      up.capacity = up.change.capacity;
+      up.change = undefined;
+    }
     if (now - windowStart >= 60_000) {
       windowStart = now - ((now - windowStart) % 60_000);
       windowCount = 0;
@@ -235,9 +242,9 @@ export async function simulate(o: SimOptions): Promise<SimResult> {
   return result;
 }
 
-/** Figures over the curve from `fromMs` on (after warm-up). */
-export function summarize(r: SimResult, fromMs: number, periodMs = 1000) {
-  const pts = r.curve.filter((p) => p.tMs > fromMs);
+/** Figures over the curve between `fromMs` and `toMs` (after warm-up). */
+export function summarize(r: SimResult, fromMs: number, toMs = Infinity, periodMs = 1000) {
+  const pts = r.curve.filter((p) => p.tMs > fromMs && p.tMs <= toMs);
   const ok = pts.reduce((s, p) => s + p.ok, 0);
   const throttled = pts.reduce((s, p) => s + p.throttled, 0);
   const limits = pts.map((p) => p.limit);
