@@ -215,3 +215,52 @@ t.test('lowering max_concurrent below the slots in flight lets them finish and a
   t.equal(burst.filter((b) => b.status === 200).length, 6, 'queued requests all get through');
   t.ok(origin.peak <= 2, `never more than 2 at the origin after the change (peak ${origin.peak})`);
 });
+
+t.test('the other settings the proxy and lock API read take effect through them', async (t) => {
+  await createPool('set-more', 1);
+  const mint = async (access: 'read' | 'write') => {
+    const res = await svc.api('POST', '/api/v1/pools/set-more/keys', { token, body: { access } });
+    return res.body.data.key as string;
+  };
+  const writeKey = await mint('write');
+  const readKey = await mint('read');
+  await svc.service.dataplane!.snapshots.reload();
+  const patch = (settings: Record<string, unknown>) => svc.api('PATCH', '/api/v1/pools/set-more/settings', { token, body: { settings } });
+
+  // allowBearerKey
+  t.equal((await call('set-more', '/x', { authorization: `Bearer ${writeKey}` })).status, 200, 'Bearer keys are accepted by default');
+  await patch({ allowBearerKey: false });
+  await within(1000, async () => (await call('set-more', '/x', { authorization: `Bearer ${writeKey}` })).status === 401);
+  t.pass('allowBearerKey false: a Bearer key is refused');
+
+  // readMethods / readPaths
+  t.equal((await call('set-more', '/search', { 'x-service-key': readKey }, 'POST')).status, 403, 'a read key may not POST by default');
+  await patch({ readMethods: ['POST'], readPaths: { POST: ['/search'] } });
+  await within(1000, async () => (await call('set-more', '/search', { 'x-service-key': readKey }, 'POST')).status === 200);
+  t.equal((await call('set-more', '/other', { 'x-service-key': readKey }, 'POST')).status, 403, 'outside the read path prefix');
+
+  // queueTimeoutMs and queueLength (max_concurrent 1: one slow request holds the slot)
+  await patch({ queueTimeoutMs: 150, queueLength: 1 });
+  await svc.service.dataplane!.snapshots.reload();
+  const holder = call('set-more', '/delay/800', { 'x-service-key': writeKey });
+  await within(1000, async () => origin.active >= 1);
+  const [waited, full] = await Promise.all([
+    call('set-more', '/x', { 'x-service-key': writeKey }),
+    new Promise((r) => setTimeout(r, 30)).then(() => call('set-more', '/x', { 'x-service-key': writeKey })),
+  ]);
+  t.equal(waited.status, 504, 'queueTimeoutMs bounds the wait');
+  t.equal(full.status, 429, 'queueLength 1: a second waiter is refused at once');
+  t.equal((await holder).status, 200);
+
+  // leaseTermMs / renewIntervalMs reach the lock API's grant
+  await patch({ leaseTermMs: 4000, renewIntervalMs: 1500 });
+  await svc.service.dataplane!.snapshots.reload();
+  const lock = new Pool(`http://127.0.0.1:${svc.service.ports.lock}`);
+  t.teardown(() => lock.close());
+  const res = await lock.request({ path: '/pools/set-more/lock/acquire', method: 'POST', headers: { 'x-service-key': writeKey } });
+  const grant = (await res.body.json()) as { termMs: number; renewIntervalMs: number; slotId: string };
+  t.equal(res.statusCode, 200);
+  t.match(grant, { termMs: 4000, renewIntervalMs: 1500 });
+  const rel = await lock.request({ path: `/pools/set-more/lock/${grant.slotId}/release`, method: 'POST', headers: { 'x-service-key': writeKey } });
+  await rel.body.text();
+});
