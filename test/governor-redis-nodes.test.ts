@@ -3,10 +3,11 @@
 // spread over the nodes; and the data plane answers 503 governor_unavailable while Redis is down.
 //
 // The origin here is a small https server of this file that counts a request as in progress from its
-// arrival until the handler ends the response (and, shown beside, until the response's 'close'). The shared
-// origin helper reported a peak above max_concurrent in this multi-process setup even with a single
-// memory-governor data plane process (18 with max 12), an effect outside the governor that is not
-// explained yet (see docs/decisions/redis-governor.md), so it is not the yardstick here.
+// arrival until the handler ends the response; the count until the response's 'close' event (what the
+// shared origin helper counts) is shown beside. With the gateway in other processes, 'close' can run on
+// the busy test process after the gateway already read the answer, released the slot and sent the next
+// request: that count overshoots (12–14 here; 18 with one memory-governor process at the helper), the
+// arrival → end count does not.
 import t from 'tap';
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { once } from 'node:events';
