@@ -54,7 +54,7 @@ function selfSignedCert(dir) {
  * through the Control API a pool, a key, and settings that keep it from queueing (max_concurrent raised,
  * adaptive concurrency off so the limit stays put).
  */
-async function startPoolgateTarget(origin, caFile, dir) {
+async function startPoolgateTarget(origin, caFile, dir, bin) {
   const env = {
     POOLGATE_ORIGIN_CA_FILE: caFile,
     POOLGATE_ALLOW_PRIVATE_TARGETS: 'true',
@@ -62,7 +62,7 @@ async function startPoolgateTarget(origin, caFile, dir) {
     POOLGATE_ACCESS_LOG_FILE: join(dir, 'poolgate-access.log'),
   };
   const nodeArgs = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
-  const svc = await startPoolgate(env, { nodeArgs });
+  const svc = await startPoolgate(env, { nodeArgs, bin });
   const stop = () => svc.stop();
   try {
     const boot = await svc.admin(['bootstrap', '--team', 'Bench', '--email', 'bench@bench.test', '--plan', 'business']);
@@ -128,6 +128,12 @@ async function main() {
     stops.push(() => poolgate.stop());
     targets.push({ name: 'poolgate', key: 'poolgate', url: poolgate.url, headers: poolgate.headers });
     log(`poolgate pid ${poolgate.pid} on ${poolgate.url}`);
+    // BENCH_BEFORE_ROOT=<dir with another build>: that build too, side by side (a fix's before and after).
+    if (process.env.BENCH_BEFORE_ROOT) {
+      const before = await startPoolgateTarget(originUrl, certFile, dir, join(process.env.BENCH_BEFORE_ROOT, 'bin', 'poolgate.js'));
+      stops.push(() => before.stop());
+      targets.push({ name: `poolgate before (${process.env.BENCH_BEFORE_LABEL ?? process.env.BENCH_BEFORE_ROOT})`, key: 'poolgate_before', url: before.url, headers: before.headers });
+    }
 
     if (haveNginx) {
       const nginx = await startNginx({ originHost: settings.origin_host, originPort: origin.port, caFile: certFile, tlsName: 'localhost', limitConn: settings.pool_max_concurrent });

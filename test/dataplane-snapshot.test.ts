@@ -81,7 +81,7 @@ t.test('a burst of N mints causes no full reload and every key works within 1 s 
   await createPool('snap-burst');
   const full = snapshots().fullLoads;
   const updates = snapshots().keyUpdates;
-  const N = 40;
+  const N = 25;
   const keys = await Promise.all(Array.from({ length: N }, () => mint('snap-burst')));
   for (const k of keys) await until('snap-burst', k.key, 200);
   t.equal(snapshots().fullLoads, full, `${N} mints: no full reload`);

@@ -12,7 +12,8 @@ const BIN = join(root, 'bin', 'poolgate.js');
 /**
  * Starts poolgate on free ports with a fresh data dir. Resolves once its `listening` line is printed.
  * @param {Record<string, string>} extraEnv
- * @param {{ nodeArgs?: string[] }} [opts]  e.g. `--cpu-prof` (not allowed in NODE_OPTIONS)
+ * @param {{ nodeArgs?: string[], bin?: string }} [opts]  nodeArgs e.g. `--cpu-prof` (not allowed in NODE_OPTIONS);
+ *   bin: another build's bin/poolgate.js (a before/after comparison in one run)
  */
 export async function startPoolgate(extraEnv = {}, opts = {}) {
   const dataDir = mkdtempSync(join(tmpdir(), 'poolgate-bench-'));
@@ -33,7 +34,7 @@ export async function startPoolgate(extraEnv = {}, opts = {}) {
   };
   // An empty POOLGATE_CONFIG would be read as a file name; drop it unless the caller set one.
   if (!env.POOLGATE_CONFIG) delete env.POOLGATE_CONFIG;
-  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), BIN, 'start'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), opts.bin ?? BIN, 'start'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr.setEncoding('utf8');
   child.stderr.on('data', (chunk) => {
@@ -70,7 +71,7 @@ export async function startPoolgate(extraEnv = {}, opts = {}) {
     /** Runs `poolgate admin …` (forwarded to this process over its admin socket) and parses its JSON output. */
     admin(argv) {
       return new Promise((resolve, reject) => {
-        execFile(process.execPath, [BIN, 'admin', ...argv], { cwd: root, env }, (err, stdout, errOut) => {
+        execFile(process.execPath, [opts.bin ?? BIN, 'admin', ...argv], { cwd: root, env }, (err, stdout, errOut) => {
           if (err) return reject(new Error(`poolgate admin ${argv.join(' ')} failed: ${errOut || err.message}`));
           try {
             resolve(JSON.parse(stdout));
