@@ -1,9 +1,9 @@
 // Async jobs on PostgreSQL with two runners on one store: the service (all roles) and a separate worker
-// process's runner (startService with roles ['worker']). Claims use FOR UPDATE SKIP LOCKED, so each job
-// is run once, and both runners take part.
+// process's runner (startService with roles ['worker']), both on the Redis governor. Claims use FOR UPDATE
+// SKIP LOCKED, so each job is run once; both runners take part; together they stay within the pool's cap.
 import t from 'tap';
 import { Pool } from 'undici';
-import { needServer } from './helpers/servers.js';
+import { needServer, REDIS_URL } from './helpers/servers.js';
 import { startTestService, type TestService } from './helpers/service.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
 import { startService, type Service } from '../src/service.js';
@@ -13,11 +13,11 @@ import { CHANGE_CHANNEL } from '../src/store/sql.js';
 const JOBS = 200;
 
 t.test('two runners on one PostgreSQL store run every job exactly once', async (t) => {
-  const skip = await needServer('postgres');
+  const skip = (await needServer('postgres')) || (await needServer('redis'));
   if (skip) return t.skip(skip);
   const origin: Origin = await startOrigin();
   t.teardown(() => origin.close());
-  const svc: TestService = await startTestService({ engine: 'postgres', overrides: { originCaFile: origin.caFile, accessLogSample: 0 } });
+  const svc: TestService = await startTestService({ engine: 'postgres', overrides: { originCaFile: origin.caFile, accessLogSample: 0, redisUrl: REDIS_URL } });
   t.teardown(() => svc.close());
   // A second process in all but name: its own store connections, snapshot, governor and runner.
   const worker: Service = await startService({ config: svc.config, roles: ['worker'], log: createLogger('silent') });
@@ -26,9 +26,10 @@ t.test('two runners on one PostgreSQL store run every job exactly once', async (
   const boot = await svc.bootstrap({ plan: 'team' });
   const sql = svc.service.sql;
   const { rows } = await sql.query<{ id: number }>(
-    `INSERT INTO pools (team_id, name, subdomain, backend, origin, origin_host, max_concurrent)
-     VALUES ($1, 'pg-jobs', 'pg-jobs', 'http', $2, $3, 8) RETURNING id`,
-    [boot.team.id, origin.url, new URL(origin.url).host],
+    // A pool id no other run uses: Redis governor keys are per pool id and Redis is shared.
+    `INSERT INTO pools (id, team_id, name, subdomain, backend, origin, origin_host, max_concurrent)
+     VALUES ($4, $1, 'pg-jobs', 'pg-jobs', 'http', $2, $3, 8) RETURNING id`,
+    [boot.team.id, origin.url, new URL(origin.url).host, 1_000_000 + Math.floor(Math.random() * 1_000_000_000)],
   );
   const poolId = rows[0]!.id;
   await sql.notify(CHANGE_CHANNEL, `pool:${poolId}`);
@@ -73,6 +74,7 @@ t.test('two runners on one PostgreSQL store run every job exactly once', async (
     calls.set(job, (calls.get(job) ?? 0) + 1);
   }
   t.equal(calls.size, JOBS, 'every job reached the origin');
+  t.ok(origin.peak <= 8, `the two runners shared the pool's cap of 8 through Redis (peak ${origin.peak})`);
   t.ok([...calls.values()].every((n) => n === 1), 'no job was run twice');
   t.ok(worker.jobs!.started > 0 && svc.service.jobs!.started > 0, `both runners took jobs (${svc.service.jobs!.started} + ${worker.jobs!.started})`);
   t.ok(worker.jobs!.inFlight === 0 && svc.service.jobs!.inFlight === 0, 'both runners are idle');

@@ -5,7 +5,7 @@
 import t from 'tap';
 import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:https';
-import type { AddressInfo } from 'node:net';
+import { connect, type AddressInfo } from 'node:net';
 import { dirname, join } from 'node:path';
 import { Pool, request } from 'undici';
 import { startTestService, type TestService } from './helpers/service.js';
@@ -351,4 +351,19 @@ t.test('finished jobs are deleted after the retention period; the poll URL is th
   await until('the job to be pruned', async () => (await poll(r.json.poll_url, p.key)).status === 404);
   const { rows } = await svc.service.sql.query('SELECT 1 FROM jobs WHERE id = $1', [r.json.id]);
   t.equal(rows.length, 0);
+});
+
+t.test('a client that leaves mid-body makes no job and holds nothing', async (t) => {
+  const p = await createPool('jobs-abort');
+  const port = Number(new URL(svc.proxyUrl!).port);
+  const sock = connect(port, '127.0.0.1');
+  await new Promise((r) => sock.once('connect', r));
+  sock.write(
+    `POST /x HTTP/1.1\r\nhost: jobs-abort.${svc.config.poolDomain}\r\nx-service-key: ${p.key}\r\nx-service-async: true\r\ncontent-length: 1000\r\n\r\n0123456789`,
+  );
+  await until('the request to be in flight', async () => dp().inFlight > 0);
+  sock.destroy();
+  await until('the request to be settled', async () => dp().inFlight === 0);
+  const { rows } = await svc.service.sql.query('SELECT 1 FROM jobs WHERE pool_id = $1', [p.id]);
+  t.equal(rows.length, 0, 'no job stored');
 });

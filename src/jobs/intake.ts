@@ -83,6 +83,8 @@ export async function acceptJob(intake: JobIntake, ex: Exchange, client: ClientR
   };
   let bytes: Buffer | null = null;
   if (body) {
+    // A client that leaves mid-body ends the read (the stream itself would just stop delivering).
+    client.onAbort(() => body.destroy(new Error('the client went away')));
     try {
       bytes = await readBody(body);
     } catch (err) {

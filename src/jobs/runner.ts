@@ -61,6 +61,8 @@ export class JobRunner {
   #timers: NodeJS.Timeout[] = [];
   #unlisten: (() => Promise<void>) | null = null;
   #closed = false;
+  #byId = new Map<number, PoolEntry>();
+  #byIdOf: Snapshot | null = null;
 
   constructor(opts: JobRunnerOptions) {
     this.#o = opts;
@@ -147,10 +149,14 @@ export class JobRunner {
 
   /** A pool that can run jobs now: active, http, with an origin. Others keep their jobs until TTL. */
   #pool(poolId: number): PoolEntry | null {
-    for (const p of this.#o.snapshot().pools.values()) {
-      if (p.id === poolId) return p.status === 'active' && p.backend === 'http' && p.origin !== null ? p : null;
+    const snapshot = this.#o.snapshot();
+    if (snapshot !== this.#byIdOf) {
+      // The snapshot is keyed by subdomain; index it by id once per snapshot.
+      this.#byId = new Map([...snapshot.pools.values()].map((p) => [p.id, p]));
+      this.#byIdOf = snapshot;
     }
-    return null;
+    const p = this.#byId.get(poolId);
+    return p && p.status === 'active' && p.backend === 'http' && p.origin !== null ? p : null;
   }
 
   /** Takes free slots of the pool and starts one claimed job per slot, until slots or jobs run out. */
