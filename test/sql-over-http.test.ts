@@ -8,6 +8,7 @@ import { startTestService, type TestService } from './helpers/service.js';
 import { needServer, PG_URL } from './helpers/servers.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { runSqlRequest } from '../src/db/sql-over-http.js';
+import { DbUpstreams } from '../src/db/upstream.js';
 
 const suffix = randomBytes(4).toString('hex');
 const ROLE = `sqlhttp_role_${suffix}`;
@@ -347,22 +348,26 @@ if (skip) {
     t.match(bad, { ok: false, status: 400, body: { error: 'database_error', code: '42601' } });
   });
 
-  t.test('db_sslmode is enforced: a server without TLS is 502 unless dbAllowInsecure', async (t) => {
-    const strict = await startTestService({ overrides: { accessLogFile: '/dev/null' } });
+  t.test('db_sslmode is enforced: a server without TLS is refused unless dbAllowInsecure', async (t) => {
+    // The data plane runs with dbAllowInsecure (the local server has no TLS); a strict DbUpstreams shows the default.
+    const strict = new DbUpstreams({ allowInsecure: false, log: svc.service.log });
     t.teardown(() => strict.close());
-    const b = await strict.bootstrap();
-    const p = await strict.api('POST', '/api/v1/pools/database', { token: b.token, body: { db_host: '127.0.0.1', db_name: DB, db_sslmode: 'require' } });
-    const s: string = p.body.data.subdomain;
-    await strict.api('PUT', `/api/v1/pools/${s}/credential`, { token: b.token, body: { username: ROLE, password: PASSWORD } });
-    const k: string = (await strict.api('POST', `/api/v1/pools/${s}/keys`, { token: b.token })).body.data.key;
-    await strict.service.dataplane!.snapshots.reload();
-    const c = new Pool(strict.proxyUrl!);
-    t.teardown(() => c.close());
-    const res = await c.request({ path: '/', method: 'POST', headers: { host: `${s}.pools.localhost`, 'x-service-key': k }, body: '{"query":"SELECT 1"}' });
-    const body = (await res.body.json()) as { error: string; message: string };
-    t.equal(res.statusCode, 502);
-    t.equal(body.error, 'upstream_unreachable');
-    t.match(body.message, /SSL/);
-    t.equal(strict.service.dataplane!.governor.state(p.body.data.id).inFlight, 0, 'slot released');
+    const pool = dp.snapshots.current.pools.get(sub)!;
+    t.equal(pool.database!.sslmode, 'verify-full', 'db_sslmode defaults to verify-full');
+    for (const sslmode of ['verify-full', 'require'] as const) {
+      const r = await strict.run({ ...pool, database: { ...pool.database!, sslmode } }, [{ query: 'SELECT 1', params: [] }], { timeoutMs: 5000, transaction: false });
+      t.match(r, { ok: false, failure: { kind: 'unreachable', message: /SSL/ } }, sslmode);
+    }
+  });
+
+  t.test('an unreachable database is 502 and the slot is released', async (t) => {
+    await svc.service.sql.query('UPDATE pools SET db_port = 1 WHERE id = $1', [poolId]);
+    await svc.service.sql.notify(CHANGE_CHANNEL, `pool:${poolId}`);
+    await dp.snapshots.reload();
+    const r = await sql({ query: 'SELECT 1' });
+    t.equal(r.status, 502);
+    t.equal(r.body.error, 'upstream_unreachable');
+    t.match(r.body.message, /ECONNREFUSED/);
+    t.equal(dp.governor.state(poolId).inFlight, 0, 'slot released');
   });
 }

@@ -2,7 +2,7 @@
 // for mysql), opened with the pool's managed credential and sized to its max_concurrent, replaced when
 // any of that changes. run() executes a request's statements with a deadline and cancels on timeout or
 // client abort (PostgreSQL CancelRequest; MySQL KILL QUERY).
-import { connect as netConnect } from 'node:net';
+import { connect as netConnect, isIP } from 'node:net';
 import pg from 'pg';
 import mysql from 'mysql2';
 import type { Logger } from '../log.js';
@@ -142,7 +142,12 @@ class PgUpstream extends Counted implements Upstream {
       user: this.#cred.username,
       password: this.#cred.password,
       // verify-full checks the chain and the host name; require encrypts without checking.
-      ssl: this.#tls ? (t.sslmode === 'verify-full' ? { rejectUnauthorized: true, servername: t.host } : { rejectUnauthorized: false }) : false,
+      // (SNI carries host names only: an IP literal is checked against the certificate's IP SANs.)
+      ssl: this.#tls
+        ? t.sslmode === 'verify-full'
+          ? { rejectUnauthorized: true, ...(isIP(t.host) ? {} : { servername: t.host }) }
+          : { rejectUnauthorized: false }
+        : false,
       max: this.#max,
       idleTimeoutMillis: IDLE_MS,
       connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
@@ -438,6 +443,8 @@ const ROLLBACK = 'ROLLBACK';
 export class DbUpstreams {
   readonly #opts: UpstreamOptions;
   readonly #byPool = new Map<number, Upstream>();
+  /** The stop functions of the runs under way (close() cancels them). */
+  readonly #running = new Set<(why: 'aborted') => void>();
   #closed = false;
 
   constructor(opts: UpstreamOptions) {
@@ -518,6 +525,7 @@ export class DbUpstreams {
           : { kind: 'timeout', message: `the query did not finish within ${opts.timeoutMs} ms and was cancelled` },
     });
     const timer = setTimeout(() => stop('timeout'), opts.timeoutMs);
+    this.#running.add(stop);
     const onAbort = () => stop('aborted');
     opts.signal?.addEventListener('abort', onAbort, { once: true });
     if (opts.signal?.aborted) stop('aborted');
@@ -576,12 +584,15 @@ export class DbUpstreams {
       // By now the statement has settled (a cancel that did not land was cut by the grace timer).
       clearTimeout(timer);
       clearTimeout(grace);
+      this.#running.delete(stop);
       opts.signal?.removeEventListener('abort', onAbort);
     }
   }
 
+  /** Cancels the statements still running (close comes after the data plane's drain), then closes every pool. */
   async close(): Promise<void> {
     this.#closed = true;
+    for (const stop of [...this.#running]) stop('aborted');
     const ups = [...this.#byPool.values()];
     this.#byPool.clear();
     await Promise.all(ups.map((u) => u.retire()));
