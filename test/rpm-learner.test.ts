@@ -1,6 +1,11 @@
 // The RPM learner and gate with a fake clock: what it learns from a stated limit, how the token bucket
-// admits, retry-after and spent windows pausing, rpmOverride; and the memory governor's rate_limited refusal.
+// admits, retry-after and spent windows pausing, rpmOverride; the memory governor's rate_limited refusal;
+// and end to end through the data plane against a real https origin.
 import t from 'tap';
+import { Pool } from 'undici';
+import { startTestService, type TestService } from './helpers/service.js';
+import { startOrigin, type Origin } from './helpers/origin.js';
+import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { emptyRateInfo, type RateInfo } from '../src/governor/rate-headers.js';
 import { RpmLearner } from '../src/governor/rpm-learner.js';
 import { MemoryGovernor } from '../src/governor/memory.js';
@@ -174,4 +179,51 @@ t.test('memory governor: waiters held by the gate across a budget wake when it r
   t.match(gov.acquire({ poolId: 2, waitMs: 0 }), { ok: true }, 'the other pool of the budget is not gated');
   await clock.run(500, async () => {});
   t.match(await w, { ok: true, queuedMs: 500 });
+});
+
+t.test('data plane: an upstream retry-after pauses the pool (429 without reaching the origin); rpmOverride gates', async (t) => {
+  const origin: Origin = await startOrigin();
+  const svc: TestService = await startTestService({ overrides: { originCaFile: origin.caFile } });
+  const proxy = new Pool(svc.proxyUrl!, { connections: 4 });
+  t.teardown(async () => {
+    await proxy.close();
+    await svc.close();
+    await origin.close();
+  });
+  const boot = await svc.bootstrap();
+  const sql = svc.service.sql;
+  const createPool = async (sub: string, settings: Record<string, unknown>) => {
+    const { rows } = await sql.query<{ id: number }>(
+      `INSERT INTO pools (team_id, name, subdomain, backend, origin, origin_host, max_concurrent, require_key, settings)
+       VALUES ($1, $2, $3, 'http', $4, $5, 10, false, $6::jsonb) RETURNING id`,
+      [boot.team.id, sub, sub, origin.url, new URL(origin.url).host, JSON.stringify(settings)],
+    );
+    await sql.notify(CHANGE_CHANNEL, `pool:${rows[0]!.id}`);
+    await svc.service.dataplane!.snapshots.reload();
+  };
+  const call = async (sub: string, path: string, headers: Record<string, string> = {}) => {
+    const res = await proxy.request({ path, method: 'GET', headers: { host: `${sub}.pools.localhost`, ...headers } });
+    const text = await res.body.text();
+    return { status: res.statusCode, headers: res.headers, json: JSON.parse(text) as Record<string, unknown> };
+  };
+
+  await createPool('paused', {});
+  const upstream429 = await call('paused', '/status/429');
+  t.equal(upstream429.status, 429, "the origin's 429 is passed through");
+  t.equal(upstream429.headers['retry-after'], '7');
+  const seen = origin.count;
+  const gated = await call('paused', '/hello', { 'x-service-queue-timeout-ms': '2000' });
+  t.equal(gated.status, 429, 'a request that will not wait out the pause is refused at once');
+  t.match(gated.json, { error: 'too_many_requests', message: "the pool's request rate limit is reached" });
+  const wait = Number(gated.headers['retry-after']);
+  t.ok(wait >= 6 && wait <= 7, `Retry-After ${wait} s: what is left of the origin's 7 s`);
+  t.equal(gated.headers['x-service-effective-limit'], '9', 'the 429 also backed the adaptive limit off (10 · 0.9)');
+  t.equal((await call('paused', '/hello', { 'x-service-no-queue': '1' })).status, 429, 'and so is a fail-fast one');
+  t.equal(origin.count, seen, 'the origin was not called while paused');
+
+  await createPool('fixedrate', { rpmOverride: 1 });
+  t.equal((await call('fixedrate', '/a')).status, 200, 'rpmOverride 1/min: the bucket holds one request');
+  const second = await call('fixedrate', '/b');
+  t.equal(second.status, 429);
+  t.equal(second.headers['retry-after'], '60', 'the next token in a minute');
 });
