@@ -24,7 +24,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
  *       4 line liveness (zset node → expiry), 5.. slots of the budget's other member pools.
  * ARGV: 1 lease id, 2 term ms, 3 max concurrent, 4 node id, 5 mode (0 fail fast, 1 newcomer that may wait,
  *       2 queued waiter), 6 line ttl ms, 7 node still has waiters after this admission (1/0),
- *       8 budget origin max (-1: no budget cap), 9 this pool's reserve, 10.. reserves of KEYS[5..].
+ *       8 budget origin max (absent: no budget cap), 9 this pool's reserve, 10.. reserves of KEYS[5..].
  * Returns {admitted 1/0, pool in-flight after, effective limit, lease deadline (ms, Redis clock)}.
  *
  * The line makes nodes take turns: a node may take a slot only when more slots are free than nodes queued
@@ -51,7 +51,7 @@ local ahead = redis.call('ZRANK', KEYS[3], node)
 local inline = ahead ~= false
 if not inline then ahead = redis.call('ZCARD', KEYS[3]) end
 local ok = count + ahead < limit
-local bmax = tonumber(ARGV[8])
+local bmax = tonumber(ARGV[8] or '-1')
 if ok and bmax >= 0 then
   local reserved = tonumber(ARGV[9])
   local total = count

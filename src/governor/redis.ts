@@ -457,10 +457,9 @@ export class RedisGovernor implements Governor {
       String(mode),
       String(this.#lineTtlMs),
       mode === 2 && v.queue.size > 1 ? '1' : '0',
-      g !== null && g.budgetMax !== null ? String(g.budgetMax) : '-1',
-      String(v.limits.reservedConcurrent),
     ];
     if (g !== null && g.budgetMax !== null) {
+      args.push(String(g.budgetMax), String(v.limits.reservedConcurrent));
       for (const m of g.members) {
         if (m === v) continue;
         keyList.push(m.keys.slots);
