@@ -209,7 +209,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         log,
         accessLog: dp.accessLog,
         clock: () => now().getTime(),
-        jobs: { sql, log, snapshot: () => dp.snapshots.current, clock: () => now().getTime(), poolDomain: config.poolDomain, lockApiUrl },
+        jobs: { sql, log, snapshot: () => dp.snapshots.current, clock: () => now().getTime(), poolDomain: config.poolDomain, lockApiUrl, policies: policiesGate(dp.policies) },
         policies: policiesGate(dp.policies),
       });
       ports.lock = lockApi.port;

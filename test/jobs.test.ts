@@ -367,3 +367,17 @@ t.test('a client that leaves mid-body makes no job and holds nothing', async (t)
   const { rows } = await svc.service.sql.query('SELECT 1 FROM jobs WHERE pool_id = $1', [p.id]);
   t.equal(rows.length, 0, 'no job stored');
 });
+
+t.test("polling runs the pool's policies: an IP allowlist miss reads nothing", async (t) => {
+  const p = await createPool('jobs-ip', { settings: { ipAllowlist: ['127.0.0.0/8'] } });
+  const r = await call('jobs-ip', '/x', { headers: { 'x-service-key': p.key, 'x-service-async': 'true' } });
+  t.equal(r.status, 202);
+  t.equal((await settled(r.json.poll_url, p.key)).status, 'completed', 'allowed address: polled');
+  await svc.service.sql.query(`UPDATE pools SET settings = $2::jsonb WHERE id = $1`, [p.id, JSON.stringify({ ipAllowlist: ['10.0.0.0/8'] })]);
+  await svc.service.sql.notify(CHANGE_CHANNEL, `pool:${p.id}`);
+  await dp().snapshots.reload();
+  const denied = await poll(r.json.poll_url, p.key);
+  t.equal(denied.status, 403);
+  t.equal(denied.json.error, 'unauthorized');
+  t.equal((await poll(r.json.result_url, p.key)).status, 403);
+});

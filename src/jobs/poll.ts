@@ -4,6 +4,7 @@ import { authenticateGate } from '../dataplane/authenticate.js';
 import type { Exchange } from '../dataplane/exchange.js';
 import { clientResponseHeaders } from '../dataplane/headers.js';
 import type { Snapshot } from '../dataplane/snapshot.js';
+import type { PoliciesGate } from '../policies/index.js';
 import type { Sql } from '../store/sql.js';
 import { isJobId } from './job-id.js';
 import { findJob, type JobView } from './job-store.js';
@@ -17,6 +18,8 @@ export interface JobPollDeps {
   clock: () => number;
   poolDomain: string;
   lockApiUrl: () => string;
+  /** The pools' policies (IP allowlist, access proxy, HMAC, JWT), as on the pool host; absent runs none. */
+  policies?: PoliciesGate | null;
 }
 
 export interface JobRoute {
@@ -113,6 +116,11 @@ export async function answerJobPoll(deps: JobPollDeps, route: JobRoute, req: Pol
   };
   const refused = authenticateGate(deps.clock)(ex);
   if (refused) return error(refused.status, refused.error, refused.message);
+  if (deps.policies) {
+    // A result is as protected as the pool: an allowlist miss or a bad signature reads nothing.
+    const v = await deps.policies({ ...ex, pool, peer: req.clientAddress }, Buffer.alloc(0));
+    if (v !== null) return error(v.status, v.status === 401 || v.status === 403 ? 'unauthorized' : v.status === 413 ? 'payload_too_large' : 'unavailable', v.message);
+  }
   // An id that cannot be a job id, or a job of another pool, is simply not found.
   const job = isJobId(route.id) ? await findJob(deps.sql, pool.id, route.id, route.result && req.method !== 'HEAD', INLINE_BODY_CAP) : null;
   if (!job) return error(404, 'not_found', 'no such job');
