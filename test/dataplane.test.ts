@@ -361,9 +361,6 @@ t.test('bodies: POST bodies reach the origin, HEAD keeps the length, oversized b
   t.equal(headErr.status, 404);
   t.equal(headErr.text, '', 'a refusal to HEAD has no body');
   t.equal((await call('bodies', '/')).status, 200, 'the connection is still in step after a refused HEAD');
-  const upstream429 = await call('bodies', '/status/429');
-  t.equal(upstream429.status, 429, 'origin statuses pass through');
-  t.equal(upstream429.headers['retry-after'], '7');
   const before = origin.count;
   const big = await call('bodies', '/up', { method: 'POST', body: Buffer.alloc(2 * 1024 * 1024, 1) });
   t.equal(big.status, 413);
@@ -382,6 +379,10 @@ t.test('bodies: POST bodies reach the origin, HEAD keeps the length, oversized b
   if (streamed instanceof Error) t.pass('the connection was closed on the oversized body');
   else t.equal(streamed.status, 413, 'a streamed oversized body is 413');
   t.equal(dp().governor.state(dp().snapshots.current.pools.get('bodies')!.id).inFlight, 0);
+  // Last: an origin 429 with Retry-After pauses the pool's RPM gate for 7 s.
+  const upstream429 = await call('bodies', '/status/429');
+  t.equal(upstream429.status, 429, 'origin statuses pass through');
+  t.equal(upstream429.headers['retry-after'], '7');
 });
 
 t.test('a key minted and revoked through the Control API takes effect within one second', async (t) => {
