@@ -1,7 +1,8 @@
 // Lock API benchmark: acquire→release cycles per second through the real `poolgate start` (embedded PGlite
 // store, in-memory governor) under autocannon request sequences, three variants side by side in one run.
-// Usage: npm run bench:lock   (env BENCH_DURATION seconds, default 10; BENCH_WARMUP, default 2;
-// BENCH_CONNECTIONS, default 10 = the pool's max_concurrent, so a cycle never waits or is refused).
+// Usage: npm run bench:lock   (env BENCH_DURATION seconds per run, default 5; BENCH_WARMUP, default 1;
+// BENCH_ROUNDS, default 3, each running every variant once; BENCH_CONNECTIONS, default 10 = the pool's
+// max_concurrent, so a cycle never waits or is refused unless the adaptive limit lowers it).
 // Writes bench/out/lock-*.json and the "## Lock API" section of bench/RESULTS.md.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -18,8 +19,9 @@ function intEnv(name, def, min) {
 }
 
 const settings = {
-  duration_s: intEnv('BENCH_DURATION', 10, 1),
-  warmup_s: intEnv('BENCH_WARMUP', 2, 0),
+  duration_s: intEnv('BENCH_DURATION', 5, 1),
+  warmup_s: intEnv('BENCH_WARMUP', 1, 0),
+  rounds: intEnv('BENCH_ROUNDS', 3, 1),
   connections: intEnv('BENCH_CONNECTIONS', 10, 1),
   pool_max_concurrent: 10,
   store: 'pglite (embedded, fresh data dir)',
@@ -38,6 +40,11 @@ const OUTCOME = JSON.stringify({
 
 /** Slots granted and not yet released: autocannon stops mid-sequence at the end of a run, leaving some held. */
 const held = new Set();
+/** The body of the first refused acquire of the current run, to say why in the notes. */
+let firstRefusal = null;
+/** Acquires granted and refused in the current run: a cycle counts only when its acquire was granted. */
+let granted = 0;
+let refused = 0;
 
 /** One autocannon request sequence per connection: acquire, then the steps that use its slotId. */
 function sequence(pool, key, steps) {
@@ -46,8 +53,12 @@ function sequence(pool, key, steps) {
     method: 'POST',
     path: `/pools/${pool}/lock/acquire`,
     headers,
-    onResponse: (status, body, context) => {
+    onResponse: (status, body, context, headers) => {
       context.slotId = status === 200 ? JSON.parse(body).slotId : 'refused';
+      if (status === 200) granted++;
+      else refused++;
+      // The effective limit says whether the adaptive limit had lowered the pool below max_concurrent.
+      if (status !== 200) firstRefusal ??= `${status} ${body} (x-service-effective-limit ${headers?.['x-service-effective-limit']})`;
       if (status === 200) held.add(context.slotId);
     },
   };
@@ -63,6 +74,9 @@ function sequence(pool, key, steps) {
 
 /** One autocannon run; afterwards the slots its cut-off sequences left held are released, as a client would. */
 async function run(url, pool, key, requests, duration) {
+  firstRefusal = null;
+  granted = 0;
+  refused = 0;
   const r = await autocannon({ url, connections: settings.connections, duration, requests });
   for (const slotId of held) {
     await fetch(`${url}/pools/${pool}/lock/${slotId}/release`, { method: 'POST', headers: { 'x-service-key': key } });
@@ -109,39 +123,48 @@ async function main() {
     const variants = [
       { name: 'acquire → release (no body)', steps: [{ action: 'release' }] },
       { name: 'acquire → renew → release', steps: [{ action: 'renew' }, { action: 'release' }] },
-      // Last: the reported rate feeds the pool's RPM gate, which then applies to every later acquire.
+      // The reported outcomes feed this pool's adaptive limit and RPM gate (each run has a pool of its own).
       { name: 'acquire → release with an outcome report (status, rate, headers)', steps: [{ action: 'release', body: OUTCOME }] },
     ];
-    for (const v of variants) {
-      if (settings.warmup_s > 0) {
-        const w = await freshPool();
-        await run(lockUrl, w.pool, w.key, sequence(w.pool, w.key, v.steps), settings.warmup_s);
+    // Rounds interleave the variants, so a burst of load from elsewhere on a shared machine hits them alike;
+    // each variant reports its median round.
+    const samples = new Map(variants.map((v) => [v.name, []]));
+    for (let roundNo = 1; roundNo <= settings.rounds; roundNo++) {
+      for (const v of variants) {
+        if (settings.warmup_s > 0) {
+          const w = await freshPool();
+          await run(lockUrl, w.pool, w.key, sequence(w.pool, w.key, v.steps), settings.warmup_s);
+        }
+        const { pool, key } = await freshPool();
+        log(`round ${roundNo}/${settings.rounds}, ${v.name}: ${settings.duration_s} s on pool ${pool}`);
+        const r = await run(lockUrl, pool, key, sequence(pool, key, v.steps), settings.duration_s);
+        const statuses = Object.fromEntries(Object.entries(r.statusCodeStats ?? {}).map(([code, st]) => [code, Number(st.count)]));
+        samples.get(v.name).push({
+          round: roundNo,
+          requests: r.requests.total,
+          rps: round(r.requests.average),
+          cycles_per_s: round(granted / r.duration),
+          granted,
+          refused,
+          latency_ms: { mean: round(r.latency.average), p50: r.latency.p50, p99: r.latency.p99, max: r.latency.max },
+          errors: r.errors,
+          timeouts: r.timeouts,
+          non2xx: r.non2xx,
+          statuses,
+          duration_s: r.duration,
+          first_refusal: firstRefusal,
+        });
       }
-      const { pool, key } = await freshPool();
-      log(`${v.name}: ${settings.duration_s} s on pool ${pool}`);
-      const r = await run(lockUrl, pool, key, sequence(pool, key, v.steps), settings.duration_s);
-      const perCycle = 1 + v.steps.length;
-      const statuses = Object.fromEntries(Object.entries(r.statusCodeStats ?? {}).map(([code, s]) => [code, Number(s.count)]));
-      rows.push({
-        name: v.name,
-        requests_per_cycle: perCycle,
-        requests: r.requests.total,
-        rps: round(r.requests.average),
-        cycles_per_s: round(r.requests.total / perCycle / r.duration),
-        latency_ms: { mean: round(r.latency.average), p50: r.latency.p50, p99: r.latency.p99, max: r.latency.max },
-        errors: r.errors,
-        timeouts: r.timeouts,
-        non2xx: r.non2xx,
-        statuses,
-        duration_s: r.duration,
-      });
-      if (r.non2xx > 0) {
-        // Say why: the refusal an acquire gets right after the row.
-        const res = await fetch(`${lockUrl}/pools/${pool}/lock/acquire`, { method: 'POST', headers: { 'x-service-key': key } });
-        const body = await res.json();
-        if (res.status === 200) await fetch(`${lockUrl}/pools/${pool}/lock/${body.slotId}/release`, { method: 'POST', headers: { 'x-service-key': key } });
-        const limit = `remaining ${res.headers.get('x-service-remaining-slots')} of ${res.headers.get('x-service-effective-limit')}`;
-        notes.push(`${v.name}: ${r.non2xx} non-2xx (${JSON.stringify(statuses)}); an acquire right after the row got ${res.status} ${JSON.stringify(body.error ? body : 'granted')} (${limit}). A 404 is the renew/release of a refused acquire.`);
+    }
+    for (const v of variants) {
+      const all = samples.get(v.name);
+      const sorted = [...all].sort((a, b) => a.cycles_per_s - b.cycles_per_s);
+      const median = sorted[Math.floor(sorted.length / 2)];
+      rows.push({ name: v.name, requests_per_cycle: 1 + v.steps.length, ...median, min_cycles_per_s: sorted[0].cycles_per_s, max_cycles_per_s: sorted.at(-1).cycles_per_s, rounds: all });
+      const refusedTotal = all.reduce((n, x) => n + x.refused, 0);
+      if (refusedTotal > 0) {
+        const first = all.find((x) => x.first_refusal)?.first_refusal;
+        notes.push(`${v.name}: ${refusedTotal} acquires refused over ${all.length} rounds; the first said ${first}. A refused acquire's renew/release answers 404 / released:false.`);
       }
     }
   } finally {
@@ -154,9 +177,9 @@ async function main() {
   writeJson('lock-latest.json', { date: stamp, machine: m, settings, rows });
   const base = rows[0].cycles_per_s;
   const table = [
-    '| sequence (per connection) | cycles/s | requests/s | p50 ms | p99 ms | vs first row | errors | non-2xx |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|',
-    ...rows.map((r) => `| ${r.name} | ${r.cycles_per_s} | ${r.rps} | ${r.latency_ms.p50} | ${r.latency_ms.p99} | ${(r.cycles_per_s / base).toFixed(2)}× | ${r.errors} | ${r.non2xx} |`),
+    '| sequence (per connection) | granted cycles/s (median) | min–max over rounds | requests/s | p50 ms | p99 ms | vs first row | refused acquires | errors |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+    ...rows.map((r) => `| ${r.name} | ${r.cycles_per_s} | ${r.min_cycles_per_s}–${r.max_cycles_per_s} | ${r.rps} | ${r.latency_ms.p50} | ${r.latency_ms.p99} | ${(r.cycles_per_s / base).toFixed(2)}× | ${r.refused} | ${r.errors} |`),
   ];
   writeSection('## Lock API', `\`npm run bench:lock\` (bench/lock.mjs): \`poolgate start\` with every role in one process on the embedded
 PGlite store and the in-memory governor; pools made through \`POST /api/v1/pools\` (default max_concurrent
@@ -164,11 +187,13 @@ ${settings.pool_max_concurrent}) and keys minted through the Control API, a fres
 cut off mid-sequence leaves leases held until their term ends, like crashed clients). Each autocannon connection runs a request sequence:
 \`POST /pools/{pool}/lock/acquire\`, then the listed calls on the granted slotId. A cycle is one full sequence;
 with ${settings.connections} connections and max_concurrent ${settings.pool_max_concurrent} no acquire waits or is refused, so the figure is the
-lock API's own cost (uWS listener, pool auth, governor, lease registry, access log), not queueing.
+lock API's own cost (uWS listener, pool auth, governor, lease registry, access log), not queueing — except
+where the pool's adaptive limit, fed by the reported outcomes, lowers the effective limit below the connections:
+those acquires are refused (429), counted apart, and only granted cycles count.
 
 - date: ${stamp.slice(0, 16).replace('T', ' ')} UTC
 - machine: ${m.nproc} CPUs (${m.cpu}), ${m.memory_gib} GiB, ${m.platform}, Node.js ${m.node}; autocannon on the same machine; load average ${m.loadavg_1m} at the start
-- settings: ${settings.duration_s} s per row after a ${settings.warmup_s} s warm-up, ${settings.connections} connections, no pipelining, ${settings.access_log}, service log level \`${settings.log_level}\`
+- settings: ${settings.rounds} rounds, each running every row once for ${settings.duration_s} s after a ${settings.warmup_s} s warm-up (median round shown), ${settings.connections} connections, no pipelining, ${settings.access_log}, service log level \`${settings.log_level}\`
 
 ${table.join('\n')}
 ${notes.length ? `\nNotes:\n\n${notes.map((n) => `- ${n}`).join('\n')}\n` : ''}`);
