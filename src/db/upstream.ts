@@ -152,8 +152,6 @@ class PgUpstream extends Counted implements Upstream {
       idleTimeoutMillis: IDLE_MS,
       connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
       application_name: 'poolgate',
-      // UTC timestamps; the server-side statement timeout is a backstop for our own cancel.
-      options: `-c TimeZone=UTC -c DateStyle=ISO -c IntervalStyle=iso_8601 -c statement_timeout=${this.#statementTimeoutMs}`,
       types: pgTypes,
     } as pg.PoolConfig);
     pool.on('error', (err) => this.#opts.log.warn({ err, host: t.host }, 'idle upstream database connection failed'));
@@ -161,6 +159,11 @@ class PgUpstream extends Counted implements Upstream {
       const c = client as PgClient;
       c.txStatus = 'I';
       c.connection.on('readyForQuery', (msg: { status: string }) => (c.txStatus = msg.status));
+      // Queued ahead of any request's statement. UTC timestamps; the server-side statement timeout is a
+      // backstop for our own cancel. SET rather than startup `options`, which poolers such as PgBouncer refuse.
+      c.query(
+        `SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SET IntervalStyle = 'iso_8601'; SET statement_timeout = ${this.#statementTimeoutMs}`,
+      ).catch((err: unknown) => this.#opts.log.warn({ err, host: t.host }, 'cannot set the session defaults of an upstream database connection'));
     });
     return pool;
   }
