@@ -233,3 +233,13 @@ t.test('turning a policy off through the settings applies at once', async (t) =>
   await svc.service.dataplane!.snapshots.reload();
   t.equal((await call(v4, 'pol-off', '/a')).status, 200);
 });
+
+t.test('policy settings that cannot be applied (a hand edit of the row) close the pool rather than open it', async (t) => {
+  const id = await createPool('pol-broken', { ipAllowlist: ['10.0.0.0/8'] });
+  await svc.service.sql.query(`UPDATE pools SET settings = '{"ipAllowlist":["not-a-cidr"]}'::jsonb WHERE id = $1`, [id]);
+  await svc.service.dataplane!.snapshots.reload();
+  const res = await untouched(id, () => call(v6, 'pol-broken', '/a'));
+  t.equal(res.status, 503);
+  t.match(res.json.message, /cannot be applied/);
+  t.equal(await refusals('pol-broken', 'settings', 'misconfigured'), 1);
+});

@@ -85,8 +85,8 @@ export class Policies {
       if (s.jwt) list.push(jwtPolicy(s.jwt));
     } catch (err) {
       // Settings are validated on write; one that cannot compile (a hand edit) closes the pool, never opens it.
-      const broken = refuse(503, 'ip_allowlist', 'misconfigured', `the pool's policies cannot be applied: ${(err as Error).message}`);
-      return { policies: [{ name: 'ip_allowlist', check: () => broken }], needsBody: false, bodyLimit: 0 };
+      const broken = refuse(503, 'settings', 'misconfigured', `the pool's policies cannot be applied: ${(err as Error).message}`);
+      return { policies: [{ name: 'settings', check: () => broken }], needsBody: false, bodyLimit: 0 };
     }
     if (list.length === 0) return NONE;
     return { policies: list, needsBody: s.originSigning, bodyLimit: s.signedBodyLimit };

@@ -2,7 +2,8 @@
 // before a slot is taken; a refusal is a value (never an exception) counted by pool, policy and reason.
 import type { KeyEntry, PoolEntry } from '../dataplane/snapshot.js';
 
-export type PolicyName = 'ip_allowlist' | 'access_proxy' | 'hmac' | 'jwt';
+/** `settings`: the pool's policy settings cannot be applied (only after a hand edit of the row). */
+export type PolicyName = 'ip_allowlist' | 'access_proxy' | 'hmac' | 'jwt' | 'settings';
 
 export interface PolicyRequest {
   readonly pool: PoolEntry;

@@ -1,6 +1,6 @@
 // Reading and changing one pool's settings (the pools columns plus the settings jsonb) as one unit:
 // the whole patch is validated first, then written in one transaction that also notifies `pool:<id>`.
-import { checkSettings, DEFAULT_POOL_SETTINGS, resolvePoolSettings, SettingsError, type PoolColumns, type PoolSettings } from './pool-settings.js';
+import { checkSettings, resolvePoolSettings, SettingsError, type PoolColumns, type PoolSettings } from './pool-settings.js';
 import { CHANGE_CHANNEL, type Queryable, type Sql } from './sql.js';
 
 export interface SettingsPatch {
@@ -105,4 +105,3 @@ export async function patchPoolSettings(
   });
 }
 
-export { DEFAULT_POOL_SETTINGS, SettingsError };
