@@ -452,6 +452,22 @@ t.test('leases and proxy traffic share one limit: held leases block proxy reques
   t.equal(dp().governor.state(id).inFlight, 0);
 });
 
+t.test('a lock release that reports upstream throttling shuts the pool\'s RPM gate for proxy traffic too', async (t) => {
+  await createPool('lk-rpm', { maxConcurrent: 5 });
+  const key = await mintKey('lk-rpm');
+  const viaProxy = () =>
+    proxy.request({ path: '/', method: 'GET', headers: { host: 'lk-rpm.pools.localhost', 'x-service-key': key, 'x-service-no-queue': '1' } }).then(async (r) => ({ status: r.statusCode, json: JSON.parse(await r.body.text()) }));
+  t.equal((await viaProxy()).status, 200, 'the gate is open before');
+  const g = (await acquire('lk-rpm', key)).json;
+  t.same((await release('lk-rpm', key, g.slotId, { status: 429, throttled: 1, retryAfterMs: 5000 })).json, { released: true });
+  const proxied = await viaProxy();
+  t.equal(proxied.status, 429, 'proxy traffic waits out the retry hint a lock client reported');
+  t.equal(proxied.json.error, 'too_many_requests');
+  const leased = await acquire('lk-rpm', key);
+  t.equal(leased.status, 429, 'and so do lock clients');
+  t.match(leased.headers['retry-after'], /^\d+$/);
+});
+
 t.test('acquire attempts are in the access log; renew and release are not; shutdown frees held leases', async (t) => {
   const id = await createPool('lk-log');
   const key = await mintKey('lk-log');
