@@ -97,6 +97,34 @@ async function redisPairs(port) {
   return { pairsPerSec: pairs / s, refused, leasesLeft: left };
 }
 
+/** The same two EVALSHA calls per pair straight through ioredis (no governor): what the client library costs. */
+async function rawPairs(port) {
+  const r = new Redis({ port, enableAutoPipelining: true });
+  const k = 'raw:{p:1}:1:';
+  let pairs = 0;
+  let seq = 0;
+  const run = async (ms, count) => {
+    const until = performance.now() + ms;
+    const loop = async () => {
+      while (performance.now() < until) {
+        const id = `raw:${++seq}`;
+        await r.evalsha(ACQUIRE.sha, 4, `${k}slots`, `${k}eff`, `${k}line`, `${k}line-exp`, id, '30000', '1000000', 'node', '0', '500', '0');
+        void r.evalsha(RELEASE.sha, 2, `${k}slots`, `${k}line`, id, 'bench:freed', '{p:1}', '0');
+        if (count) pairs++;
+      }
+    };
+    await Promise.all(Array.from({ length: CONCURRENCY }, loop));
+    await r.ping();
+  };
+  await run(500, false);
+  const start = performance.now();
+  await run(SECONDS * 1000, true);
+  const s = (performance.now() - start) / 1000;
+  await r.del(`${k}slots`);
+  r.disconnect();
+  return pairs / s;
+}
+
 /** redis-benchmark's requests per second for one EVALSHA command line (pipelined, 50 clients). */
 function benchmark(port, args) {
   const out = execFileSync(
@@ -124,6 +152,7 @@ async function main() {
     const rounds = [];
     for (let r = 0; r < ROUNDS; r++) {
       const gov = await redisPairs(port);
+      const raw = await rawPairs(port);
       const acquireOps = benchmark(port, ['EVALSHA', ACQUIRE.sha, '4', `${k}slots`, `${k}eff`, `${k}line`, `${k}line-exp`, 'lease:__rand_int__', '30000', '1000000000', 'node', '0', '500', '0']);
       // The release script on random ids from the same range (most are not members: a ZREM that finds
       // nothing, slightly cheaper than the governor's, which always finds its lease).
@@ -131,8 +160,8 @@ async function main() {
       await admin.del(`${k}slots`);
       // One pair is one acquire and one release: the pair ceiling is the harmonic combination.
       const ceiling = 1 / (1 / acquireOps + 1 / releaseOps);
-      rounds.push({ governor: gov, acquireOps, releaseOps, ceiling, ratio: gov.pairsPerSec / ceiling });
-      console.error(`round ${r + 1}: governor ${Math.round(gov.pairsPerSec)} pairs/s, ceiling ${Math.round(ceiling)} pairs/s, ${(100 * gov.pairsPerSec / ceiling).toFixed(0)}%`);
+      rounds.push({ governor: gov, rawIoredisPairsPerSec: raw, acquireOps, releaseOps, ceiling, ratio: gov.pairsPerSec / ceiling });
+      console.error(`round ${r + 1}: governor ${Math.round(gov.pairsPerSec)}, bare ioredis ${Math.round(raw)}, ceiling ${Math.round(ceiling)} pairs/s: ${(100 * gov.pairsPerSec / ceiling).toFixed(0)}%`);
     }
     await admin.del('bench:{p:1}:1:slots');
     admin.disconnect();
@@ -142,6 +171,7 @@ async function main() {
       refused: rounds.reduce((s, x) => s + x.governor.refused, 0),
       leasesLeft: rounds.reduce((s, x) => s + x.governor.leasesLeft, 0),
     };
+    const rawOps = median(rounds.map((x) => x.rawIoredisPairsPerSec));
     const acquireOps = median(rounds.map((x) => x.acquireOps));
     const releaseOps = median(rounds.map((x) => x.releaseOps));
     const ceiling = median(rounds.map((x) => x.ceiling));
@@ -155,6 +185,7 @@ async function main() {
       loadavgAfter: loadAfter,
       memoryPairsPerSec: memory,
       redisGovernor: redis,
+      rawIoredisPairsPerSec: rawOps,
       ceiling: { acquireEvalshaPerSec: acquireOps, releaseEvalshaPerSec: releaseOps, pairsPerSec: ceiling },
       ratioToCeiling: ratio,
       rounds,
@@ -173,9 +204,10 @@ Redis ${execFileSync('redis-server', ['--version'], { encoding: 'utf8' }).match(
 |---|---:|---|
 | Memory governor (synchronous, one node) | ${f(memory)} | |
 | Redis governor, ${CONCURRENCY} concurrent pairs, one auto-pipelined connection (median of ${ROUNDS} rounds) | ${f(redis.pairsPerSec)} | |
+| The same two EVALSHA calls straight through ioredis, no governor (median) | ${f(rawOps)} | the client library's own cost |
 | Ceiling: redis-benchmark EVALSHA acquire ${f(acquireOps)}/s and release ${f(releaseOps)}/s (50 clients, pipeline 16; medians) | ${f(ceiling)} | = 1 / (1/acquire + 1/release) |
 
-Rounds (governor ${SECONDS} s, then the ceiling right after it): ${rounds.map((x) => `${f(x.governor.pairsPerSec)} / ${f(x.ceiling)} = ${(x.ratio * 100).toFixed(0)}%`).join('; ')}.
+Rounds (governor ${SECONDS} s, bare ioredis ${SECONDS} s, then the ceiling): governor / bare ioredis / ceiling = ${rounds.map((x) => `${f(x.governor.pairsPerSec)} / ${f(x.rawIoredisPairsPerSec)} / ${f(x.ceiling)} (${(x.ratio * 100).toFixed(0)}%)`).join('; ')}.
 The Redis governor reaches a median ${(ratio * 100).toFixed(0)}% of what Redis itself can run of the same Lua work (target ≥ 50%);
 the memory governor is ${f(memory / redis.pairsPerSec)}× faster than the Redis governor on one node, the price of sharing the limit.
 Refused acquires during the run: ${redis.refused}; leases left after it: ${redis.leasesLeft}. On 2 shared cores
