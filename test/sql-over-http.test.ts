@@ -219,6 +219,11 @@ if (skip) {
       t.equal(m.headers.allow, 'POST');
       t.equal(m.body.error, 'method_not_allowed');
     }
+    // HEAD: 405 without a body, and the keep-alive connection stays usable.
+    const head = await http.request({ path: '/', method: 'HEAD', headers: { host, 'x-service-key': writeKey } });
+    t.equal(head.statusCode, 405);
+    t.equal(await head.body.text(), '');
+    t.equal((await sql({ query: 'SELECT 1' })).status, 200);
     const readGet = await sql(undefined, { key: readKey, method: 'GET' });
     t.equal(readGet.status, 405, 'a read key with GET is 405 too, not 403');
   });

@@ -158,7 +158,9 @@ export class SqlOverHttp {
       // Refused before reading the body; the connection is closed when one was announced.
       if (client.open) {
         client.writeHead(405, [['content-type', 'application/json'], ['allow', 'POST']]);
-        client.tryEnd(Buffer.from(METHOD_NOT_ALLOWED), Buffer.byteLength(METHOD_NOT_ALLOWED));
+        // A reply to HEAD announces its length and carries no body (or the connection falls out of step).
+        if (ex.method === 'HEAD') client.endWithoutBody(Buffer.byteLength(METHOD_NOT_ALLOWED));
+        else client.tryEnd(Buffer.from(METHOD_NOT_ALLOWED), Buffer.byteLength(METHOD_NOT_ALLOWED));
         if (bodyPresent) client.close();
       }
       settle({ outcome: 'bad_request', status: 405 });
