@@ -7,7 +7,7 @@
 // BENCH_NO_SECTION=1 leaves RESULTS.md alone). Writes bench/out/proxy-*.json and the "## Proxy" section.
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
 import { api, root, startPoolgate } from './lib/poolgate.mjs';
@@ -185,6 +185,7 @@ async function main() {
         poolgate_over_node_peer_rps: ratio(pg_.rps, get('node_peer')?.rps),
         poolgate_p99_minus_direct_ms: diff(pg_.latency_ms.p99, get('direct')?.latency_ms.p99),
         nginx_p99_minus_direct_ms: diff(get('nginx')?.latency_ms.p99, get('direct')?.latency_ms.p99),
+        poolgate_over_before_rps: ratio(pg_.rps, get('poolgate_before')?.rps),
       });
     }
   }
@@ -194,6 +195,7 @@ async function main() {
   if (m.loadavg_1m > m.nproc) notes.push(`The machine was busy with other work (load average ${m.loadavg_1m} on ${m.nproc} CPUs at the start).`);
 
   const when = new Date();
+  m.loadavg_1m_end = Math.round(loadavg()[0] * 100) / 100;
   const report = { benchmark: 'proxy', label: process.env.BENCH_LABEL ?? null, date: when.toISOString(), machine: m, settings, notes, rows, ratios };
   const stamp = when.toISOString().replace(/[:.]/g, '-');
   const jsonPath = writeJson(`proxy-${stamp}.json`, report);
@@ -216,9 +218,9 @@ export function proxySection(report, current) {
     ...rows.map((r) => `| ${r.name} | ${r.tool} | ${r.connections} | ${r.rps} | ${f(r.latency_ms.p50)} | ${f(r.latency_ms.p99)} | ${r.errors} | ${r.non2xx} |`),
   ];
   const ratioTable = [
-    '| tool | connections | poolgate / nginx rps (target ≥ 0.5) | poolgate / Node.js peer rps (target ≥ 1.5) | poolgate p99 − direct p99 ms (target < 1 at 50) | nginx p99 − direct p99 ms |',
-    '|---|---:|---:|---:|---:|---:|',
-    ...ratios.map((r) => `| ${r.tool} | ${r.connections} | ${f(r.poolgate_over_nginx_rps)} | ${f(r.poolgate_over_node_peer_rps)} | ${f(r.poolgate_p99_minus_direct_ms)} | ${f(r.nginx_p99_minus_direct_ms)} |`),
+    '| tool | connections | poolgate / nginx rps (target ≥ 0.5) | poolgate / Node.js peer rps (target ≥ 1.5) | poolgate p99 − direct p99 ms (target < 1 at 50) | nginx p99 − direct p99 ms | poolgate / before rps |',
+    '|---|---:|---:|---:|---:|---:|---:|',
+    ...ratios.map((r) => `| ${r.tool} | ${r.connections} | ${f(r.poolgate_over_nginx_rps)} | ${f(r.poolgate_over_node_peer_rps)} | ${f(r.poolgate_p99_minus_direct_ms)} | ${f(r.nginx_p99_minus_direct_ms)} | ${f(r.poolgate_over_before_rps)} |`),
   ];
   const start = current.indexOf('\n### Profile');
   let kept = '';
@@ -236,9 +238,12 @@ export function proxySection(report, current) {
     `  (\`PATCH …/settings\`: max_concurrent ${s.pool_max_concurrent}, adaptive off, so nothing queues); key sent as X-Service-Key; access log to a file`,
     '- nginx: `worker_processes auto`, `limit_conn` on the server, `keepalive 128` upstream, `proxy_ssl_verify on`, access log to a file',
     '- Node.js peer: fastify 5 + @fastify/http-proxy (undici, 128 keep-alive connections), logger off',
+    ...(rows.some((r) => r.target === 'poolgate_before')
+      ? ['- poolgate before: the same commit with the hot-path fixes of this round undone (BENCH_BEFORE_ROOT), set up the same way']
+      : []),
     '',
     `- date: ${report.date.slice(0, 16).replace('T', ' ')} UTC`,
-    `- machine: ${m.nproc} CPUs (${m.cpu}), ${m.memory_gib} GiB, ${m.platform}, Node.js ${m.node}; load generator, origin and proxy all on this machine; load average ${m.loadavg_1m} at the start`,
+    `- machine: ${m.nproc} CPUs (${m.cpu}), ${m.memory_gib} GiB, ${m.platform}, Node.js ${m.node}; load generator, origin and proxy all on this machine; load average ${m.loadavg_1m} at the start${m.loadavg_1m_end === undefined ? '' : `, ${m.loadavg_1m_end} at the end`}`,
     `- settings: ${s.duration_s} s per row after a ${s.warmup_s} s autocannon warm-up; wrk \`-t2 --latency\`; no pipelining`,
     '',
     ...table,
@@ -249,7 +254,16 @@ export function proxySection(report, current) {
   ].join('\n');
 }
 
-main().catch((err) => {
+// BENCH_SECTION_FROM=<report.json> rewrites the section from a saved run without measuring again.
+const run = process.env.BENCH_SECTION_FROM
+  ? async () => {
+      const report = JSON.parse(readFileSync(process.env.BENCH_SECTION_FROM, 'utf8'));
+      writeSection('## Proxy', proxySection(report, readFileSync(RESULTS_PATH, 'utf8')));
+      log(`wrote the "## Proxy" section of ${RESULTS_PATH} from ${process.env.BENCH_SECTION_FROM}`);
+    }
+  : main;
+
+run().catch((err) => {
   process.stderr.write(`bench:proxy failed: ${err.stack ?? err}\n`);
   process.exit(1);
 });
