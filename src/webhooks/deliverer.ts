@@ -151,41 +151,33 @@ export class Deliverer {
     }
   }
 
-  /** Claims up to `n` due rows, respecting the per-destination cap with what this process has in flight. */
+  /**
+   * Claims up to `n` due rows in one statement: per destination the oldest due rows, no more than the
+   * per-destination cap minus what this process already has in flight there; rows another worker holds
+   * are skipped, not waited for.
+   */
   async #claim(n: number): Promise<ClaimedRow[]> {
-    const cap = this.#o.perDestination;
-    const { rows: candidates } = await this.#o.sql.query<{ id: string; webhook_endpoint_id: number }>(
-      `SELECT id, webhook_endpoint_id FROM (
-         SELECT d.id, d.webhook_endpoint_id, d.next_attempt_at,
-                row_number() OVER (PARTITION BY d.webhook_endpoint_id ORDER BY d.next_attempt_at, d.id) AS rn
-           FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.webhook_endpoint_id
-          WHERE w.disabled = false AND d.next_attempt_at <= now()) due
-        WHERE rn <= $1
-        ORDER BY next_attempt_at, id
-        LIMIT $2`,
-      [cap, n * 4],
-    );
-    const ids: string[] = [];
-    const taken = new Map<number, number>();
-    for (const c of candidates) {
-      if (ids.length >= n) break;
-      const busy = (this.#perDestination.get(c.webhook_endpoint_id) ?? 0) + (taken.get(c.webhook_endpoint_id) ?? 0);
-      if (busy >= cap) continue;
-      taken.set(c.webhook_endpoint_id, (taken.get(c.webhook_endpoint_id) ?? 0) + 1);
-      ids.push(String(c.id));
-    }
-    if (ids.length === 0) return [];
+    const dests = [...this.#perDestination.keys()];
+    const busy = dests.map((d) => this.#perDestination.get(d)!);
     const { rows } = await this.#o.sql.query<ClaimedRow>(
-      `UPDATE webhook_deliveries d
+      `WITH due AS (
+         SELECT d.id, d.next_attempt_at,
+                row_number() OVER (PARTITION BY d.webhook_endpoint_id ORDER BY d.next_attempt_at, d.id) AS rn,
+                $3::int - COALESCE((SELECT f.busy FROM unnest($4::int[], $5::int[]) AS f(dest, busy)
+                                     WHERE f.dest = d.webhook_endpoint_id), 0) AS room
+           FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.webhook_endpoint_id
+          WHERE w.disabled = false AND d.next_attempt_at <= now()),
+       pick AS (SELECT id FROM due WHERE rn <= room ORDER BY next_attempt_at, id LIMIT $1)
+       UPDATE webhook_deliveries d
           SET next_attempt_at = now() + $2 * interval '1 millisecond', attempts = d.attempts + 1
          FROM webhook_endpoints w LEFT JOIN credentials c ON c.id = w.credential_id
         WHERE d.id IN (SELECT id FROM webhook_deliveries
-                        WHERE id = ANY($1::bigint[]) AND next_attempt_at <= now()
+                        WHERE id IN (SELECT id FROM pick) AND next_attempt_at <= now()
                           FOR UPDATE SKIP LOCKED)
           AND w.id = d.webhook_endpoint_id AND w.disabled = false
         RETURNING d.id, d.webhook_endpoint_id, d.job_id, d.pool_id, d.event_type, d.body, d.body_sha256, d.attempts,
                   w.url, w.signing_secret_enc, w.auth_header, c.secret_enc AS credential_enc`,
-      [ids, this.#o.leaseMs],
+      [n, this.#o.leaseMs, this.#o.perDestination, dests, busy],
     );
     return rows;
   }
@@ -276,17 +268,24 @@ export class Deliverer {
 
   async #record(row: ClaimedRow, outcome: AttemptOutcome): Promise<void> {
     const dest = row.webhook_endpoint_id;
+    if (outcome.ok) {
+      // One statement (atomic on its own): the attempt, the row leaves the outbox, the streak resets.
+      await this.#o.sql.query(
+        `WITH attempt AS (
+           INSERT INTO webhook_delivery_attempts (webhook_endpoint_id, job_id, pool_id, result, http_status, error, attempt, latency_ms)
+           VALUES ($1, $2, $3, 'success', $4, NULL, $5, $6)),
+         done AS (DELETE FROM webhook_deliveries WHERE id = $7)
+         UPDATE webhook_endpoints SET consecutive_failures = 0 WHERE id = $1 AND consecutive_failures <> 0`,
+        [dest, row.job_id, row.pool_id, outcome.status, row.attempts, outcome.latencyMs, row.id],
+      );
+      return;
+    }
     const deactivated = await this.#o.sql.transaction(async (tx) => {
       await tx.query(
         `INSERT INTO webhook_delivery_attempts (webhook_endpoint_id, job_id, pool_id, result, http_status, error, attempt, latency_ms)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-        [dest, row.job_id, row.pool_id, outcome.ok ? 'success' : 'failure', outcome.status, outcome.ok ? null : outcome.error, row.attempts, outcome.latencyMs],
+         VALUES ($1, $2, $3, 'failure', $4, $5, $6, $7)`,
+        [dest, row.job_id, row.pool_id, outcome.status, outcome.error, row.attempts, outcome.latencyMs],
       );
-      if (outcome.ok) {
-        await tx.query('DELETE FROM webhook_deliveries WHERE id = $1', [row.id]);
-        await tx.query('UPDATE webhook_endpoints SET consecutive_failures = 0 WHERE id = $1 AND consecutive_failures <> 0', [dest]);
-        return false;
-      }
       const before = await tx.query<{ disabled: boolean }>('SELECT disabled FROM webhook_endpoints WHERE id = $1 FOR UPDATE', [dest]);
       const { rows } = await tx.query<{ disabled: boolean }>(
         `UPDATE webhook_endpoints

@@ -12,7 +12,7 @@ export interface EnvelopeBody {
 }
 
 /** Estimated body size at which the worker pool is used (chosen from the bench figures in bench/RESULTS.md). */
-export const OFFLOAD_AT_BYTES = 1024 * 1024;
+export const OFFLOAD_AT_BYTES = 128 * 1024;
 
 let pool: Piscina | null = null;
 
@@ -28,7 +28,7 @@ function workerPool(): Piscina {
   return pool;
 }
 
-/** A cheap size estimate from the one field that can be large: the inlined http body (database details are small). */
+/** A cheap size estimate from the field that is large in practice: the inlined http body (up to the 256 KiB inline cap). */
 function estimatedBytes(event: JobEvent): number {
   const d = event.detail as { body?: unknown; rows?: unknown[]; results?: unknown[] } | undefined;
   return typeof d?.body === 'string' ? d.body.length : 0;
