@@ -381,3 +381,30 @@ t.test("polling runs the pool's policies: an IP allowlist miss reads nothing", a
   t.equal(denied.json.error, 'unauthorized');
   t.equal((await poll(r.json.result_url, p.key)).status, 403);
 });
+
+t.test('a stored request the origin client refuses to send fails at once (no retries)', async (t) => {
+  const p = await createPool('jobs-unsendable');
+  const port = Number(new URL(svc.proxyUrl!).port);
+  const sock = connect(port, '127.0.0.1');
+  await new Promise((r) => sock.once('connect', r));
+  // Raw non-ASCII bytes in the path: the listener takes them, undici will not send them upstream.
+  sock.write(Buffer.concat([
+    Buffer.from('GET /a'),
+    Buffer.from([0xc3, 0x28, 0xff]),
+    Buffer.from(` HTTP/1.1\r\nhost: jobs-unsendable.${svc.config.poolDomain}\r\nx-service-key: ${p.key}\r\nx-service-async: true\r\n\r\n`),
+  ]));
+  const head = await new Promise<string>((resolve) => {
+    let d = '';
+    sock.on('data', (c: Buffer) => {
+      d += c.toString('latin1');
+      if (d.includes('\r\n\r\n') && d.includes('}')) resolve(d);
+    });
+  });
+  sock.destroy();
+  t.match(head, /^HTTP\/1\.1 202 /);
+  const body = JSON.parse(head.slice(head.indexOf('{')));
+  const job = await settled(body.poll_url, p.key);
+  t.equal(job.status, 'failed');
+  t.equal(job.attempts, 1, 'not retried: it would fail the same way');
+  t.match(job.error, /cannot be forwarded/);
+});

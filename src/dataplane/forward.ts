@@ -346,8 +346,8 @@ export interface BufferedResponse {
 
 export type BufferedResult =
   | { ok: true; response: BufferedResponse; upstream: Outcome }
-  /** No answer from the origin; `error` says why (timeout, unreachable, refused by undici). */
-  | { ok: false; error: string; upstream: Outcome };
+  /** No answer from the origin; `error` says why. `retryable` is false when undici refused the request itself. */
+  | { ok: false; error: string; retryable: boolean; upstream: Outcome };
 
 /**
  * The same forwarding as forward() (same upstream pool, header rules and credential injection) for a
@@ -385,8 +385,9 @@ export async function forwardBuffered(upstreams: Upstreams, pool: PoolEntry, req
   } catch (err) {
     clearTimeout(deadline);
     const latencyMs = performance.now() - started;
-    const error = timedOut ? UPSTREAM_TIMEOUT.message : failureReply(err, null).message;
-    return { ok: false, error, upstream: { dropped: true, latencyMs } };
+    const failure = timedOut ? UPSTREAM_TIMEOUT : failureReply(err, null);
+    // A request undici will not send (400, as in forward()) fails the same way on every attempt.
+    return { ok: false, error: failure.message, retryable: failure.status !== 400, upstream: { dropped: true, latencyMs } };
   }
   const chunks: Buffer[] = [];
   let size = 0;

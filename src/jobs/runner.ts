@@ -254,7 +254,7 @@ export class JobRunner {
             detail: httpDetail(r.response, resultUrl(this.#o.lockApiUrl(), pool.subdomain, job.id)),
           });
         });
-      } else if (job.attempts < MAX_ATTEMPTS) {
+      } else if (r.retryable && job.attempts < MAX_ATTEMPTS) {
         await retryLater(this.#o.sql, job, retryDelayMs(job.attempts), r.error);
       } else {
         await this.#o.sql.transaction(async (tx) => {
