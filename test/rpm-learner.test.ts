@@ -111,6 +111,7 @@ t.test('memory governor: a shut gate refuses with rate_limited and a Retry-After
   gov.configure([pool(1, { maxConcurrent: 100, queueTimeoutMs: 10_000, rpmOverride: 60 })], []);
   const first = gov.acquire({ poolId: 1, waitMs: 0 });
   t.match(first, { ok: true }, 'one token in the bucket (60/min holds one)');
+  t.equal(gov.state(1).remaining, 0, 'no remaining slots while the gate is shut (99 are free)');
   const refused = gov.acquire({ poolId: 1, waitMs: 0 });
   t.match(refused, { ok: false, reason: 'rate_limited', retryAfterMs: 1000 }, 'fail-fast: the gate reopens in 1 s');
   t.match(gov.acquire({ poolId: 1, waitMs: 500 }), { ok: false, reason: 'rate_limited' }, 'a wait shorter than the gate: refused at once');

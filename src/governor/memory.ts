@@ -201,6 +201,8 @@ class PoolSlots {
   }
 
   remaining(): number {
+    // A shut RPM gate takes nothing now, whatever slots are free.
+    if (!this.rpm.allows(this.now())) return 0;
     const own = Math.max(0, this.effectiveLimit() - this.inFlight);
     return this.budget === null ? own : Math.min(own, this.budget.headroom(this));
   }
