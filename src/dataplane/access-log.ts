@@ -34,7 +34,7 @@ export class AccessLog {
   }
 
   write(r: AccessRecord): void {
-    if ((r.outcome === 'proxied' || r.outcome === 'lease_granted') && r.status < 500) {
+    if ((r.outcome === 'proxied' || r.outcome === 'lease_granted' || r.outcome === 'job_accepted') && r.status < 500) {
       if (this.#sample === 0) return;
       if (this.#sample > 1 && this.#seen++ % this.#sample !== 0) return;
     }
