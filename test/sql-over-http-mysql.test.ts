@@ -7,6 +7,7 @@ import { Pool } from 'undici';
 import { startTestService, type TestService } from './helpers/service.js';
 import { MYSQL, needServer } from './helpers/servers.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
+import { DbUpstreams } from '../src/db/upstream.js';
 
 const suffix = randomBytes(4).toString('hex');
 const USER = `sqlhttp_${suffix}`;
@@ -210,6 +211,14 @@ if (skip) {
     const [rows] = await direct.query('SELECT COUNT(*) AS n FROM items WHERE id = 60');
     t.equal(Number((rows as Array<{ n: number }>)[0]!.n), 1, 'committed at once');
     await setPool(4, {});
+  });
+
+  t.test('every connection re-checks the address it dials (allowPrivateTargets off: loopback refused)', async (t) => {
+    const guarded = new DbUpstreams({ allowInsecure: true, allowPrivate: false, log: svc.service.log });
+    t.teardown(() => guarded.close());
+    const pool = dp.snapshots.current.pools.get(sub)!;
+    const r = await guarded.run(pool, [{ query: 'SELECT 1', params: [] }], { timeoutMs: 5000, transaction: false });
+    t.match(r, { ok: false, failure: { kind: 'unreachable', message: /loopback, private/ } });
   });
 
   t.test('no connection leak after 500 requests', async (t) => {

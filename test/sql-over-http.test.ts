@@ -355,13 +355,23 @@ if (skip) {
 
   t.test('db_sslmode is enforced: a server without TLS is refused unless dbAllowInsecure', async (t) => {
     // The data plane runs with dbAllowInsecure (the local server has no TLS); a strict DbUpstreams shows the default.
-    const strict = new DbUpstreams({ allowInsecure: false, log: svc.service.log });
+    const strict = new DbUpstreams({ allowInsecure: false, allowPrivate: true, log: svc.service.log });
     t.teardown(() => strict.close());
     const pool = dp.snapshots.current.pools.get(sub)!;
     t.equal(pool.database!.sslmode, 'verify-full', 'db_sslmode defaults to verify-full');
     for (const sslmode of ['verify-full', 'require'] as const) {
       const r = await strict.run({ ...pool, database: { ...pool.database!, sslmode } }, [{ query: 'SELECT 1', params: [] }], { timeoutMs: 5000, transaction: false });
       t.match(r, { ok: false, failure: { kind: 'unreachable', message: /SSL/ } }, sslmode);
+    }
+  });
+
+  t.test('every connection re-checks the address it dials (allowPrivateTargets off: loopback refused)', async (t) => {
+    const guarded = new DbUpstreams({ allowInsecure: true, allowPrivate: false, log: svc.service.log });
+    t.teardown(() => guarded.close());
+    const pool = dp.snapshots.current.pools.get(sub)!;
+    for (const host of ['localhost', '127.0.0.1']) {
+      const r = await guarded.run({ ...pool, database: { ...pool.database!, host } }, [{ query: 'SELECT 1', params: [] }], { timeoutMs: 5000, transaction: false });
+      t.match(r, { ok: false, failure: { kind: 'unreachable', message: /loopback, private/ } }, host);
     }
   });
 

@@ -129,7 +129,7 @@ export class SqlOverHttp {
 
   constructor(opts: SqlOverHttpOptions) {
     this.#opts = opts;
-    this.upstreams = new DbUpstreams({ allowInsecure: opts.config.dbAllowInsecure, log: opts.log });
+    this.upstreams = new DbUpstreams({ allowInsecure: opts.config.dbAllowInsecure, allowPrivate: opts.config.allowPrivateTargets, log: opts.log });
   }
 
   /** Retires upstream connection pools whose pool was deleted or whose host, role or size changed. */

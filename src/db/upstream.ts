@@ -2,11 +2,12 @@
 // for mysql), opened with the pool's managed credential and sized to its max_concurrent, replaced when
 // any of that changes. run() executes a request's statements with a deadline and cancels on timeout or
 // client abort (PostgreSQL CancelRequest; MySQL KILL QUERY).
-import { connect as netConnect, isIP } from 'node:net';
+import { isIP } from 'node:net';
 import pg from 'pg';
 import mysql from 'mysql2';
 import type { Logger } from '../log.js';
 import type { DatabaseTarget, PoolEntry, Snapshot } from '../dataplane/snapshot.js';
+import { guardedConnect, guardedSocket } from './connect-guard.js';
 import { mysqlFailure, pgFailure, type DbFailure } from './errors.js';
 import { mysqlParam, mysqlTypeName, mysqlValue, pgTypes, type Column } from './values.js';
 
@@ -71,6 +72,8 @@ interface Credentials {
 interface UpstreamOptions {
   /** Fall back to plaintext when the server refuses TLS (config dbAllowInsecure). */
   allowInsecure: boolean;
+  /** Connect to loopback/private/link-local addresses (config allowPrivateTargets); otherwise refused at connect. */
+  allowPrivate: boolean;
   log: Logger;
 }
 
@@ -132,6 +135,9 @@ class PgUpstream extends Counted implements Upstream {
   get port(): number {
     return this.#target.port ?? 5432;
   }
+  get allowPrivate(): boolean {
+    return this.#opts.allowPrivate;
+  }
 
   #makePool(): pg.Pool {
     const t = this.#target;
@@ -153,6 +159,8 @@ class PgUpstream extends Counted implements Upstream {
       connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
       application_name: 'poolgate',
       types: pgTypes,
+      // Every connection re-checks the addresses it dials (DNS may have changed since the pool was created).
+      stream: () => guardedSocket(this.#opts.allowPrivate),
     } as pg.PoolConfig);
     pool.on('error', (err) => this.#opts.log.warn({ err, host: t.host }, 'idle upstream database connection failed'));
     pool.on('connect', (client) => {
@@ -254,7 +262,7 @@ class PgSession implements Session {
   cancel(): void {
     // A CancelRequest on a new socket: needs no authentication and no free connection slot.
     const c = this.#client;
-    const socket = netConnect({ host: this.#up.host, port: this.#up.port });
+    const socket = guardedConnect(this.#up.host, this.#up.port, this.#up.allowPrivate);
     socket.setTimeout(CONNECT_TIMEOUT_MS, () => socket.destroy());
     socket.on('error', () => {});
     socket.on('connect', () => {
@@ -316,6 +324,8 @@ class MysqlUpstream extends Counted implements Upstream {
       password: this.#cred.password,
       ssl: this.#tls ? (t.sslmode === 'verify-full' ? { rejectUnauthorized: true } : { rejectUnauthorized: false }) : undefined,
       connectTimeout: CONNECT_TIMEOUT_MS,
+      // Every connection re-checks the addresses it dials (DNS may have changed since the pool was created).
+      stream: () => guardedConnect(t.host, t.port ?? 3306, this.#opts.allowPrivate),
       charset: 'utf8mb4',
       // Values arrive as strings where a JS number would lose them; values.ts turns them into JSON.
       supportBigNumbers: true,
