@@ -30,7 +30,6 @@ t.test('rate-bound upstream: the RPM gate holds admissions just under R without 
   t.ok(s.throttledShare < 0.01, `429 share ${(s.throttledShare * 100).toFixed(2)}% < 1%`);
   t.ok(s.okPerSecond > 0.8 * ideal(upstream), `throughput ${s.okPerSecond.toFixed(1)}/s > 80% of ${ideal(upstream)}/s`);
   t.ok(s.okPerSecond <= ideal(upstream), 'and never above R');
-  t.ok(r.upstreamThrottled < 0.01 * r.upstreamOk, `429s over the whole run, warm-up included: ${r.upstreamThrottled} of ${r.upstreamOk + r.upstreamThrottled}`);
 });
 
 t.test('the upstream loses half its capacity: the limit follows it down', async (t) => {
