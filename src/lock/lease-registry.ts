@@ -1,7 +1,7 @@
 // The lease registry: which lock slots are held, until when, and the permit behind each. The lock API
 // speaks only to this interface, so a registry kept in Redis (shared by every dataplane node) can replace
 // the in-memory one without touching the routes.
-import type { Outcome, Permit } from '../governor/governor.js';
+import type { Admission, AdmitRequest, Outcome } from '../governor/governor.js';
 
 /** One held lock slot (spec: Lock grant). Deadlines are Unix milliseconds. */
 export interface Lease {
@@ -14,14 +14,15 @@ export interface Lease {
   readonly termMs: number;
 }
 
-export interface LeaseGrant {
-  poolId: number;
-  /** The governor's permit; the registry settles it exactly once (release or reclaim). */
-  permit: Permit;
+/** The pool's lease settings for one acquire. */
+export interface LeaseTerms {
   termMs: number;
   /** The pool's request timeout: requestDeadline = grant time + this. */
   requestTimeoutMs: number;
 }
+
+/** The governor's answer to a lock acquire: a held lease, or its refusal as is. */
+export type LeaseAdmission = { ok: true; lease: Lease; queuedMs: number } | Extract<Admission, { ok: false }>;
 
 export type RenewResult =
   | { ok: true; leaseDeadline: number }
@@ -33,8 +34,12 @@ export type RenewResult =
  * or with a promise (a remote store); callers treat both alike.
  */
 export interface LeaseRegistry {
-  /** Records a granted permit as a held lease with a fresh unguessable slotId. */
-  open(grant: LeaseGrant): Lease | Promise<Lease>;
+  /**
+   * Asks the governor for a slot (waiting as `req` says) and holds it as a lease with a fresh unguessable
+   * slotId. Acquisition and lease are one step, so a store that keeps leases itself (Redis: a member of the
+   * pool's slot set scored by its deadline) never holds a slot that has no lease.
+   */
+  acquire(req: AdmitRequest, terms: LeaseTerms): LeaseAdmission | Promise<LeaseAdmission>;
   /** Extends a held lease of `poolId` by one term, never beyond its requestDeadline. */
   renew(poolId: number, slotId: string): RenewResult | Promise<RenewResult>;
   /** Frees a held lease of `poolId` with the caller's outcome; false when it was already gone. */

@@ -1,9 +1,9 @@
 // The in-memory lease registry (one node): leases by slotId, and a janitor that reclaims a lease one
 // term after its last grant or renewal. Deadlines sit in a min-heap; one timer is armed for the earliest.
 import { randomBytes } from 'node:crypto';
-import type { Outcome, Permit } from '../governor/governor.js';
+import type { Admission, AdmitRequest, Governor, Outcome, Permit } from '../governor/governor.js';
 import { DeadlineHeap, type DeadlineEntry } from './deadline-heap.js';
-import type { Lease, LeaseGrant, LeaseRegistry, RenewResult } from './lease-registry.js';
+import type { Lease, LeaseAdmission, LeaseRegistry, LeaseTerms, RenewResult } from './lease-registry.js';
 
 /** setTimeout's largest delay. */
 const MAX_TIMER_MS = 2_147_483_647;
@@ -12,6 +12,8 @@ const COMPACT_FACTOR = 4;
 const COMPACT_MIN = 4096;
 
 export interface MemoryLeaseRegistryOptions {
+  /** Grants the slots (the same instance proxy traffic uses, so both share one limit). */
+  governor: Governor;
   /** Unix ms; tests may pass their own. */
   clock?: () => number;
   /** Called after a lease was reclaimed (no renewal within one term). */
@@ -27,14 +29,14 @@ class HeldLease implements Lease {
   readonly termMs: number;
   readonly permit: Permit;
 
-  constructor(slotId: string, g: LeaseGrant, now: number) {
+  constructor(slotId: string, permit: Permit, terms: LeaseTerms, now: number) {
     this.slotId = slotId;
-    this.poolId = g.poolId;
+    this.poolId = permit.poolId;
     this.grantedAt = now;
-    this.termMs = g.termMs;
-    this.requestDeadline = now + g.requestTimeoutMs;
-    this.leaseDeadline = Math.min(now + g.termMs, this.requestDeadline);
-    this.permit = g.permit;
+    this.termMs = terms.termMs;
+    this.requestDeadline = now + terms.requestTimeoutMs;
+    this.leaseDeadline = Math.min(now + terms.termMs, this.requestDeadline);
+    this.permit = permit;
   }
 }
 
@@ -50,6 +52,7 @@ export function newSlotId(): string {
  * only while its lease is still held with that very deadline.
  */
 export class MemoryLeaseRegistry implements LeaseRegistry {
+  readonly #governor: Governor;
   readonly #clock: () => number;
   readonly #onReclaim: ((lease: Lease) => void) | null;
   readonly #leases = new Map<string, HeldLease>();
@@ -59,23 +62,34 @@ export class MemoryLeaseRegistry implements LeaseRegistry {
   #armedAt = Infinity;
   #closed = false;
 
-  constructor(opts: MemoryLeaseRegistryOptions = {}) {
+  constructor(opts: MemoryLeaseRegistryOptions) {
+    this.#governor = opts.governor;
     this.#clock = opts.clock ?? Date.now;
     this.#onReclaim = opts.onReclaim ?? null;
   }
 
-  open(grant: LeaseGrant): Lease {
+  acquire(req: AdmitRequest, terms: LeaseTerms): LeaseAdmission | Promise<LeaseAdmission> {
+    if (this.#closed) return { ok: false, reason: 'unavailable', queuedMs: 0 };
+    const a = this.#governor.acquire(req);
+    if (a instanceof Promise) return a.then((x) => this.#hold(x, terms));
+    return this.#hold(a, terms);
+  }
+
+  /** Turns a granted permit into a held lease; a refusal passes through. */
+  #hold(a: Admission, terms: LeaseTerms): LeaseAdmission {
+    if (!a.ok) return a;
     if (this.#closed) {
-      grant.permit.release({ dropped: true });
-      throw new Error('the lease registry is closed');
+      // Granted while shutting down: nobody will renew it.
+      a.permit.release({ dropped: true });
+      return { ok: false, reason: 'unavailable', queuedMs: a.queuedMs };
     }
     let slotId = newSlotId();
     while (this.#leases.has(slotId)) slotId = newSlotId();
-    const lease = new HeldLease(slotId, grant, this.#clock());
+    const lease = new HeldLease(slotId, a.permit, terms, this.#clock());
     this.#leases.set(slotId, lease);
     this.#perPool.set(lease.poolId, (this.#perPool.get(lease.poolId) ?? 0) + 1);
     this.#watch(lease);
-    return lease;
+    return { ok: true, lease, queuedMs: a.queuedMs };
   }
 
   renew(poolId: number, slotId: string): RenewResult {

@@ -2,7 +2,7 @@
 // without proxying. It runs the data plane's stages 1–5 and 7 with the caller in between: the pool from
 // the path, pool-key auth, (policies), the governor's admit, and the release with the caller's outcome.
 import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket } from 'uWebSockets.js';
-import type { Admission, Governor } from '../governor/governor.js';
+import type { Governor } from '../governor/governor.js';
 import { loadUws } from '../http/uws.js';
 import type { Logger } from '../log.js';
 import type { AccessLog } from '../dataplane/access-log.js';
@@ -13,7 +13,7 @@ import type { Exchange, Gate, OutcomeName } from '../dataplane/exchange.js';
 import type { PoolEntry, SnapshotSource } from '../dataplane/snapshot.js';
 import { acquireWait } from './acquire-wait.js';
 import { readBody } from './body.js';
-import type { LeaseRegistry } from './lease-registry.js';
+import type { LeaseAdmission, LeaseRegistry } from './lease-registry.js';
 import { MemoryLeaseRegistry } from './memory-leases.js';
 import { parseJsonObject, parseOutcome } from './outcome.js';
 import { sendError, sendJson } from './respond.js';
@@ -35,7 +35,7 @@ export interface LockServerOptions {
   log: Logger;
   /** The pool access log (acquire attempts are written there; renew and release are not). */
   accessLog: AccessLog | null;
-  /** Defaults to the in-memory registry. */
+  /** Defaults to the in-memory registry over `governor`. */
   leases?: LeaseRegistry;
   /** Unix ms: lease deadlines and key expiry. */
   clock?: () => number;
@@ -66,7 +66,7 @@ export class LockServer {
   private constructor(opts: LockServerOptions) {
     this.#opts = opts;
     this.#clock = opts.clock ?? Date.now;
-    this.leases = opts.leases ?? new MemoryLeaseRegistry({ clock: this.#clock });
+    this.leases = opts.leases ?? new MemoryLeaseRegistry({ governor: opts.governor, clock: this.#clock });
     // Stage 4 (policies: IP allowlist, HMAC, JWT) joins this chain after authenticate, as in the data plane.
     // Method scope (stage 3) is not applied: the lock API forwards nothing (docs/decisions/lock.md).
     this.#gates = [authenticateGate(this.#clock)];
@@ -225,16 +225,16 @@ export class LockServer {
     }
     const abort = new AbortController();
     client.onAbort(() => abort.abort());
-    let pending = this.#opts.governor.acquire({ poolId: pool.id, waitMs: wait.value, signal: abort.signal });
+    const terms = { termMs: pool.settings.leaseTermMs, requestTimeoutMs: pool.settings.requestTimeoutMs };
+    let pending = this.leases.acquire({ poolId: pool.id, waitMs: wait.value, signal: abort.signal }, terms);
     if (pending instanceof Promise) {
       ex.waited = true;
-      pending = await pending.catch((err: unknown): Admission => {
-        this.#opts.log.error({ err }, 'governor acquire failed');
+      pending = await pending.catch((err: unknown): LeaseAdmission => {
+        this.#opts.log.error({ err }, 'lease acquire failed');
         return { ok: false, reason: 'unavailable', queuedMs: 0 };
       });
     }
     const a = pending;
-    ex.admission = a;
     ex.queuedMs = a.queuedMs;
     if (!a.ok) {
       if (a.reason === 'aborted' || !client.open) return this.#log(call, 'client_aborted', 0);
@@ -242,20 +242,9 @@ export class LockServer {
       sendError(client, head, r.status, r.error, r.message, r.headers);
       return this.#log(call, r.error, r.status);
     }
+    const lease = a.lease;
     if (!client.open) {
       // Granted after the caller left: nobody holds the slot, give it straight back.
-      a.permit.release({ dropped: true });
-      return this.#log(call, 'client_aborted', 0);
-    }
-    let lease;
-    try {
-      lease = await this.leases.open({ poolId: pool.id, permit: a.permit, termMs: pool.settings.leaseTermMs, requestTimeoutMs: pool.settings.requestTimeoutMs });
-    } catch (err) {
-      a.permit.release({ dropped: true });
-      throw err;
-    }
-    if (!client.open) {
-      // The caller left while the lease was being recorded (a remote registry): free it now, not a term later.
       await this.leases.release(pool.id, lease.slotId, { dropped: true });
       return this.#log(call, 'client_aborted', 0);
     }
