@@ -67,7 +67,7 @@ export class LockServer {
     this.#opts = opts;
     this.#clock = opts.clock ?? Date.now;
     this.leases = opts.leases ?? new MemoryLeaseRegistry({ governor: opts.governor, clock: this.#clock });
-    // Stage 4 (policies: IP allowlist, HMAC, JWT) joins this chain after authenticate, as in the data plane.
+    // Stage 4 (policies) runs in #acquire on the body read whole; a gate added here runs for every endpoint.
     // Method scope (stage 3) is not applied: the lock API forwards nothing (docs/decisions/lock.md).
     this.#gates = [authenticateGate(this.#clock)];
     this.#app = loadUws().App();
