@@ -80,4 +80,25 @@ t.test('two runners on one PostgreSQL store run every job exactly once', async (
   t.ok(worker.jobs!.inFlight === 0 && svc.service.jobs!.inFlight === 0, 'both runners are idle');
   const attempts = await sql.query<{ n: number }>(`SELECT count(*)::int AS n FROM jobs WHERE attempts <> 1`);
   t.equal(attempts.rows[0]!.n, 0, 'one attempt each');
+
+  // The sweep on PostgreSQL: a lapsed lease (a runner that died) and a job past its TTL.
+  const row = (id: string, status: string, extra: string) =>
+    sql.query(
+      `INSERT INTO jobs (id, pool_id, reason, status, method, path, headers, client_address, attempts, claim_token, lease_until, expires_at)
+       VALUES ($1, $2, 'requested', $3, 'GET', '/delay/1', '{}'::jsonb, '127.0.0.1', ${extra})`,
+      [id, poolId, status],
+    );
+  const lapsedId = `job_${'L'.repeat(43)}`;
+  const lateId = `job_${'E'.repeat(43)}`;
+  await row(lapsedId, 'running', `1, 'gone', now() - interval '1 second', now() + interval '1 hour'`);
+  await row(lateId, 'queued', `0, NULL, NULL, now() - interval '1 second'`);
+  const swept = Date.now() + 15_000;
+  let states: Record<string, string> = {};
+  while (Date.now() < swept) {
+    const r = await sql.query<{ id: string; status: string }>('SELECT id, status FROM jobs WHERE id = ANY($1)', [[lapsedId, lateId]]);
+    states = Object.fromEntries(r.rows.map((x) => [x.id, x.status]));
+    if (states[lapsedId] === 'completed' && states[lateId] === 'expired') break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  t.same(states, { [lapsedId]: 'completed', [lateId]: 'expired' }, 'a lapsed lease is run again; a job past its TTL expires');
 });
