@@ -243,3 +243,16 @@ t.test('policy settings that cannot be applied (a hand edit of the row) close th
   t.match(res.json.message, /cannot be applied/);
   t.equal(await refusals('pol-broken', 'settings', 'misconfigured'), 1);
 });
+
+t.test('JWT: a token verified once is remembered only until it expires', async (t) => {
+  await createPool('pol-jwt-exp', { jwt: { keys: [await exportSPKI(signer.publicKey)], clockSkewSec: 0 } });
+  const exp = Math.floor(Date.now() / 1000) + 2;
+  const tok = await new SignJWT({ sub: 's' }).setProtectedHeader({ alg: 'ES256' }).setExpirationTime(exp).sign(signer.privateKey);
+  const headers = { authorization: `Bearer ${tok}` };
+  t.equal((await call(v4, 'pol-jwt-exp', '/j', { headers })).status, 200);
+  t.equal((await call(v4, 'pol-jwt-exp', '/j', { headers })).status, 200, 'again (from the verified-token cache)');
+  await new Promise((r) => setTimeout(r, exp * 1000 - Date.now() + 50));
+  const late = await call(v4, 'pol-jwt-exp', '/j', { headers });
+  t.equal(late.status, 401, 'refused once exp has passed, cache or not');
+  t.match(late.json.message, /expired/);
+});

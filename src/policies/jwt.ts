@@ -19,6 +19,8 @@ const BAD_TOKEN = refuse(401, 'jwt', 'bad_token', 'the JWT is malformed or uses 
 const JWKS_DOWN = refuse(503, 'jwt', 'jwks_unavailable', 'the JWT signing keys cannot be fetched right now');
 
 const BEARER = /^bearer[ \t]+(\S+)[ \t]*$/i;
+const VERIFIED_TTL_MS = 60_000;
+const VERIFIED_MAX = 10_000;
 const JWS_COMPACT = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
 
 function refusalOf(err: unknown): PolicyRefusal {
@@ -44,10 +46,32 @@ export function jwtPolicy(cfg: JwtPolicy): Policy {
   // Static keys are tried in order (no kid to choose by): the first that verifies wins.
   const keys: KeyObject[] = (cfg.keys ?? []).map((k) => importStaticKey(k));
 
+  // Verified tokens, so a caller reusing its token is not re-verified on every request (ES256 costs
+  // ~0.4 ms of CPU). An entry lives until the token's exp (plus skew) and at most VERIFIED_TTL_MS, so a
+  // key dropped from the JWKS stops admitting within that time.
+  const verified = new Map<string, number>();
+  const skewMs = (cfg.clockSkewSec ?? DEFAULT_CLOCK_SKEW_SEC) * 1000;
+
+  function remember(token: string, exp: number | undefined): void {
+    if (verified.size >= VERIFIED_MAX) verified.clear();
+    const now = Date.now();
+    verified.set(token, Math.min(exp === undefined ? Infinity : exp * 1000 + skewMs, now + VERIFIED_TTL_MS));
+  }
+
   async function verify(token: string): Promise<Verdict> {
+    const until = verified.get(token);
+    if (until !== undefined) {
+      if (until > Date.now()) return null;
+      verified.delete(token);
+    }
+    return verifyOnce(token);
+  }
+
+  async function verifyOnce(token: string): Promise<Verdict> {
     if (remote) {
       try {
-        await jwtVerify(token, remote, options);
+        const { payload } = await jwtVerify(token, remote, options);
+        remember(token, payload.exp);
         return null;
       } catch (err) {
         return refusalOf(err);
@@ -56,7 +80,8 @@ export function jwtPolicy(cfg: JwtPolicy): Policy {
     let last: PolicyRefusal = BAD_SIGNATURE;
     for (const k of keys) {
       try {
-        await jwtVerify(token, k, options);
+        const { payload } = await jwtVerify(token, k, options);
+        remember(token, payload.exp);
         return null;
       } catch (err) {
         last = refusalOf(err);
