@@ -5,6 +5,7 @@ import t from 'tap';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Readable } from 'node:stream';
 import { Pool } from 'undici';
 import { startTestService, type TestService } from './helpers/service.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
@@ -266,6 +267,15 @@ t.test('acquire bodies: malformed or invalid → 400, over 4 KiB → 413; nothin
   const big = await acquire('lk-body', key, { raw: JSON.stringify({ waitMs: 1, pad: 'x'.repeat(5000) }) });
   t.equal(big.status, 413);
   t.equal(big.json.error, 'payload_too_large');
+  // Without a declared length the body is counted as it streams in.
+  const chunked = await lock.request({
+    path: '/pools/lk-body/lock/acquire',
+    method: 'POST',
+    headers: { 'x-service-key': key },
+    body: Readable.from([Buffer.alloc(3000, 0x20), Buffer.alloc(3000, 0x20)]),
+  });
+  t.equal(chunked.statusCode, 413, 'a chunked body over 4 KiB');
+  t.equal(((await chunked.body.json()) as any).error, 'payload_too_large');
   t.equal(dp().governor.state(id).inFlight, 0);
   const empty = await acquire('lk-body', key, { raw: '' });
   t.equal(empty.status, 200, 'an empty body is an acquire without wait');
