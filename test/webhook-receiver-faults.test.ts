@@ -158,3 +158,32 @@ t.test('the SSRF guard runs again at send time: a destination now resolving to a
   t.match(outcome, { ok: false, status: null, error: /destination refused: .*private/ });
   t.equal(receiver.received.filter((r) => r.path === '/guarded').length, 0, 'nothing was sent');
 });
+
+t.test('connections resolve the name again and refuse a private answer (DNS rebinding after the check)', async (t) => {
+  const { pool, hookId } = await poolWithHook('/rebind');
+  const port = new URL(receiver.url).port;
+  const answers: Record<string, string[][]> = { 'rebind.test': [['93.184.216.34'], ['127.0.0.1']] };
+  const deliverer = (allowPrivate: boolean, lookup: (host: string) => Promise<string[]>) => new Deliverer({
+    sql, box: svc.service.box, log: createLogger('silent'),
+    targets: { allowPrivate, ownHosts: [], lookup },
+    caFile: receiver.caFile, retry: { baseMs: 120_000, capMs: 120_000, maxAttempts: 15 },
+    leaseMs: 30_000, concurrency: 4, perDestination: 4, pollMs: 100,
+  });
+  const row = (url: string) => ({
+    id: '0', webhook_endpoint_id: hookId, job_id: 'job_r', pool_id: pool.id, event_type: 'async.job.completed',
+    body: Buffer.from('{}'), body_sha256: '44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a', attempts: 1, url,
+    signing_secret_enc: svc.service.box.seal('whsec_x'), auth_header: null, credential_enc: null,
+  });
+  // The check before the send sees a public address; the connection's own lookup then gets loopback.
+  const rebinding = deliverer(false, async (host) => answers[host]!.shift() ?? ['127.0.0.1']);
+  const refused = await rebinding.send(row(`https://rebind.test:${port}/rebind`));
+  await rebinding.stop();
+  t.match(refused, { ok: false, status: null, error: /connect time/ });
+  t.equal(receiver.received.filter((r) => r.path === '/rebind').length, 0, 'nothing was sent');
+
+  // The same lookup path connects normally when the answer is allowed.
+  const allowed = deliverer(true, async () => ['127.0.0.1']);
+  const ok = await allowed.send(row(`https://localhost:${port}/rebind`));
+  await allowed.stop();
+  t.match(ok, { ok: true, status: 200 });
+});
