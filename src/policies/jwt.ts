@@ -58,7 +58,8 @@ export function jwtPolicy(cfg: JwtPolicy): Policy {
     verified.set(token, Math.min(exp === undefined ? Infinity : exp * 1000 + skewMs, now + VERIFIED_TTL_MS));
   }
 
-  async function verify(token: string): Promise<Verdict> {
+  /** Synchronous for a token verified before (no promise on that path), a promise otherwise. */
+  function verify(token: string): Verdict | Promise<Verdict> {
     const until = verified.get(token);
     if (until !== undefined) {
       if (until > Date.now()) return null;
