@@ -16,6 +16,7 @@ import { machine, writeJson, writeSection, RESULTS_PATH } from './lib/results.mj
 import { startChild } from './lib/child.mjs';
 import { startNginx } from './lib/nginx.mjs';
 import { ensureTool, wrk } from './lib/wrk.mjs';
+import { paced } from './lib/paced.mjs';
 
 function intEnv(name, def, min) {
   const raw = process.env[name];
@@ -28,6 +29,8 @@ const settings = {
   duration_s: intEnv('BENCH_DURATION', 8, 1),
   warmup_s: intEnv('BENCH_WARMUP', 2, 0),
   connections: (process.env.BENCH_CONNECTIONS || '50,100').split(',').map(Number),
+  // The open-loop row: this many requests per second over the first connection count (0: no such row).
+  paced_rate: intEnv('BENCH_RATE', 2000, 0),
   // The origin binds a loopback address other than 127.0.0.1, the service's own host (refused as a target).
   origin_host: '127.0.0.2',
   pool_max_concurrent: 10_000,
@@ -164,6 +167,11 @@ async function main() {
           rows.push({ target: t.key, connections, ...w });
           log(`${t.name} c=${connections} wrk: ${w.rps} req/s, p50 ${w.latency_ms.p50} ms, p99 ${w.latency_ms.p99} ms, errors ${w.errors}, non-2xx ${w.non2xx}`);
         }
+        if (settings.paced_rate > 0 && connections === settings.connections[0]) {
+          const p = await paced({ ...spec, rate: settings.paced_rate, duration: settings.duration_s });
+          rows.push({ target: t.key, ...p, tool: 'paced' });
+          log(`${t.name} c=${connections} paced ${settings.paced_rate}/s: p50 ${p.latency_ms.p50} ms, p99 ${p.latency_ms.p99} ms, errors ${p.errors}, non-2xx ${p.non2xx}`);
+        }
       }
     }
   } finally {
@@ -173,19 +181,21 @@ async function main() {
 
   // Ratios per tool and connection count: poolgate against nginx, the Node.js peer, and the origin itself.
   const ratios = [];
-  for (const tool of ['wrk', 'autocannon']) {
+  for (const tool of ['wrk', 'autocannon', 'paced']) {
     for (const connections of settings.connections) {
       const get = (k) => rows.find((r) => r.tool === tool && r.connections === connections && r.target === k);
       const pg_ = get('poolgate');
       if (!pg_) continue;
+      // At a fixed rate every target does the same requests per second: only the latencies compare.
+      const rpsRatio = (k) => (tool === 'paced' ? null : ratio(pg_.rps, get(k)?.rps));
       ratios.push({
         tool,
         connections,
-        poolgate_over_nginx_rps: ratio(pg_.rps, get('nginx')?.rps),
-        poolgate_over_node_peer_rps: ratio(pg_.rps, get('node_peer')?.rps),
+        poolgate_over_nginx_rps: rpsRatio('nginx'),
+        poolgate_over_node_peer_rps: rpsRatio('node_peer'),
         poolgate_p99_minus_direct_ms: diff(pg_.latency_ms.p99, get('direct')?.latency_ms.p99),
         nginx_p99_minus_direct_ms: diff(get('nginx')?.latency_ms.p99, get('direct')?.latency_ms.p99),
-        poolgate_over_before_rps: ratio(pg_.rps, get('poolgate_before')?.rps),
+        poolgate_over_before_rps: rpsRatio('poolgate_before'),
       });
     }
   }
@@ -245,6 +255,9 @@ export function proxySection(report, current) {
     `- date: ${report.date.slice(0, 16).replace('T', ' ')} UTC`,
     `- machine: ${m.nproc} CPUs (${m.cpu}), ${m.memory_gib} GiB, ${m.platform}, Node.js ${m.node}; load generator, origin and proxy all on this machine; load average ${m.loadavg_1m} at the start${m.loadavg_1m_end === undefined ? '' : `, ${m.loadavg_1m_end} at the end`}`,
     `- settings: ${s.duration_s} s per row after a ${s.warmup_s} s autocannon warm-up; wrk \`-t2 --latency\`; no pipelining`,
+    ...(s.paced_rate
+      ? [`- paced rows: open loop, ${s.paced_rate} requests/s started on a 1 ms tick over ${s.connections[0]} undici keep-alive connections, latency in µs resolution — the added-latency figure (closed-loop p99 at ${s.connections[0]} connections is mostly the queue in front of a saturated server)`]
+      : []),
     '',
     ...table,
     '',

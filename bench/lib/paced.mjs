@@ -1,0 +1,61 @@
+// Latency at a fixed request rate (open loop), in microseconds: closed-loop tools at N connections measure
+// mostly the queue in front of a saturated server, so a proxy's own added latency is measured here at a
+// rate every target sustains. undici Pool of `connections` keep-alive connections; requests are started on
+// a 1 ms tick whatever the answers do, so a slow target builds a backlog that shows in its tail.
+import { Pool } from 'undici';
+
+/**
+ * @param {{ name: string, url: string, headers?: Record<string,string>, rate: number, duration: number, connections: number }} spec
+ */
+export async function paced(spec) {
+  const u = new URL(spec.url);
+  const pool = new Pool(u.origin, { connections: spec.connections, pipelining: 1, connect: { rejectUnauthorized: false } });
+  const latencies = [];
+  let errors = 0;
+  let non2xx = 0;
+  const inflight = new Set();
+  const one = async () => {
+    const started = performance.now();
+    try {
+      const res = await pool.request({ path: u.pathname, method: 'GET', headers: spec.headers });
+      await res.body.dump();
+      if (res.statusCode < 200 || res.statusCode > 299) non2xx++;
+      latencies.push(performance.now() - started);
+    } catch {
+      errors++;
+    }
+  };
+  const total = spec.rate * spec.duration;
+  const t0 = performance.now();
+  let sent = 0;
+  await new Promise((resolve) => {
+    const tick = () => {
+      // Catch up to where the schedule says we should be (timers are late under load).
+      const due = Math.min(total, Math.floor(((performance.now() - t0) / 1000) * spec.rate));
+      while (sent < due) {
+        sent++;
+        const p = one();
+        inflight.add(p);
+        void p.finally(() => inflight.delete(p));
+      }
+      if (sent >= total) resolve();
+      else setTimeout(tick, 1);
+    };
+    tick();
+  });
+  await Promise.all(inflight);
+  await pool.close();
+  latencies.sort((a, b) => a - b);
+  const pct = (p) => (latencies.length ? Math.round(latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))] * 1000) / 1000 : null);
+  return {
+    name: spec.name,
+    tool: `paced ${spec.rate}/s`,
+    requests: latencies.length,
+    rps: Math.round((latencies.length / ((performance.now() - t0) / 1000)) * 10) / 10,
+    latency_ms: { p50: pct(50), p99: pct(99), max: pct(100) },
+    errors,
+    non2xx,
+    connections: spec.connections,
+    duration_s: spec.duration,
+  };
+}
