@@ -456,6 +456,8 @@ const ROLLBACK = 'ROLLBACK';
 export class DbUpstreams {
   readonly #opts: UpstreamOptions;
   readonly #byPool = new Map<number, Upstream>();
+  /** The upstream last used for a snapshot's pool entry: the hot path skips building the signature. */
+  readonly #byEntry = new WeakMap<PoolEntry, Upstream>();
   /** The stop functions of the runs under way (close() cancels them). */
   readonly #running = new Set<(why: 'aborted') => void>();
   #closed = false;
@@ -470,9 +472,13 @@ export class DbUpstreams {
   }
 
   #upstreamFor(pool: PoolEntry, target: DatabaseTarget, cred: Credentials): Upstream {
-    const signature = DbUpstreams.#signature(pool, target, cred);
     const current = this.#byPool.get(pool.id);
-    if (current?.signature === signature) return current;
+    if (current !== undefined && this.#byEntry.get(pool) === current) return current;
+    const signature = DbUpstreams.#signature(pool, target, cred);
+    if (current?.signature === signature) {
+      this.#byEntry.set(pool, current);
+      return current;
+    }
     if (current) void current.retire();
     const max = Math.max(1, pool.maxConcurrent);
     const up =
@@ -480,6 +486,7 @@ export class DbUpstreams {
         ? new MysqlUpstream(signature, target, cred, max, this.#opts)
         : new PgUpstream(signature, target, cred, max, pool.settings.requestTimeoutMs, this.#opts);
     this.#byPool.set(pool.id, up);
+    this.#byEntry.set(pool, up);
     return up;
   }
 
@@ -553,7 +560,8 @@ export class DbUpstreams {
       if ('e' in first) {
         // Anything that fails before a session exists (refused, TLS, authentication, unknown database) is the upstream's.
         const f = up.failure(first.e);
-        const message = f.kind === 'aborted' ? 'cannot reach the database' : 'message' in f ? f.message : 'cannot reach the database';
+        const message =
+          f.kind === 'database' ? `the database refused the session (${f.code}): ${f.message}` : f.kind === 'aborted' ? 'cannot reach the database' : f.message;
         return { ok: false, failure: { kind: 'unreachable', message } };
       }
       session = first.s;
