@@ -61,6 +61,7 @@ export class JobRunner {
   #timers: NodeJS.Timeout[] = [];
   #unlisten: (() => Promise<void>) | null = null;
   #closed = false;
+  #sweeping: Promise<void> | null = null;
   #byId = new Map<number, PoolEntry>();
   #byIdOf: Snapshot | null = null;
 
@@ -73,7 +74,11 @@ export class JobRunner {
     await this.sweep(this.#o.exclusiveStore);
     this.#unlisten = await this.#o.sql.listen(JOBS_CHANNEL, (payload) => this.wake(Number(payload)));
     const scan = setInterval(() => this.wake(), this.#o.pollMs ?? 1000);
-    const sweep = setInterval(() => void this.sweep(false), this.#o.sweepMs ?? 1000);
+    const sweep = setInterval(() => {
+      // One sweep at a time: a slow store must not stack them up.
+      if (this.#sweeping) return;
+      this.#sweeping = this.sweep(false).finally(() => (this.#sweeping = null));
+    }, this.#o.sweepMs ?? 1000);
     scan.unref();
     sweep.unref();
     this.#timers = [scan, sweep];
@@ -287,6 +292,7 @@ export class JobRunner {
     for (const a of this.#waiting.values()) a.abort();
     await this.#unlisten?.().catch(() => {});
     await this.#scanning?.catch(() => {});
+    await this.#sweeping;
     await Promise.allSettled([...this.#running]);
   }
 }
