@@ -216,8 +216,14 @@ export class Deliverer {
     } catch {
       return { ok: false, status: null, error: 'invalid destination URL', latencyMs: 0 };
     }
+    // The 5 s run from here: name resolution is part of the delivery's time.
+    const signal = AbortSignal.timeout(this.#o.timeoutMs);
     // DNS may have changed since the URL was accepted: the SSRF guard runs again before every send.
-    const verdict = await checkTarget(url.hostname, this.#o.targets);
+    const verdict = await Promise.race([
+      checkTarget(url.hostname, this.#o.targets),
+      new Promise<null>((resolve) => signal.addEventListener('abort', () => resolve(null), { once: true })),
+    ]);
+    if (verdict === null) return { ok: false, status: null, error: 'timeout (no answer within 5 s)', latencyMs: latency() };
     if (!verdict.ok) return { ok: false, status: null, error: `destination refused: ${verdict.reason}`, latencyMs: latency() };
 
     const timestamp = Math.floor(Date.now() / 1000);
@@ -246,7 +252,6 @@ export class Deliverer {
       return { ok: false, status: null, error: `cannot open the signing secret or credential: ${(err as Error).message}`, latencyMs: latency() };
     }
 
-    const signal = AbortSignal.timeout(this.#o.timeoutMs);
     try {
       const res = await this.#agent.request({
         origin: url.origin,
