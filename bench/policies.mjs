@@ -242,6 +242,8 @@ policies and run one after another in the same process. "added µs/request" is 1
 (the server is saturated, so it approximates the CPU each policy adds). For the HMAC rows autocannon signs every request
 (\`signRequest\`) on the same machine, so they are compared with the no-policy pool driven by the same signing client.
 Raw: \`bench/out/${file.split('/').pop()}\`.
+With a load average above the number of cores the end-to-end rows are dominated by other work on the machine
+(rows can even beat their baseline); the per-check table below is the steadier measure of what each policy costs.
 
 ${table}
 
