@@ -172,6 +172,11 @@ async function main() {
     rmSync(logDir, { recursive: true, force: true });
   }
 
+  // Say plainly when the spread between rounds is larger than the difference between rows.
+  const overlap = rows.every((a) => rows.every((b) => a.min_cycles_per_s <= b.max_cycles_per_s && b.min_cycles_per_s <= a.max_cycles_per_s));
+  if (overlap && rows.length > 1) {
+    notes.unshift('The rows\' min–max ranges over the rounds overlap: at this machine load the differences between rows are within the run-to-run spread, so the ratios are not evidence of a difference.');
+  }
   const stamp = new Date().toISOString();
   const path = writeJson(`lock-${stamp.replace(/[:.]/g, '-')}.json`, { date: stamp, machine: m, settings, rows });
   writeJson('lock-latest.json', { date: stamp, machine: m, settings, rows });
