@@ -107,6 +107,32 @@ async function probe(t) {
 const ratio = (a, b) => (a && b ? Math.round((a / b) * 100) / 100 : null);
 const diff = (a, b) => (a !== null && b !== null && a !== undefined && b !== undefined ? Math.round((a - b) * 1000) / 1000 : null);
 
+/** Ratios per tool and connection count: poolgate against nginx, the Node.js peer, the origin itself and the before build. */
+function ratiosOf(rows, connectionCounts) {
+  const ratios = [];
+  for (const tool of ['wrk', 'autocannon', 'paced']) {
+    for (const connections of connectionCounts) {
+      const get = (k) => rows.find((r) => r.tool === tool && r.connections === connections && r.target === k);
+      const pg_ = get('poolgate');
+      if (!pg_) continue;
+      // At a fixed rate every target does the same requests per second: only the latencies compare.
+      const rpsRatio = (k) => (tool === 'paced' ? null : ratio(pg_.rps, get(k)?.rps));
+      ratios.push({
+        tool,
+        connections,
+        poolgate_over_nginx_rps: rpsRatio('nginx'),
+        poolgate_over_node_peer_rps: rpsRatio('node_peer'),
+        poolgate_p50_minus_direct_ms: diff(pg_.latency_ms.p50, get('direct')?.latency_ms.p50),
+        poolgate_p99_minus_direct_ms: diff(pg_.latency_ms.p99, get('direct')?.latency_ms.p99),
+        nginx_p50_minus_direct_ms: diff(get('nginx')?.latency_ms.p50, get('direct')?.latency_ms.p50),
+        nginx_p99_minus_direct_ms: diff(get('nginx')?.latency_ms.p99, get('direct')?.latency_ms.p99),
+        poolgate_over_before_rps: rpsRatio('poolgate_before'),
+      });
+    }
+  }
+  return ratios;
+}
+
 async function main() {
   const m = machine();
   const dir = mkdtempSync(join(tmpdir(), 'poolgate-bench-proxy-'));
@@ -179,26 +205,7 @@ async function main() {
     rmSync(dir, { recursive: true, force: true });
   }
 
-  // Ratios per tool and connection count: poolgate against nginx, the Node.js peer, and the origin itself.
-  const ratios = [];
-  for (const tool of ['wrk', 'autocannon', 'paced']) {
-    for (const connections of settings.connections) {
-      const get = (k) => rows.find((r) => r.tool === tool && r.connections === connections && r.target === k);
-      const pg_ = get('poolgate');
-      if (!pg_) continue;
-      // At a fixed rate every target does the same requests per second: only the latencies compare.
-      const rpsRatio = (k) => (tool === 'paced' ? null : ratio(pg_.rps, get(k)?.rps));
-      ratios.push({
-        tool,
-        connections,
-        poolgate_over_nginx_rps: rpsRatio('nginx'),
-        poolgate_over_node_peer_rps: rpsRatio('node_peer'),
-        poolgate_p99_minus_direct_ms: diff(pg_.latency_ms.p99, get('direct')?.latency_ms.p99),
-        nginx_p99_minus_direct_ms: diff(get('nginx')?.latency_ms.p99, get('direct')?.latency_ms.p99),
-        poolgate_over_before_rps: rpsRatio('poolgate_before'),
-      });
-    }
-  }
+  const ratios = ratiosOf(rows, settings.connections);
   for (const r of rows) {
     if (r.errors > 0 || r.non2xx > 0) notes.push(`${r.name} (${r.tool}, ${r.connections} connections): ${r.errors} errors, ${r.non2xx} non-2xx.`);
   }
@@ -220,7 +227,8 @@ async function main() {
 
 /** The section text. A "### Profile" subsection written by hand below the tables is kept across runs. */
 export function proxySection(report, current) {
-  const { machine: m, settings: s, rows, ratios, notes } = report;
+  const { machine: m, settings: s, rows, notes } = report;
+  const ratios = ratiosOf(rows, s.connections);
   const f = (n) => (n === null || n === undefined ? '–' : String(n));
   const table = [
     '| target | tool | connections | rps | p50 ms | p99 ms | errors | non-2xx |',
@@ -228,9 +236,13 @@ export function proxySection(report, current) {
     ...rows.map((r) => `| ${r.name} | ${r.tool} | ${r.connections} | ${r.rps} | ${f(r.latency_ms.p50)} | ${f(r.latency_ms.p99)} | ${r.errors} | ${r.non2xx} |`),
   ];
   const ratioTable = [
-    '| tool | connections | poolgate / nginx rps (target ≥ 0.5) | poolgate / Node.js peer rps (target ≥ 1.5) | poolgate p99 − direct p99 ms (target < 1 at 50) | nginx p99 − direct p99 ms | poolgate / before rps |',
-    '|---|---:|---:|---:|---:|---:|---:|',
-    ...ratios.map((r) => `| ${r.tool} | ${r.connections} | ${f(r.poolgate_over_nginx_rps)} | ${f(r.poolgate_over_node_peer_rps)} | ${f(r.poolgate_p99_minus_direct_ms)} | ${f(r.nginx_p99_minus_direct_ms)} | ${f(r.poolgate_over_before_rps)} |`),
+    '| tool | connections | poolgate / nginx rps (target ≥ 0.5) | poolgate / Node.js peer rps (target ≥ 1.5) | poolgate − direct p50 ms | poolgate − direct p99 ms (target < 1 at 50) | nginx − direct p50 ms | nginx − direct p99 ms | poolgate / before rps |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+    ...ratios.map(
+      (r) =>
+        `| ${r.tool} | ${r.connections} | ${f(r.poolgate_over_nginx_rps)} | ${f(r.poolgate_over_node_peer_rps)} | ${f(r.poolgate_p50_minus_direct_ms)} | ` +
+        `${f(r.poolgate_p99_minus_direct_ms)} | ${f(r.nginx_p50_minus_direct_ms)} | ${f(r.nginx_p99_minus_direct_ms)} | ${f(r.poolgate_over_before_rps)} |`,
+    ),
   ];
   const start = current.indexOf('\n### Profile');
   let kept = '';
