@@ -27,7 +27,8 @@ export class RequestMetrics implements DataplaneMetrics {
     this.#rollups = rollups;
     metrics.watch({
       *pools() {
-        for (const p of snapshots.current.pools.values()) if (p.backend === 'http') yield { poolId: p.id, pool: p.subdomain };
+        // Every pool the governor limits: http and database pools alike (SQL requests hold the same slots).
+        for (const p of snapshots.current.pools.values()) yield { poolId: p.id, pool: p.subdomain };
       },
       state: (poolId) => governor.state(poolId),
     });

@@ -10,6 +10,9 @@ import { reply, type Exchange, type Reply } from '../dataplane/exchange.js';
 import type { Settlement } from '../dataplane/release.js';
 import type { PoolEntry, Snapshot } from '../dataplane/snapshot.js';
 import type { OnData } from '../policies/dataplane-stage.js';
+import { asyncEligible, asyncRequested, JOB_TOO_LARGE, spillAndAnswer, tooLargeForJob, type JobIntake } from '../jobs/intake.js';
+import type { JobReason } from '../jobs/job-event.js';
+import { JOB_BODY_CAP } from '../jobs/limits.js';
 import { failureBody, type DbFailure } from './errors.js';
 import { DbUpstreams, type RunResult, type SqlStatement, type StatementResult } from './upstream.js';
 
@@ -105,6 +108,8 @@ export interface SqlOverHttpOptions {
   config: Config;
   governor: Governor;
   log: Logger;
+  /** Async jobs: where requests of async database pools are spilled; null serves every request synchronously. */
+  jobs?: JobIntake | null;
 }
 
 const METHOD_NOT_ALLOWED = JSON.stringify({ error: 'method_not_allowed', message: 'a database pool takes every query as a POST' });
@@ -173,6 +178,7 @@ export class SqlOverHttp {
     if (Number(ex.headers['content-length'] ?? 0) > limit) return stop(reply(413, 'payload_too_large', `request body exceeds ${limit} bytes`));
     const wait = requestedWait(ex);
     if (typeof wait !== 'number') return stop(wait);
+    if (this.#asyncPool(ex) && asyncRequested(ex.headers) && tooLargeForJob(ex.headers)) return stop(JOB_TOO_LARGE);
 
     const abort = new AbortController();
     let done = false;
@@ -233,8 +239,21 @@ export class SqlOverHttp {
       client.sendReply(reply(400, 'bad_request', req), null, false);
       return settle({ outcome: 'bad_request', status: 400 });
     }
-    const a = admit(this.#opts.governor, ex, wait, abort.signal);
+    // Async pools (spec rule 5), as on HTTP pools: a job when asked by header, when busy (async_on_queue),
+    // or when the wait for a slot times out. The body is checked first: a job never holds a malformed query.
+    const asyncPool = this.#asyncPool(ex);
+    const fits = Buffer.byteLength(text) <= JOB_BODY_CAP;
+    if (asyncPool && asyncRequested(ex.headers)) {
+      if (!fits) {
+        client.sendReply(JOB_TOO_LARGE, null, false);
+        return settle({ outcome: JOB_TOO_LARGE.error, status: JOB_TOO_LARGE.status });
+      }
+      return this.#toJob(ex, client, text, 'requested', settle);
+    }
+    const a = admit(this.#opts.governor, ex, asyncPool?.asyncOnQueue ? 0 : wait, abort.signal);
     const after = (x: Admission) => {
+      const reason = asyncPool && fits && !x.ok && !client.aborted ? jobReason(asyncPool, x.reason) : null;
+      if (reason) return this.#toJob(ex, client, text, reason, settle);
       this.#admitted(ex, client, req, abort, x).then(settle, (err: unknown) => {
         // #admitted resolves on every failure it knows; this is a bug, but the slot must still come back.
         this.#opts.log.error({ err }, 'SQL over HTTP failed unexpectedly');
@@ -249,6 +268,21 @@ export class SqlOverHttp {
         after({ ok: false, reason: 'unavailable', queuedMs: 0 });
       });
     } else after(a);
+  }
+
+  /** The request's pool when its requests may become jobs (async on, an active destination, jobs wired). */
+  #asyncPool(ex: Exchange): PoolEntry | null {
+    return this.#opts.jobs && asyncEligible(ex.pool!) ? ex.pool! : null;
+  }
+
+  /** Spills the SQL request as a job and answers 202; a job is counted by the jobs, not as a pool request. */
+  #toJob(ex: Exchange, client: ClientResponse, text: string, reason: JobReason, settle: (s: Settlement) => void): void {
+    ex.admission = null;
+    spillAndAnswer(this.#opts.jobs!, ex, client, Buffer.from(text, 'utf8'), reason).then(settle, (err: unknown) => {
+      this.#opts.log.error({ err }, 'accepting an async job failed');
+      client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
+      settle({ outcome: 'internal_error', status: 500 });
+    });
   }
 
   async #admitted(ex: Exchange, client: ClientResponse, req: SqlRequest, abort: AbortController, a: Admission): Promise<Settlement> {
@@ -278,6 +312,13 @@ export class SqlOverHttp {
     if (!sent) return { outcome: 'client_aborted', status: 0, upstream: { status, latencyMs: ex.upstreamMs } };
     return settlementOf(r, status, ex.upstreamMs);
   }
+}
+
+/** The reason a refused admission becomes an async job instead of a refusal, or null (as on HTTP pools). */
+function jobReason(pool: PoolEntry, refusal: string): JobReason | null {
+  if (refusal === 'queue_timeout') return 'wait_timeout';
+  if ((refusal === 'no_slot' || refusal === 'queue_full') && pool.asyncOnQueue) return 'busy';
+  return null;
 }
 
 /** Writes a whole JSON response, waiting on backpressure; false when the client went away first. */

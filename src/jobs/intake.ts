@@ -95,6 +95,19 @@ export async function acceptJob(intake: JobIntake, ex: Exchange, client: ClientR
     }
   }
   if (client.aborted) return { outcome: 'client_aborted', status: 0 };
+  return spillAndAnswer(intake, ex, client, bytes, reason);
+}
+
+/**
+ * Stores a request whose body is already in hand (SQL over HTTP reads it whole before admission) as a job
+ * and answers 202. Resolves (never rejects) with how the request ended.
+ */
+export async function spillAndAnswer(intake: JobIntake, ex: Exchange, client: ClientResponse, bytes: Buffer | null, reason: JobReason): Promise<Settlement> {
+  const pool = ex.pool!;
+  const fail = (r: Reply): Settlement => {
+    client.sendReply(r, null, false);
+    return { outcome: r.error, status: r.status };
+  };
   const id = newJobId();
   const request: StoredRequest = {
     method: ex.method,
@@ -108,7 +121,7 @@ export async function acceptJob(intake: JobIntake, ex: Exchange, client: ClientR
     await spillJob(intake.sql, { id, poolId: pool.id, reason, ttlMs: pool.settings.jobTtlMs, request });
   } catch (err) {
     intake.log.error({ err, poolId: pool.id }, 'spilling an async job failed');
-    return fail(reply(503, 'unavailable', 'the job could not be stored; retry later'), false);
+    return fail(reply(503, 'unavailable', 'the job could not be stored; retry later'));
   }
   const poll = pollUrl(intake.lockApiUrl(), pool.subdomain, id);
   const text = JSON.stringify({ id, status: 'queued', reason, poll_url: poll, result_url: `${poll}/result` });

@@ -7,8 +7,21 @@ export type JobReason = 'requested' | 'busy' | 'wait_timeout';
 export type JobDetail =
   | { kind: 'http'; status: number; headers: Record<string, string>; body: string; truncated?: true }
   | { kind: 'http'; resultUrl: string; truncated?: true }
-  | { kind: 'database'; columns?: unknown[]; rows?: unknown[]; results?: unknown[]; truncated?: true }
-  | { kind: 'database'; resultUrl: string; truncated?: true };
+  // A database pool's answer: `status` is what the sync endpoint would have answered (200, or the 4xx of a
+  // database error, then in `error`); the rest is the sync body — one statement, or `results` of a batch.
+  | {
+      kind: 'database';
+      status: number;
+      command?: string;
+      rowCount?: number | null;
+      columns?: unknown[];
+      rows?: unknown[];
+      lastInsertId?: string;
+      results?: unknown[];
+      error?: Record<string, unknown>;
+      truncated?: true;
+    }
+  | { kind: 'database'; status: number; resultUrl: string; truncated?: true };
 
 export interface JobEvent {
   jobId: string;

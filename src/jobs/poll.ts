@@ -9,7 +9,7 @@ import type { Sql } from '../store/sql.js';
 import { isJobId } from './job-id.js';
 import { findJob, type JobView } from './job-store.js';
 import { INLINE_BODY_CAP } from './limits.js';
-import { flatHeaders, inlineText, pollUrl } from './result-view.js';
+import { databaseData, flatHeaders, inlineText, pollUrl } from './result-view.js';
 
 export interface JobPollDeps {
   sql: Sql;
@@ -65,9 +65,18 @@ const json = (status: number, value: unknown, extra: Array<[string, string]> = [
 const error = (status: number, code: string, message: string, extra: Array<[string, string]> = []) => json(status, { error: code, message }, extra);
 
 /** The poll answer's JSON (documented in docs/decisions/jobs.md). */
-export function jobJson(job: JobView, poolHost: string, poll: string): Record<string, unknown> {
+export function jobJson(job: JobView, poolHost: string, poll: string, database = false): Record<string, unknown> {
   let result: Record<string, unknown> | null = null;
-  if (job.result) {
+  if (job.result && database) {
+    // A database pool's answer as JSON: `data` is the sync endpoint's body (or `{error}`), inline when it fits.
+    const text = job.result.body === null || job.result.truncated ? null : inlineText(job.result.body);
+    result = {
+      status: job.result.status,
+      ...(text === null ? {} : { data: databaseData(job.result.status, text) }),
+      truncated: job.result.truncated,
+      result_url: `${poll}/result`,
+    };
+  } else if (job.result) {
     const text = job.result.body === null ? null : inlineText(job.result.body);
     result = {
       status: job.result.status,
@@ -95,7 +104,7 @@ export async function answerJobPoll(deps: JobPollDeps, route: JobRoute, req: Pol
   if (req.method !== 'GET' && req.method !== 'HEAD') return error(405, 'method_not_allowed', 'jobs are read with GET', [['allow', 'GET, HEAD']]);
   const snapshot = deps.snapshot();
   const pool = snapshot.pools.get(route.pool);
-  if (!pool || pool.backend !== 'http') return error(404, 'not_found', 'no such pool');
+  if (!pool) return error(404, 'not_found', 'no such pool');
   const ex: Exchange = {
     method: req.method,
     path: req.path,
@@ -125,7 +134,7 @@ export async function answerJobPoll(deps: JobPollDeps, route: JobRoute, req: Pol
   const job = isJobId(route.id) ? await findJob(deps.sql, pool.id, route.id, route.result && req.method !== 'HEAD', INLINE_BODY_CAP) : null;
   if (!job) return error(404, 'not_found', 'no such job');
   const poll = pollUrl(deps.lockApiUrl(), pool.subdomain, job.id);
-  if (!route.result) return json(200, jobJson(job, `${pool.subdomain}.${deps.poolDomain}`, poll));
+  if (!route.result) return json(200, jobJson(job, `${pool.subdomain}.${deps.poolDomain}`, poll, pool.backend !== 'http'));
   if (!job.result) {
     const done = job.status === 'failed' || job.status === 'expired';
     return error(409, done ? 'no_result' : 'not_ready', done ? `the job is ${job.status} and has no result` : `the job is ${job.status}; poll ${poll}`);

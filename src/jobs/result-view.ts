@@ -28,6 +28,22 @@ export const pollUrl = (lockApiUrl: string, subdomain: string, jobId: string): s
 
 export const resultUrl = (lockApiUrl: string, subdomain: string, jobId: string): string => `${pollUrl(lockApiUrl, subdomain, jobId)}/result`;
 
+/**
+ * The `database` detail of a completed job's event: the answer inline when its JSON (`bytes` long) fits
+ * 256 KiB and is whole, otherwise the address of the stored result.
+ */
+export function databaseDetail(status: number, answer: Record<string, unknown>, bytes: number, truncated: boolean, url: string): JobDetail {
+  if (truncated) return { kind: 'database', status, resultUrl: url, truncated: true };
+  if (bytes > INLINE_BODY_CAP) return { kind: 'database', status, resultUrl: url };
+  return { kind: 'database', status, ...(status === 200 ? answer : { error: answer }) };
+}
+
+/** The stored JSON answer of a database job as the poll shows it: the result on success, `{error}` otherwise. */
+export function databaseData(status: number, text: string): Record<string, unknown> {
+  const value = JSON.parse(text) as Record<string, unknown>;
+  return status === 200 ? value : { error: value };
+}
+
 /** The `http` detail of a completed job's event. */
 export function httpDetail(result: StoredResult, url: string): JobDetail {
   const text = inlineText(result.body);

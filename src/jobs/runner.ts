@@ -1,9 +1,11 @@
 // The job runner (worker role): for each pool with ready jobs it takes governor slots, claims one job per
 // slot (FOR UPDATE SKIP LOCKED, under a lease), forwards the stored request with the proxy's own
-// forwarding code, and stores the result with its terminal status and outbox event in one transaction.
+// forwarding code (or, on a database pool, runs the stored SQL body like the sync endpoint), and stores the result with its terminal status and outbox event in one transaction.
 import type { Governor, Permit } from '../governor/governor.js';
 import type { Logger } from '../log.js';
 import { forwardBuffered, type Upstreams } from '../dataplane/forward.js';
+import { runSqlRequest } from '../db/sql-over-http.js';
+import type { DbUpstreams } from '../db/upstream.js';
 import type { PoolEntry, Snapshot } from '../dataplane/snapshot.js';
 import type { Queryable, Sql } from '../store/sql.js';
 import type { JobEvent } from './job-event.js';
@@ -19,7 +21,7 @@ import {
   type SweptJob,
 } from './job-store.js';
 import { JOB_RETENTION_MS, JOBS_CHANNEL, LEASE_MARGIN_MS, MAX_ATTEMPTS, RESULT_BODY_CAP, RUNNER_MAX_IN_FLIGHT, retryDelayMs } from './limits.js';
-import { httpDetail, resultUrl } from './result-view.js';
+import { databaseDetail, httpDetail, resultUrl } from './result-view.js';
 
 export type EnqueueJobEvent = (tx: Queryable, event: JobEvent) => Promise<number>;
 
@@ -29,6 +31,8 @@ export interface JobRunnerOptions {
   /** The current config snapshot (pools with their origin, credential and settings). */
   snapshot: () => Snapshot;
   upstreams: Upstreams;
+  /** Connections of database pools (the data plane's when it shares the process). */
+  databases: DbUpstreams;
   /** Writes the job's event to the webhook outbox, in the caller's transaction. */
   enqueue: EnqueueJobEvent;
   log: Logger;
@@ -152,7 +156,7 @@ export class JobRunner {
     };
   }
 
-  /** A pool that can run jobs now: active, http, with an origin. Others keep their jobs until TTL. */
+  /** A pool that can run jobs now: active, http with an origin or database with its role. Others keep their jobs until TTL. */
   #pool(poolId: number): PoolEntry | null {
     const snapshot = this.#o.snapshot();
     if (snapshot !== this.#byIdOf) {
@@ -161,7 +165,9 @@ export class JobRunner {
       this.#byIdOf = snapshot;
     }
     const p = this.#byId.get(poolId);
-    return p && p.status === 'active' && p.backend === 'http' && p.origin !== null ? p : null;
+    if (!p || p.status !== 'active') return null;
+    if (p.backend === 'http') return p.origin !== null ? p : null;
+    return p.database !== null && p.credential?.method === 'postgres_role' ? p : null;
   }
 
   /** Takes free slots of the pool and starts one claimed job per slot, until slots or jobs run out. */
@@ -247,6 +253,7 @@ export class JobRunner {
   }
 
   async #run(pool: PoolEntry, job: ClaimedJob, permit: Permit): Promise<void> {
+    if (pool.backend !== 'http') return this.#runSql(pool, job, permit);
     const r = await forwardBuffered(this.#o.upstreams, pool, job.request, RESULT_BODY_CAP);
     permit.release(r.upstream);
     try {
@@ -269,6 +276,53 @@ export class JobRunner {
       }
     } catch (err) {
       // The store refused the outcome: the lease lapses and the job runs again (at-least-once).
+      this.#o.log.error({ err, jobId: job.id }, 'storing a job result failed; the job will be recovered after its lease');
+    }
+  }
+
+  /**
+   * A database pool's job: the stored body is run as the sync endpoint runs it. The database answered when
+   * it returned rows or a database error (both complete the job, the error in the detail); connection
+   * trouble and timeouts are retried like an origin that did not answer, then the job fails.
+   */
+  async #runSql(pool: PoolEntry, job: ClaimedJob, permit: Permit): Promise<void> {
+    const started = performance.now();
+    const r = await runSqlRequest(this.#o.databases, pool, job.request.body ?? Buffer.alloc(0));
+    const latencyMs = performance.now() - started;
+    const answered = r.ok || r.body.error === 'database_error';
+    permit.release(answered ? { status: r.status, latencyMs } : { dropped: true, latencyMs });
+    try {
+      if (answered) {
+        let answer: Record<string, unknown>;
+        if (r.ok) {
+          const { kind: _kind, ...rest } = r.detail;
+          answer = rest;
+        } else answer = r.body;
+        const json = Buffer.from(JSON.stringify(answer));
+        // Over the result cap the JSON is cut like an origin body (no longer parseable: it is marked truncated).
+        const truncated = json.length > RESULT_BODY_CAP;
+        const result = { status: r.status, headers: { 'content-type': 'application/json' }, body: truncated ? json.subarray(0, RESULT_BODY_CAP) : json, truncated };
+        await this.#o.sql.transaction(async (tx) => {
+          const done = await finishClaimed(tx, job, 'completed', result, null);
+          if (!done) return; // The lease lapsed and the job was taken again: that run reports it.
+          await this.#o.enqueue(tx, {
+            ...this.#event(pool, job, 'completed', done.completedAt),
+            detail: databaseDetail(r.status, answer, json.length, truncated, resultUrl(this.#o.lockApiUrl(), pool.subdomain, job.id)),
+          });
+        });
+        return;
+      }
+      const error = typeof r.body.message === 'string' ? r.body.message : String(r.body.error);
+      // A stored body that does not parse (400) would fail the same way on every attempt.
+      if (r.status !== 400 && job.attempts < MAX_ATTEMPTS) {
+        await retryLater(this.#o.sql, job, retryDelayMs(job.attempts), error);
+        return;
+      }
+      await this.#o.sql.transaction(async (tx) => {
+        const done = await finishClaimed(tx, job, 'failed', null, error);
+        if (done) await this.#o.enqueue(tx, this.#event(pool, job, 'failed', done.completedAt));
+      });
+    } catch (err) {
       this.#o.log.error({ err, jobId: job.id }, 'storing a job result failed; the job will be recovered after its lease');
     }
   }

@@ -28,10 +28,25 @@ function workerPool(): Piscina {
   return pool;
 }
 
-/** A cheap size estimate from the field that is large in practice: the inlined http body (up to the 256 KiB inline cap). */
+/** ~JSON bytes per cell of a database result: a guess that only picks inline or worker, never a limit. */
+const BYTES_PER_CELL = 12;
+
+function cells(rows: unknown): number {
+  if (!Array.isArray(rows)) return 0;
+  const width = Array.isArray(rows[0]) ? (rows[0] as unknown[]).length : 1;
+  return rows.length * width;
+}
+
+/**
+ * A cheap size estimate from the field that is large in practice: the inlined http body, or the rows of an
+ * inlined database result (both up to the 256 KiB inline cap), counted without serialising them.
+ */
 function estimatedBytes(event: JobEvent): number {
-  const d = event.detail as { body?: unknown; rows?: unknown[]; results?: unknown[] } | undefined;
-  return typeof d?.body === 'string' ? d.body.length : 0;
+  const d = event.detail as { body?: unknown; rows?: unknown; results?: unknown } | undefined;
+  if (typeof d?.body === 'string') return d.body.length;
+  let n = cells(d?.rows);
+  if (Array.isArray(d?.results)) for (const r of d.results as Array<{ rows?: unknown }>) n += cells(r?.rows);
+  return n * BYTES_PER_CELL;
 }
 
 export function envelopeBodyInline(event: JobEvent): EnvelopeBody {
