@@ -25,6 +25,7 @@ import { Upstreams } from './dataplane/forward.js';
 import { SnapshotSource, poolLimits } from './dataplane/snapshot.js';
 import type { Governor } from './governor/governor.js';
 import { JobRunner } from './jobs/runner.js';
+import { DbUpstreams } from './db/upstream.js';
 import { enqueueJobEvent } from './webhooks/outbox.js';
 import { Deliverer } from './webhooks/deliverer.js';
 import { closeEnvelopeWorkers } from './webhooks/envelope-body.js';
@@ -220,26 +221,35 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       // otherwise follows the config itself through the configured governor (Redis shares the limits).
       let governor: Governor;
       let snapshots: SnapshotSource;
+      let databases: DbUpstreams;
       if (dataplane) {
         governor = dataplane.governor;
         snapshots = dataplane.snapshots;
+        databases = dataplane.databases;
       } else {
         const own = config.redisUrl ? await redisGovernorFromConfig(config, log) : new MemoryGovernor();
+        // Database pools' jobs need connections of their own when no data plane shares the process.
+        const ownDatabases = new DbUpstreams({ allowInsecure: config.dbAllowInsecure, allowPrivate: config.allowPrivateTargets, log });
         const source = new SnapshotSource({
           sql, box, log, clock: () => now().getTime(), resyncMs: config.snapshotResyncMs,
-          onLoad: (snap) => own.configure(poolLimits(snap), snap.budgets),
+          onLoad: (snap) => {
+            own.configure(poolLimits(snap), snap.budgets);
+            ownDatabases.sync(snap);
+          },
         });
         await source.start();
         closers.push(async () => {
           await source.close();
+          await ownDatabases.close();
           await own.close();
         });
         governor = own;
         snapshots = source;
+        databases = ownDatabases;
       }
       const upstreams = new Upstreams({ caFile: config.originCaFile });
       const runner = new JobRunner({
-        sql, governor, snapshot: () => snapshots.current, upstreams, enqueue: enqueueJobEvent, log,
+        sql, governor, snapshot: () => snapshots.current, upstreams, databases, enqueue: enqueueJobEvent, log,
         poolDomain: config.poolDomain, lockApiUrl, exclusiveStore: !config.databaseUrl,
       });
       await runner.start();

@@ -84,7 +84,7 @@ export class Dataplane {
       clock,
       onRefusal: (pool, policy, reason) => opts.metrics?.policyRefused?.(pool, policy, reason),
     });
-    this.#sql = new SqlOverHttp({ config: opts.config, governor: opts.governor, log: opts.log });
+    this.#sql = new SqlOverHttp({ config: opts.config, governor: opts.governor, log: opts.log, jobs: opts.jobs ?? null });
     this.snapshots = new SnapshotSource({
       sql: opts.sql,
       box: opts.box,
