@@ -195,6 +195,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         metrics: { record: (r) => sink?.record(r), policyRefused: (pool, policy, reason) => poolMetrics.policyRefused(pool, policy, reason) },
         clock: () => now().getTime(),
         jobs: { sql, log, lockApiUrl },
+        lookup: opts.lookup,
       });
       sink = new RequestMetrics(poolMetrics, rollups, dp.snapshots, governor);
       ports.proxy = dp.port;
@@ -247,7 +248,11 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         snapshots = source;
         databases = ownDatabases;
       }
-      const upstreams = new Upstreams({ caFile: config.originCaFile });
+      const upstreams = new Upstreams({
+        caFile: config.originCaFile,
+        targets: { allowPrivate: config.allowPrivateTargets, lookup: opts.lookup ?? systemLookup },
+        trustedProxies: config.trustedProxies.split(',').map((c) => c.trim()).filter(Boolean),
+      });
       const runner = new JobRunner({
         sql, governor, snapshot: () => snapshots.current, upstreams, databases, enqueue: enqueueJobEvent, log,
         poolDomain: config.poolDomain, lockApiUrl, exclusiveStore: !config.databaseUrl,

@@ -4,6 +4,10 @@ import type { TSchema } from '@sinclair/typebox';
 import { AdminUsageError, intOption, need, teamOf, type Command } from './command.js';
 import { PoolSettingsSchema, SettingsError } from '../store/pool-settings.js';
 import { patchPoolSettings, readPoolSettings, type SettingsPatch } from '../store/pool-settings-store.js';
+import { checkJwksTarget } from '../policies/jwks-target.js';
+import { systemLookup } from '../security/targets.js';
+// A function of the service module (called at run time, so the import cycle through the admin socket is harmless).
+import { ownHosts } from '../service.js';
 
 const kebab = (k: string) => k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
 
@@ -105,6 +109,12 @@ export const poolCommands: Record<string, Command> = {
         throw new AdminUsageError('nothing to change: pass at least one setting flag');
       }
       try {
+        const c = deps.config;
+        await checkJwksTarget(patch, {
+          allowPrivate: c.allowPrivateTargets,
+          ownHosts: ownHosts(c, [c.baseUrl ?? '', c.lockApiUrl ?? '']),
+          lookup: systemLookup,
+        });
         const view = await patchPoolSettings(deps.sql, team.id, subdomain, patch, { allowHttpJwks: deps.config.allowPrivateTargets });
         if (!view) throw new AdminUsageError(`pool ${JSON.stringify(subdomain)} not found in team ${team.slug}`);
         return view;

@@ -7,6 +7,7 @@ import { forbidden, notFound, unprocessable } from './errors.js';
 import { SUBDOMAIN_PATTERN } from './pool-naming.js';
 import { PoolSettingsSchema, SettingsError } from '../store/pool-settings.js';
 import { patchPoolSettings, readPoolSettings, type SettingsPatch } from '../store/pool-settings-store.js';
+import { checkJwksTarget } from '../policies/jwks-target.js';
 
 const Params = Type.Object({ pool: Type.String({ pattern: SUBDOMAIN_PATTERN }) });
 
@@ -96,6 +97,7 @@ export function settingsRoutes(app: TypedApp, ctx: ControlContext): void {
     async (req) => {
       const actor = actorOf(req);
       try {
+        await checkJwksTarget(req.body as SettingsPatch, ctx.targets);
         const v = await patchPoolSettings(ctx.sql, actor.teamId, req.params.pool, req.body as SettingsPatch, {
           allowHttpJwks: ctx.config.allowPrivateTargets,
         });

@@ -6,6 +6,8 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { Readable } from 'node:stream';
 import { Pool, type Dispatcher } from 'undici';
 import type { Governor, Outcome } from '../governor/governor.js';
+import { CidrList } from '../policies/cidr.js';
+import { guardedConnector, targetRefusalOf, type ConnectTargets } from '../security/connect-guard.js';
 import { governorHeaders } from './admit.js';
 import type { ClientResponse } from './client-response.js';
 import { reply, type Exchange, type Reply } from './exchange.js';
@@ -14,12 +16,21 @@ import { clientResponseHeaders, upstreamRequestHeaders } from './headers.js';
 import { BodyTooLargeError, type RequestBody } from './request-body.js';
 import type { Settlement } from './release.js';
 
-/** One undici Pool (keep-alive connections) per origin, trusting the system roots plus originCaFile. */
+/**
+ * One undici Pool (keep-alive connections) per origin, trusting the system roots plus originCaFile. Every new
+ * connection goes through the SSRF guard unless allowPrivateTargets: the origin was checked when the pool
+ * was created, but its name may resolve elsewhere since (DNS rebinding). Requests on a kept-alive
+ * connection pay nothing for it.
+ */
 export class Upstreams {
   readonly #pools = new Map<string, Pool>();
   readonly #secureContext: SecureContext | undefined;
+  readonly #targets: ConnectTargets;
+  readonly #trusted: CidrList;
 
-  constructor(opts: { caFile: string | null }) {
+  constructor(opts: { caFile: string | null; targets: ConnectTargets; trustedProxies: readonly string[] }) {
+    this.#targets = opts.targets;
+    this.#trusted = new CidrList(opts.trustedProxies);
     if (opts.caFile) {
       let pem: string;
       try {
@@ -33,11 +44,17 @@ export class Upstreams {
     }
   }
 
+  /** The socket peer is a configured trusted proxy: its X-Forwarded-* headers are passed on. */
+  trusts(peer: string): boolean {
+    return this.#trusted.size > 0 && this.#trusted.hasText(peer);
+  }
+
   get(origin: string): Pool {
     let pool = this.#pools.get(origin);
     if (!pool) {
+      const tls = this.#secureContext ? { secureContext: this.#secureContext } : {};
       pool = new Pool(origin, {
-        connect: this.#secureContext ? { secureContext: this.#secureContext } : {},
+        connect: this.#targets.allowPrivate ? tls : guardedConnector(this.#targets, tls),
         keepAliveTimeout: 30_000,
         keepAliveMaxTimeout: 300_000,
       });
@@ -85,6 +102,9 @@ function failureReply(err: unknown, body: RequestBody | null): Reply {
   if (code === 'UND_ERR_INVALID_ARG' || code === 'UND_ERR_NOT_SUPPORTED' || code === 'UND_ERR_REQ_CONTENT_LENGTH_MISMATCH') {
     return reply(400, 'bad_request', `the request cannot be forwarded: ${(err as Error).message}`);
   }
+  // The SSRF guard refused the address the origin's name resolves to now: say so, it is a config problem.
+  const refused = targetRefusalOf(err);
+  if (refused) return reply(502, 'upstream_unreachable', `the origin could not be reached: ${refused.message}`);
   return reply(502, 'upstream_unreachable', 'the origin could not be reached');
 }
 
@@ -150,6 +170,7 @@ class Forwarding implements Dispatcher.DispatchHandler {
       headers: ex.headers,
       originHost: pool.originHost!,
       clientAddress: ex.clientAddress,
+      trustForwarded: this.#deps.upstreams.trusts(ex.clientAddress),
       clientHost: ex.headers.host ?? '',
       keyInAuthorization: ex.keyInAuthorization,
       credential: pool.credential,
@@ -366,6 +387,7 @@ export async function forwardBuffered(upstreams: Upstreams, pool: PoolEntry, req
     headers: req.headers,
     originHost: pool.originHost!,
     clientAddress: req.clientAddress,
+    trustForwarded: upstreams.trusts(req.clientAddress),
     clientHost: req.headers.host ?? '',
     keyInAuthorization: false,
     credential: pool.credential,

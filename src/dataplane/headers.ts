@@ -37,6 +37,12 @@ export interface UpstreamHeaderInput {
   /** host[:port] of the origin: the Host the origin expects. */
   originHost: string;
   clientAddress: string;
+  /**
+   * The socket's peer is a trusted proxy (config trustedProxies): its X-Forwarded-* are kept (the peer is
+   * appended to X-Forwarded-For). From any other peer they are replaced with what poolgate saw, so a
+   * client cannot forge the chain the origin reads.
+   */
+  trustForwarded: boolean;
   /** The Host header the client sent (the pool hostname). */
   clientHost: string;
   /** The pool key travelled in Authorization: that header is pool auth, not the origin's. */
@@ -58,10 +64,16 @@ export function upstreamRequestHeaders(input: UpstreamHeaderInput): Record<strin
     out[name] = headers[name]!;
   }
   out.host = input.originHost;
-  const prior = headers['x-forwarded-for'];
-  out['x-forwarded-for'] = prior ? `${prior}, ${input.clientAddress}` : input.clientAddress;
-  out['x-forwarded-proto'] = 'http';
-  out['x-forwarded-host'] = input.clientHost;
+  if (input.trustForwarded) {
+    const prior = headers['x-forwarded-for'];
+    out['x-forwarded-for'] = prior ? `${prior}, ${input.clientAddress}` : input.clientAddress;
+    out['x-forwarded-proto'] = headers['x-forwarded-proto'] || 'http';
+    out['x-forwarded-host'] = headers['x-forwarded-host'] || input.clientHost;
+  } else {
+    out['x-forwarded-for'] = input.clientAddress;
+    out['x-forwarded-proto'] = 'http';
+    out['x-forwarded-host'] = input.clientHost;
+  }
   const cred = input.credential;
   if (cred) {
     switch (cred.method) {

@@ -6,6 +6,7 @@ import type { Admission, Governor } from '../governor/governor.js';
 import { loadUws } from '../http/uws.js';
 import type { Logger } from '../log.js';
 import type { SecretBox } from '../security/secret-box.js';
+import { systemLookup, type Lookup } from '../security/targets.js';
 import type { Sql } from '../store/sql.js';
 import { AccessLog } from './access-log.js';
 import { admit, refusalReply, requestedWait, governorHeaders } from './admit.js';
@@ -38,6 +39,8 @@ export interface DataplaneOptions {
   drainMs?: number;
   /** Async jobs: where requests of async pools are spilled; null serves every request synchronously. */
   jobs?: JobIntake | null;
+  /** The resolver the SSRF guard re-checks origin and JWKS connections with (tests map names). */
+  lookup?: Lookup;
 }
 
 const BAD_TARGET = reply(400, 'bad_request', 'the request target must be a path');
@@ -74,14 +77,17 @@ export class Dataplane {
     this.#opts = opts;
     this.governor = opts.governor;
     this.#bodyLimit = opts.config.proxyBodyLimit;
-    this.#upstreams = new Upstreams({ caFile: opts.config.originCaFile });
+    const trustedProxies = opts.config.trustedProxies.split(',').map((c) => c.trim()).filter(Boolean);
+    const targets = { allowPrivate: opts.config.allowPrivateTargets, lookup: opts.lookup ?? systemLookup };
+    this.#upstreams = new Upstreams({ caFile: opts.config.originCaFile, targets, trustedProxies });
     this.#accessLog = new AccessLog({ file: opts.config.accessLogFile, sample: opts.config.accessLogSample });
     this.#release = releaseStage(opts.metrics ?? null, this.#accessLog);
     // Stage 4 (policies: IP allowlist, HMAC, JWT) joins this chain between scope and admit.
     this.#gates = [routeGate(opts.config.poolDomain), authenticateGate(clock), scopeGate()];
     this.policies = new Policies({
-      config: { redisUrl: opts.config.redisUrl, trustedProxies: opts.config.trustedProxies.split(',').map((c) => c.trim()).filter(Boolean) },
+      config: { redisUrl: opts.config.redisUrl, trustedProxies },
       clock,
+      targets,
       onRefusal: (pool, policy, reason) => opts.metrics?.policyRefused?.(pool, policy, reason),
     });
     this.#sql = new SqlOverHttp({ config: opts.config, governor: opts.governor, log: opts.log, jobs: opts.jobs ?? null });

@@ -4,12 +4,13 @@
 import type { Config } from '../config/schema.js';
 import type { PoolEntry } from '../dataplane/snapshot.js';
 import type { PoolSettings } from '../store/pool-settings.js';
+import type { ConnectTargets } from '../security/connect-guard.js';
 import { accessProxyPolicy } from './access-proxy.js';
 import { CidrList } from './cidr.js';
 import { clientAddress } from './client-address.js';
 import { hmacPolicy } from './hmac.js';
 import { ipAllowlistPolicy } from './ip-allowlist.js';
-import { jwtPolicy } from './jwt.js';
+import { jwksFetcher, jwtPolicy, type JwksFetch } from './jwt.js';
 import { MemoryNonceStore, RedisNonceStore, type NonceStore } from './nonce-store.js';
 import { refuse, type Policy, type PolicyRefusal, type PolicyRequest, type Verdict } from './policy.js';
 
@@ -37,6 +38,8 @@ export interface PoliciesOptions {
   onRefusal?: (pool: string, policy: string, reason: string) => void;
   /** Replaces the nonce store the config implies (tests). */
   nonces?: NonceStore;
+  /** The SSRF guard JWKS fetches connect through; absent: allowPrivateTargets off, system DNS. */
+  targets?: ConnectTargets;
 }
 
 export class Policies {
@@ -46,8 +49,11 @@ export class Policies {
   readonly #onRefusal: PoliciesOptions['onRefusal'];
   readonly #nonceOpts: PoliciesOptions;
   #nonces: NonceStore | null;
+  readonly #targets: ConnectTargets | undefined;
+  #jwks: { fetch: JwksFetch; close(): Promise<void> } | null = null;
 
   constructor(opts: PoliciesOptions) {
+    this.#targets = opts.targets;
     this.#trusted = new CidrList(opts.config.trustedProxies ?? []);
     this.#clock = opts.clock ?? Date.now;
     this.#onRefusal = opts.onRefusal;
@@ -59,6 +65,12 @@ export class Policies {
   #nonceStore(): NonceStore {
     this.#nonces ??= this.#nonceOpts.config.redisUrl ? new RedisNonceStore(this.#nonceOpts.config.redisUrl) : new MemoryNonceStore({ clock: this.#clock });
     return this.#nonces;
+  }
+
+  /** One guarded connection pool for every pool's JWKS fetches, created on first use. */
+  #jwksFetch(): JwksFetch {
+    this.#jwks ??= jwksFetcher(this.#targets);
+    return this.#jwks.fetch;
   }
 
   /** The pool's compiled policies; recompiled only when a policy setting changed. */
@@ -82,7 +94,7 @@ export class Policies {
       if (s.accessProxy) list.push(accessProxyPolicy(s.accessProxy));
       if (s.ipAllowlist.length > 0) list.push(ipAllowlistPolicy(s.ipAllowlist));
       if (s.originSigning) list.push(hmacPolicy({ windowSec: s.signatureWindowSec, nonces: this.#nonceStore(), clock: this.#clock }));
-      if (s.jwt) list.push(jwtPolicy(s.jwt));
+      if (s.jwt) list.push(jwtPolicy(s.jwt, s.jwt.jwksUrl ? this.#jwksFetch() : undefined));
     } catch (err) {
       // Settings are validated on write; one that cannot compile (a hand edit) closes the pool, never opens it.
       const broken = refuse(503, 'settings', 'misconfigured', `the pool's policies cannot be applied: ${(err as Error).message}`);
@@ -119,6 +131,7 @@ export class Policies {
 
   async close(): Promise<void> {
     await this.#nonces?.close();
+    await this.#jwks?.close();
   }
 }
 

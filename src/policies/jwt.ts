@@ -2,7 +2,10 @@
 // or a configured header, verified against a JWKS URL (cached, refetched on an unknown kid) or static
 // keys, with issuer, audience, required claims and a bounded clock skew.
 import type { KeyObject } from 'node:crypto';
-import { createRemoteJWKSet, errors, jwtVerify, type JWTVerifyGetKey, type JWTVerifyOptions } from 'jose';
+import { createRemoteJWKSet, customFetch, errors, jwtVerify, type FetchImplementation, type JWTVerifyGetKey, type JWTVerifyOptions } from 'jose';
+import { Agent, fetch as undiciFetch } from 'undici';
+import { guardedConnector, type ConnectTargets } from '../security/connect-guard.js';
+import { systemLookup } from '../security/targets.js';
 import type { JwtPolicy } from '../store/pool-settings.js';
 import { importStaticKey } from './jwt-keys.js';
 import { refuse, type Policy, type PolicyRefusal, type PolicyRequest, type Verdict } from './policy.js';
@@ -33,7 +36,25 @@ function refusalOf(err: unknown): PolicyRefusal {
   return BAD_TOKEN;
 }
 
-export function jwtPolicy(cfg: JwtPolicy): Policy {
+export type JwksFetch = FetchImplementation;
+
+/**
+ * The fetch JWKS requests go through: every connection is re-checked by the SSRF guard (the URL's host was
+ * checked when the setting was written, but its name may resolve elsewhere since). A refused address fails
+ * the fetch, so the pool fails closed (503 jwks_unavailable). Without targets the guard refuses private
+ * addresses and resolves with the system resolver.
+ */
+export function jwksFetcher(targets: ConnectTargets = { allowPrivate: false, lookup: systemLookup }): { fetch: JwksFetch; close(): Promise<void> } {
+  const agent = new Agent({ connect: guardedConnector(targets), keepAliveTimeout: 10_000 });
+  return {
+    // jose hands the global Headers; undici's fetch reads any iterable headers (its types just differ).
+    fetch: (url, options) => undiciFetch(url, { ...options, dispatcher: agent } as unknown as Parameters<typeof undiciFetch>[1]) as unknown as ReturnType<JwksFetch>,
+    close: () => agent.close(),
+  };
+}
+
+/** `fetchJwks`: how the JWKS URL is fetched (jwksFetcher's; absent: jose's default fetch, unguarded). */
+export function jwtPolicy(cfg: JwtPolicy, fetchJwks?: JwksFetch): Policy {
   const header = cfg.header ?? DEFAULT_JWT_HEADER;
   const options: JWTVerifyOptions = {
     issuer: cfg.issuer,
@@ -42,7 +63,11 @@ export function jwtPolicy(cfg: JwtPolicy): Policy {
     requiredClaims: cfg.requiredClaims,
     clockTolerance: cfg.clockSkewSec ?? DEFAULT_CLOCK_SKEW_SEC,
   };
-  const remote: JWTVerifyGetKey | null = cfg.jwksUrl ? createRemoteJWKSet(new URL(cfg.jwksUrl), { timeoutDuration: 5000, cooldownDuration: 30_000 }) : null;
+  const remote: JWTVerifyGetKey | null = cfg.jwksUrl ? createRemoteJWKSet(new URL(cfg.jwksUrl), {
+        timeoutDuration: 5000,
+        cooldownDuration: 30_000,
+        ...(fetchJwks ? { [customFetch]: fetchJwks } : {}),
+      }) : null;
   // Static keys are tried in order (no kid to choose by): the first that verifies wins.
   const keys: KeyObject[] = (cfg.keys ?? []).map((k) => importStaticKey(k));
 

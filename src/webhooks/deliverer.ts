@@ -8,12 +8,12 @@
 // In flight: at most `concurrency` deliveries, and at most `perDestination` for one destination, so a
 // receiver that hangs holds only its own slots (each for at most the 5 s timeout).
 import { readFileSync } from 'node:fs';
-import type { LookupFunction } from 'node:net';
 import { createSecureContext, rootCertificates } from 'node:tls';
 import { Agent } from 'undici';
 import type { Logger } from '../log.js';
 import type { SecretBox } from '../security/secret-box.js';
-import { checkTarget, isPublicAddress, type TargetPolicy } from '../security/targets.js';
+import { guardedConnector } from '../security/connect-guard.js';
+import { checkTarget, type TargetPolicy } from '../security/targets.js';
 import { openCredential } from '../store/credentials.js';
 import { CHANGE_CHANNEL, type Sql } from '../store/sql.js';
 import { retryDelayMs, type RetrySchedule } from './backoff.js';
@@ -89,7 +89,9 @@ export class Deliverer {
     }
     this.#agent = new Agent({
       // One context for every connection (a per-connection `ca` re-parses every root at each handshake).
-      connect: { ...(ca ? { secureContext: createSecureContext({ ca }) } : {}), lookup: guardedLookup(opts.targets) },
+      // Every connection re-resolves through the SSRF guard: a name that passed the check before the send
+      // cannot resolve to a private address for the connection itself (DNS rebinding).
+      connect: guardedConnector(opts.targets, ca ? { secureContext: createSecureContext({ ca }) } : {}),
       // No per-origin connection cap: the in-flight caps above bound sends, and two destinations on one
       // host (paths of one receiver) must not queue behind each other's hanging requests.
       keepAliveTimeout: 10_000,
@@ -315,32 +317,6 @@ export class Deliverer {
     });
     if (deactivated) this.#o.log.warn({ webhook: dest }, `webhook destination deactivated after ${FAILURES_BEFORE_DEACTIVATION} consecutive failed deliveries`);
   }
-}
-
-/**
- * The address lookup of every receiver connection: the names are resolved once more, and the connection is
- * refused when the answer is not public (unless private targets are allowed). Without it a name could pass
- * the check before the send and resolve to a private address for the connection itself (DNS rebinding).
- */
-function guardedLookup(targets: TargetPolicy): LookupFunction {
-  return (hostname, options, callback) => {
-    targets.lookup(hostname).then(
-      (found) => {
-        const want = options.family as number | string | undefined;
-        const family = want === 4 || want === 'IPv4' ? 4 : want === 6 || want === 'IPv6' ? 6 : 0;
-        const list = found
-          .map((address) => ({ address, family: address.includes(':') ? 6 : 4 }))
-          .filter((a) => family === 0 || a.family === family);
-        if (list.length === 0) return callback(Object.assign(new Error(`${hostname} does not resolve`), { code: 'ENOTFOUND' }), '');
-        if (!targets.allowPrivate && list.some((a) => !isPublicAddress(a.address))) {
-          return callback(Object.assign(new Error(`${hostname} resolves to a loopback, private, link-local or reserved address at connect time`), { code: 'ETARGETREFUSED' }), '');
-        }
-        if (options.all) callback(null, list);
-        else callback(null, list[0]!.address, list[0]!.family);
-      },
-      (err: NodeJS.ErrnoException) => callback(err, ''),
-    );
-  };
 }
 
 /** A short reason for the history: timeout, TLS, connection reset, … */
