@@ -17,7 +17,8 @@ import { LockServer } from './lock/server.js';
 import { policiesGate } from './policies/index.js';
 import { RequestMetrics } from './dataplane/pool-metrics.js';
 import { MemoryGovernor } from './governor/memory.js';
-import { redisGovernorFromConfig } from './governor/redis.js';
+import { RedisGovernor, redisGovernorFromConfig } from './governor/redis.js';
+import { RedisLeaseRegistry } from './lock/redis-leases.js';
 import { PoolMetrics } from './metrics/registry.js';
 import { RollupBuffer } from './metrics/rollups.js';
 import { startMetricsServer } from './metrics/server.js';
@@ -207,6 +208,8 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         host: config.host,
         port: config.lockPort,
         governor,
+        // With Redis, leases live there: a slot taken on one node is renewed and released on any other.
+        leases: governor instanceof RedisGovernor ? new RedisLeaseRegistry(governor) : undefined,
         snapshots: dp.snapshots,
         log,
         accessLog: dp.accessLog,

@@ -138,4 +138,32 @@ return 1
 `,
 );
 
-export const SCRIPTS = [ACQUIRE, RELEASE, REFRESH, RENEW] as const;
+/**
+ * The lock API's renew (any node): extends a lease by its term, never beyond its request deadline. Both are
+ * kept in the lease's own key ("<requestDeadline>:<termMs>", written at the grant), so every node applies
+ * the same cap. A lease past its deadline is reclaimed here, whoever asks first.
+ * KEYS: 1 slots, 2 the lease's key. ARGV: 1 lease id.
+ * Returns {1, new deadline} renewed, {0, 0} gone (or not a lock lease), {-1, deadline} capped (unchanged).
+ */
+export const RENEW_CAPPED = script(
+  'renew-capped',
+  `${NOW}
+local score = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]) or '')
+if not score or score <= now then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('DEL', KEYS[2])
+  return {0, 0}
+end
+local m = redis.call('GET', KEYS[2])
+if not m then return {0, 0} end
+local sep = string.find(m, ':', 1, true)
+local cap = tonumber(string.sub(m, 1, sep - 1))
+local term = tonumber(string.sub(m, sep + 1))
+if score >= cap then return {-1, score} end
+local deadline = math.min(now + term, cap)
+redis.call('ZADD', KEYS[1], 'XX', deadline, ARGV[1])
+return {1, deadline}
+`,
+);
+
+export const SCRIPTS = [ACQUIRE, RELEASE, REFRESH, RENEW, RENEW_CAPPED] as const;

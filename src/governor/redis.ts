@@ -6,7 +6,7 @@ import type { Admission, AdmitRequest, BudgetLimits, Governor, Outcome, Permit, 
 import { BudgetShare } from './budget-share.js';
 import { MemoryGovernor } from './memory.js';
 import { WaitQueue, type WaitNode } from './wait-queue.js';
-import { ACQUIRE, REFRESH, RELEASE, RENEW, SCRIPTS, type Script } from './redis-scripts.js';
+import { ACQUIRE, REFRESH, RELEASE, RENEW, RENEW_CAPPED, SCRIPTS, type Script } from './redis-scripts.js';
 
 const MAX_TIMER_MS = 2_147_483_647;
 const HOLD_WEIGHT = 0.1;
@@ -41,7 +41,13 @@ export interface Lease {
   leaseId: string;
   /** Unix ms (Redis clock). */
   deadline: number;
+  /** The lease's own key (its request-deadline cap, when the caller asked for one). */
+  key: string;
+  /** Unix ms (Redis clock): renewals never pass it; null when no cap was asked for. */
+  requestDeadline: number | null;
 }
+
+export type CappedRenewal = { ok: true; leaseDeadline: number } | { ok: false; reason: 'not_found' | 'capped' };
 
 export type LeaseAdmission = { ok: true; lease: Lease; queuedMs: number } | Extract<Admission, { ok: false }>;
 
@@ -52,6 +58,8 @@ interface PoolKeys {
   eff: string;
   line: string;
   lineExp: string;
+  /** Prefix of a lock lease's own key (+ lease id). */
+  lease: string;
 }
 
 class Waiter implements WaitNode<Waiter> {
@@ -260,7 +268,7 @@ export class RedisGovernor implements Governor {
   #keys(l: PoolLimits, budgetCapped: boolean): PoolKeys {
     const tag = budgetCapped && l.budgetId !== null ? `{b:${l.budgetId}}` : `{p:${l.poolId}}`;
     const k = `${this.#prefix}${tag}:${l.poolId}:`;
-    return { tag, slots: `${k}slots`, eff: `${k}eff`, line: `${k}line`, lineExp: `${k}line-exp` };
+    return { tag, slots: `${k}slots`, eff: `${k}eff`, line: `${k}line`, lineExp: `${k}line-exp`, lease: `${k}lease:` };
   }
 
   configure(pools: readonly PoolLimits[], budgets: readonly BudgetLimits[]): void {
@@ -338,8 +346,37 @@ export class RedisGovernor implements Governor {
    * grant unless renewed (renewLease) or released (releaseLease), from this node or any other. `leaseId`
    * lets the caller name the lease (an unguessable slot id); it must be unique within the pool.
    */
-  acquireLease(req: AdmitRequest & { termMs: number; leaseId?: string }): Promise<LeaseAdmission> {
-    return Promise.resolve(this.#acquire(req, Math.max(1, Math.floor(req.termMs)), false, req.leaseId ?? null) as LeaseAdmission | Promise<LeaseAdmission>);
+  async acquireLease(req: AdmitRequest & { termMs: number; leaseId?: string; requestTimeoutMs?: number }): Promise<LeaseAdmission> {
+    const termMs = Math.max(1, Math.floor(req.termMs));
+    const cap = req.requestTimeoutMs === undefined ? null : Math.max(1, Math.floor(req.requestTimeoutMs));
+    // The first term never runs past the cap either.
+    const firstTerm = cap === null ? termMs : Math.min(termMs, cap);
+    const a = await (this.#acquire(req, firstTerm, false, req.leaseId ?? null) as LeaseAdmission | Promise<LeaseAdmission>);
+    if (!a.ok || cap === null) return a;
+    const lease = a.lease;
+    // Granted at deadline − firstTerm on the Redis clock; the cap is kept beside the lease so that every node
+    // renews it the same way (renewCappedLease). It expires one term after the cap, when the lease is gone.
+    const requestDeadline = lease.deadline - firstTerm + cap;
+    try {
+      await this.redis.set(lease.key, `${requestDeadline}:${termMs}`, 'PXAT', requestDeadline + termMs);
+    } catch {
+      const v = this.#views.get(req.poolId);
+      if (v) this.#sendRelease(v.keys, lease.leaseId, v.group);
+      return this.#down() as LeaseAdmission;
+    }
+    return { ok: true, lease: { ...lease, requestDeadline }, queuedMs: a.queuedMs };
+  }
+
+  /**
+   * The lock API's renew from any node: one term more, never past the request deadline stored with the lease
+   * (acquireLease with requestTimeoutMs). Redis reclaims a lease past its deadline here, whoever asks first.
+   */
+  async renewCappedLease(poolId: number, leaseId: string): Promise<CappedRenewal> {
+    const v = this.#views.get(poolId);
+    if (!v) return { ok: false, reason: 'not_found' };
+    const [r, d] = (await this.#eval(RENEW_CAPPED, [v.keys.slots, v.keys.lease + leaseId], [leaseId])) as [number, number];
+    if (r === 1) return { ok: true, leaseDeadline: d };
+    return { ok: false, reason: r === -1 ? 'capped' : 'not_found' };
   }
 
   /** Moves a lease's deadline (Unix ms). False when the lease is gone (released or reclaimed). */
@@ -357,6 +394,8 @@ export class RedisGovernor implements Governor {
     const keys = v.keys;
     v.unacked++;
     let reply: [number, number];
+    // Its cap goes with it (a lease without one has no such key: the DEL is a no-op).
+    void this.redis.del(keys.lease + leaseId).catch(() => {});
     try {
       reply = (await this.#eval(RELEASE, [keys.slots, keys.line], this.#releaseArgs(keys, leaseId, v.group))) as [number, number];
     } finally {
@@ -494,7 +533,7 @@ export class RedisGovernor implements Governor {
       set.add(permit);
       this.#settle(w, { ok: true, permit, queuedMs: mode === 0 || mode === 1 ? 0 : queuedMs });
     } else {
-      this.#settle(w, { ok: true, lease: { poolId: v.limits.poolId, leaseId, deadline }, queuedMs: mode === 2 ? queuedMs : 0 });
+      this.#settle(w, { ok: true, lease: { poolId: v.limits.poolId, leaseId, deadline, key: keys.lease + leaseId, requestDeadline: null }, queuedMs: mode === 2 ? queuedMs : 0 });
     }
     return true;
   }

@@ -265,7 +265,8 @@ export class LockServer {
   }
 
   async #renew(call: LockCall, pool: PoolEntry): Promise<void> {
-    const r = await this.leases.renew(pool.id, call.route.slotId!);
+    const r = await Promise.resolve(this.leases.renew(pool.id, call.route.slotId!)).catch((err: unknown) => this.#storeDown(call, err));
+    if (r === null) return;
     if (r.ok) sendJson(call.client, call.head, 200, { leaseDeadline: r.leaseDeadline });
     else if (r.reason === 'capped') sendError(call.client, call.head, 409, 'capped', 'the slot reached its request deadline; release it');
     else sendError(call.client, call.head, 404, 'not_found', 'no such slot: released, reclaimed or never granted');
@@ -276,8 +277,18 @@ export class LockServer {
     const outcome = parsed.ok ? parseOutcome(parsed.value) : parsed;
     // Validated before anything changes: a refused report leaves the slot held (docs/decisions/lock.md).
     if (!outcome.ok) return sendError(call.client, call.head, 400, 'bad_request', outcome.message);
-    const released = await this.leases.release(pool.id, call.route.slotId!, outcome.value);
+    const released = await Promise.resolve(this.leases.release(pool.id, call.route.slotId!, outcome.value)).catch((err: unknown) =>
+      this.#storeDown(call, err),
+    );
+    if (released === null) return;
     sendJson(call.client, call.head, 200, { released });
+  }
+
+  /** The lease store (Redis) could not be reached: 503, nothing changed that the caller can see. */
+  #storeDown(call: LockCall, err: unknown): null {
+    this.#opts.log.warn({ err }, 'lease store unreachable');
+    sendError(call.client, call.head, 503, 'unavailable', 'the lease store is unreachable; retry', [['retry-after', '1']]);
+    return null;
   }
 
   /** One access-log line per acquire attempt (spec: renew and release are not logged). */
