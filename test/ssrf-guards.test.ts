@@ -10,6 +10,7 @@ import { startTestService, type TestService } from './helpers/service.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
 import { runAdmin } from '../src/admin/commands.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
+import { jwksFetcher } from '../src/policies/jwt.js';
 
 const PUBLIC = '93.184.216.34';
 /** Names the guarded service resolves; tests repoint them to play DNS rebinding. */
@@ -28,6 +29,7 @@ let trapped = 0;
 let guarded: TestService;
 let token: string;
 let teamSlug: string;
+let teamId: number;
 
 t.before(async () => {
   trap = createTcpServer((s) => {
@@ -47,6 +49,7 @@ t.before(async () => {
   const boot = await guarded.bootstrap();
   token = boot.token;
   teamSlug = boot.team.slug;
+  teamId = boot.team.id;
 });
 t.teardown(async () => {
   await guarded?.close();
@@ -102,6 +105,24 @@ t.test('a JWKS host that resolves to loopback at fetch time is not dialled; the 
   t.equal(trapped, before, 'no connection reached the loopback address');
 });
 
+t.test('the JWKS fetcher dials a loopback answer only with allowPrivateTargets', async (t) => {
+  const toLoopback = async () => ['127.0.0.1'];
+  const url = `http://jwks.example.com:${trapPort}/keys`;
+  const opts = { headers: new Headers(), method: 'GET' as const, redirect: 'manual' as const, signal: AbortSignal.timeout(5000) };
+  const refused = jwksFetcher({ allowPrivate: false, lookup: toLoopback });
+  t.teardown(() => refused.close());
+  const before = trapped;
+  const err = await refused.fetch(url, opts).then(() => null, (e: Error & { cause?: { code?: string; message?: string } }) => e);
+  t.equal(err?.cause?.code, 'ETARGETREFUSED');
+  t.match(err?.cause?.message, /jwks\.example\.com resolves to 127\.0\.0\.1/);
+  t.equal(trapped, before, 'refused before dialling');
+  // Control: the same name and resolver with private targets allowed does reach the listener.
+  const allowed = jwksFetcher({ allowPrivate: true, lookup: toLoopback });
+  t.teardown(() => allowed.close());
+  await allowed.fetch(url, opts).catch(() => {});
+  t.equal(trapped, before + 1, 'allowPrivateTargets: dialled');
+});
+
 t.test('an origin that resolves to loopback at connect time is refused: 502 with the reason, slot released', async (t) => {
   const sub = await newPool('origin.example.com');
   t.equal((await guarded.api('PATCH', `/api/v1/pools/${sub}/settings`, { token, body: { require_key: false, max_concurrent: 1 } })).status, 200);
@@ -122,6 +143,26 @@ t.test('an origin that resolves to loopback at connect time is refused: 502 with
     t.match(body.message, /origin\.example\.com resolves to 127\.0\.0\.1.*refused at connect time/);
   }
   t.equal(trapped, before, 'no connection reached the loopback address');
+});
+
+t.test('an IP-literal origin stored before the guard (no lookup runs for it) is refused at connect time too', async (t) => {
+  const sql = guarded.service.sql;
+  const origin = `https://127.0.0.1:${trapPort}`;
+  const { rows } = await sql.query<{ id: number }>(
+    `INSERT INTO pools (team_id, name, subdomain, backend, origin, origin_host, max_concurrent, require_key)
+     VALUES ($1, 'literal', 'literal', 'http', $2, $3, 1, false) RETURNING id`,
+    [teamId, origin, new URL(origin).host],
+  );
+  await sql.notify(CHANGE_CHANNEL, `pool:${rows[0]!.id}`);
+  await guarded.service.dataplane!.snapshots.reload();
+  const proxy = new Pool(guarded.proxyUrl!);
+  t.teardown(() => proxy.close());
+  const before = trapped;
+  const res = await proxy.request({ path: '/', method: 'GET', headers: { host: 'literal.pools.localhost' } });
+  const body = (await res.body.json()) as { error: string; message: string };
+  t.equal(res.statusCode, 502);
+  t.match(body.message, /127\.0\.0\.1, a loopback.*refused at connect time/);
+  t.equal(trapped, before, 'not dialled');
 });
 
 t.test('X-Forwarded-* from a client are replaced; from a trusted proxy they are kept', async (t) => {
