@@ -21,11 +21,17 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 /**
  * Acquire one slot of a pool.
  * KEYS: 1 slots (zset lease id → deadline), 2 effective limit (string), 3 line (zset node → joined at),
- *       4 line liveness (zset node → expiry), 5.. slots of the budget's other member pools.
+ *       4 line liveness (zset node → expiry), 5 RPM gate (hash: rpm per minute, tokens, at), 6 pause (a key
+ *       that lives as long as the upstream asked us to wait), 7.. slots of the budget's other member pools.
  * ARGV: 1 lease id, 2 term ms, 3 max concurrent, 4 node id, 5 mode (0 fail fast, 1 newcomer that may wait,
  *       2 queued waiter), 6 line ttl ms, 7 node still has waiters after this admission (1/0),
- *       8 budget origin max (absent: no budget cap), 9 this pool's reserve, 10.. reserves of KEYS[5..].
- * Returns {admitted 1/0, pool in-flight after, effective limit, lease deadline (ms, Redis clock)}.
+ *       8 budget origin max (absent: no budget cap), 9 this pool's reserve, 10.. reserves of KEYS[7..].
+ * Returns {admitted 1/0, pool in-flight after, effective limit, lease deadline (ms, Redis clock),
+ *          ms until the RPM gate opens (0: the gate did not refuse)}.
+ *
+ * The RPM gate is one token bucket per pool shared by every node: `rpm` per minute, holding at most one
+ * second of it (at least one request), refilled from the time of the last take; a slot is taken only with
+ * a token. A pause (retry hint, spent window) shuts it for the pause key's remaining life.
  *
  * The line makes nodes take turns: a node may take a slot only when more slots are free than nodes queued
  * ahead of it; a node served goes to the back of the line. Expired leases (a dead node's) and expired line
@@ -50,6 +56,26 @@ local mode = tonumber(ARGV[5])
 local ahead = redis.call('ZRANK', KEYS[3], node)
 local inline = ahead ~= false
 if not inline then ahead = redis.call('ZCARD', KEYS[3]) end
+local ttl = tonumber(ARGV[6])
+local gate = redis.call('PTTL', KEYS[6])
+if gate < 0 then gate = 0 end
+local rpm = tonumber(redis.call('HGET', KEYS[5], 'rpm') or '')
+local tokens
+if rpm and rpm > 0 then
+  local rate = rpm / 60000
+  local cap = math.max(1, rpm / 60)
+  tokens = tonumber(redis.call('HGET', KEYS[5], 'tokens') or '')
+  local at = tonumber(redis.call('HGET', KEYS[5], 'at') or '')
+  if not tokens or not at then tokens = cap else tokens = math.min(cap, tokens + math.max(0, now - at) * rate) end
+  if tokens < 1 then gate = math.max(gate, math.ceil((1 - tokens) / rate)) end
+end
+if gate > 0 then
+  if mode > 0 then
+    redis.call('ZADD', KEYS[3], 'NX', now, node)
+    redis.call('ZADD', KEYS[4], now + ttl, node)
+  end
+  return {0, count, limit, 0, gate}
+end
 local ok = count + ahead < limit
 local bmax = tonumber(ARGV[8] or '-1')
 if ok and bmax >= 0 then
@@ -57,20 +83,20 @@ if ok and bmax >= 0 then
   local total = count
   local borrowed = math.max(0, count - reserved)
   local rsum = reserved
-  for i = 5, #KEYS do
+  for i = 7, #KEYS do
     redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
     local c = redis.call('ZCARD', KEYS[i])
-    local r = tonumber(ARGV[i + 5])
+    local r = tonumber(ARGV[i + 3])
     total = total + c
     borrowed = borrowed + math.max(0, c - r)
     rsum = rsum + r
   end
   ok = total < bmax and (count < reserved or borrowed < math.max(0, bmax - rsum))
 end
-local ttl = tonumber(ARGV[6])
 if ok then
   local deadline = now + tonumber(ARGV[2])
   redis.call('ZADD', KEYS[1], deadline, ARGV[1])
+  if tokens then redis.call('HSET', KEYS[5], 'tokens', tokens - 1, 'at', now) end
   if ARGV[7] == '1' then
     redis.call('ZADD', KEYS[3], now, node)
     redis.call('ZADD', KEYS[4], now + ttl, node)
@@ -78,13 +104,13 @@ if ok then
     redis.call('ZREM', KEYS[3], node)
     redis.call('ZREM', KEYS[4], node)
   end
-  return {1, count + 1, limit, deadline}
+  return {1, count + 1, limit, deadline, 0}
 end
 if mode > 0 then
   redis.call('ZADD', KEYS[3], 'NX', now, node)
   redis.call('ZADD', KEYS[4], now + ttl, node)
 end
-return {0, count, limit, 0}
+return {0, count, limit, 0, 0}
 `,
 );
 
@@ -166,4 +192,38 @@ return {1, deadline}
 `,
 );
 
-export const SCRIPTS = [ACQUIRE, RELEASE, REFRESH, RENEW, RENEW_CAPPED] as const;
+/**
+ * Shuts a pool's RPM gate for `ms` on every node (an upstream retry hint or a spent window); a longer pause
+ * already set stays. KEYS: 1 pause. ARGV: 1 ms.
+ */
+export const PAUSE = script(
+  'pause',
+  `
+local ms = tonumber(ARGV[1])
+if redis.call('PTTL', KEYS[1]) < ms then redis.call('SET', KEYS[1], '1', 'PX', ms) end
+return 1
+`,
+);
+
+/**
+ * Publishes a pool's RPM gate rate (per minute) for every node; tokens already earned are kept within the
+ * new capacity. ARGV 1 empty removes the gate. KEYS: 1 gate hash. ARGV: 1 rpm, 2 ttl ms.
+ */
+export const SET_RPM = script(
+  'set-rpm',
+  `
+if ARGV[1] == '' then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+local rpm = tonumber(ARGV[1])
+local cap = math.max(1, rpm / 60)
+local tokens = tonumber(redis.call('HGET', KEYS[1], 'tokens') or '')
+if tokens and tokens > cap then redis.call('HSET', KEYS[1], 'tokens', cap) end
+redis.call('HSET', KEYS[1], 'rpm', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`,
+);
+
+export const SCRIPTS = [ACQUIRE, RELEASE, REFRESH, RENEW, RENEW_CAPPED, PAUSE, SET_RPM] as const;

@@ -6,13 +6,19 @@ import type { Admission, AdmitRequest, BudgetLimits, Governor, Outcome, Permit, 
 import { BudgetShare } from './budget-share.js';
 import { MemoryGovernor } from './memory.js';
 import { WaitQueue, type WaitNode } from './wait-queue.js';
-import { ACQUIRE, REFRESH, RELEASE, RENEW, RENEW_CAPPED, SCRIPTS, type Script } from './redis-scripts.js';
+import { ACQUIRE, PAUSE, REFRESH, RELEASE, RENEW, RENEW_CAPPED, SCRIPTS, SET_RPM, type Script } from './redis-scripts.js';
+import { AdaptiveLimit, SampleKind } from './adaptive-limit.js';
+import { applyRateObject, clearRateInfo, emptyRateInfo, hasRateInfo, parseRateHeaders } from './rate-headers.js';
+import { RpmLearner } from './rpm-learner.js';
 
 const MAX_TIMER_MS = 2_147_483_647;
 const HOLD_WEIGHT = 0.1;
 const RETRY_MIN_MS = 1_000;
 const RETRY_MAX_MS = 60_000;
 const DEFAULT_HOLD_MS = 1_000;
+/** How long a published RPM gate lives in Redis unless published again (a stopped learner cannot hold it). */
+const RPM_TTL_MS = 600_000;
+const RATE = emptyRateInfo();
 
 export type FailurePolicy = 'closed' | 'open';
 
@@ -60,6 +66,9 @@ interface PoolKeys {
   lineExp: string;
   /** Prefix of a lock lease's own key (+ lease id). */
   lease: string;
+  /** The pool's RPM gate (hash) and pause (a key that lives as long as the pause). */
+  rate: string;
+  pause: string;
 }
 
 class Waiter implements WaitNode<Waiter> {
@@ -70,6 +79,8 @@ class Waiter implements WaitNode<Waiter> {
   settled = false;
   /** A newcomer whose first attempt is in flight; counted in its pool's `pending`. */
   pending = false;
+  /** performance.now() after which it no longer waits (a shut RPM gate that opens later refuses at once). */
+  waitUntil = 0;
   constructor(
     readonly view: PoolView,
     readonly seq: number,
@@ -128,10 +139,31 @@ class PoolView {
    */
   unacked = 0;
   avgHoldMs = 0;
+  /** This node's adaptive controller (learns from this node's releases); null while adaptive is off. */
+  adaptive: AdaptiveLimit | null = null;
+  /** Learns the upstream's rate and pauses from this node's releases; the gate itself is in Redis. */
+  readonly rpm = new RpmLearner();
+  /** What this node last published: the adaptive limit, the gate rpm (and when), the pause end. */
+  publishedLimit: number | null = null;
+  publishedRpm = NaN;
+  publishedRpmAt = 0;
+  publishedPause = -Infinity;
+  /** performance.now() until which the last script reply said the RPM gate is shut. */
+  gateUntil = 0;
 
   constructor(readonly gov: RedisGovernor, limits: PoolLimits, keys: PoolKeys) {
     this.limits = limits;
     this.keys = keys;
+    this.learnFrom(limits);
+  }
+
+  /** Applies the adaptive and RPM settings, as the memory governor does for its pools. */
+  learnFrom(limits: PoolLimits): void {
+    const min = Math.min(limits.adaptiveMin ?? 1, limits.maxConcurrent);
+    if (!limits.adaptive || limits.maxConcurrent === 0) this.adaptive = null;
+    else if (this.adaptive === null) this.adaptive = new AdaptiveLimit({ min, max: limits.maxConcurrent });
+    else this.adaptive.setBounds(min, limits.maxConcurrent);
+    this.rpm.setOverride(limits.rpmOverride ?? null, performance.now());
   }
 
   get inFlight(): number {
@@ -176,12 +208,15 @@ function sanitize(l: PoolLimits): PoolLimits {
     queueTimeoutMs: count(l.queueTimeoutMs),
     budgetId: l.budgetId,
     reservedConcurrent: count(l.reservedConcurrent),
+    adaptive: l.adaptive === true,
+    adaptiveMin: Math.max(1, count(l.adaptiveMin ?? 1)),
+    rpmOverride: l.rpmOverride !== undefined && l.rpmOverride !== null && l.rpmOverride > 0 && Number.isFinite(l.rpmOverride) ? l.rpmOverride : null,
   };
 }
 
 const EMPTY_STATE: PoolState = Object.freeze({ inFlight: 0, queued: 0, effectiveLimit: 0, remaining: 0 });
 
-type AcquireReply = [number, number, number, number];
+type AcquireReply = [number, number, number, number, number];
 
 /**
  * Admission shared by every node through Redis. One script call per acquire and per release (auto-pipelined,
@@ -268,7 +303,7 @@ export class RedisGovernor implements Governor {
   #keys(l: PoolLimits, budgetCapped: boolean): PoolKeys {
     const tag = budgetCapped && l.budgetId !== null ? `{b:${l.budgetId}}` : `{p:${l.poolId}}`;
     const k = `${this.#prefix}${tag}:${l.poolId}:`;
-    return { tag, slots: `${k}slots`, eff: `${k}eff`, line: `${k}line`, lineExp: `${k}line-exp`, lease: `${k}lease:` };
+    return { tag, slots: `${k}slots`, eff: `${k}eff`, line: `${k}line`, lineExp: `${k}line-exp`, lease: `${k}lease:`, rate: `${k}rate`, pause: `${k}pause` };
   }
 
   configure(pools: readonly PoolLimits[], budgets: readonly BudgetLimits[]): void {
@@ -282,6 +317,7 @@ export class RedisGovernor implements Governor {
       const v = this.#views.get(limits.poolId);
       if (v) {
         v.limits = limits;
+        v.learnFrom(limits);
         v.active = true;
         if (v.keys.slots !== keys.slots) {
           // The pool joined or left a budget: its count lives under another tag from now on.
@@ -314,8 +350,69 @@ export class RedisGovernor implements Governor {
       pools.map((p) => ({ ...p, maxConcurrent: Math.max(1, Math.floor(p.maxConcurrent / this.#divisor)) })),
       budgets.map((b) => ({ ...b, originMaxConcurrent: b.originMaxConcurrent === null ? null : Math.max(1, Math.floor(b.originMaxConcurrent / this.#divisor)) })),
     );
+    for (const v of this.#views.values()) this.#publish(v);
     // Raised limits admit waiters at once.
     for (const g of this.#groups.values()) this.#pump(g);
+  }
+
+  /**
+   * Feeds one upstream answer to this node's RPM learner and adaptive controller, exactly as the memory
+   * governor reads it (a lock release's `rate` wins over headers; a retry hint counts only on a refusal;
+   * a 429 the rate headers explain is a rate signal, not a concurrency one), then shares the result.
+   * `inFlight` is the pool-wide count with this slot still in it.
+   */
+  #learn(v: PoolView, o: Outcome, held: number, inFlight: number): void {
+    const now = performance.now();
+    const info = o.headers !== undefined ? parseRateHeaders(o.headers, Date.now(), RATE) : clearRateInfo(RATE);
+    if (o.rate !== undefined && o.rate !== null && typeof o.rate === 'object') applyRateObject(o.rate, info);
+    const status = o.status;
+    const throttled = status === 429 || (o.throttled !== undefined && o.throttled > 0);
+    const hint = o.retryAfterMs !== undefined && o.retryAfterMs >= 0 ? o.retryAfterMs : info.retryAfterMs;
+    const refusal = throttled || status === undefined || status === 503;
+    info.retryAfterMs = refusal && hint >= 0 ? hint : NaN;
+    if (hasRateInfo(info)) v.rpm.observe(now, info);
+    if (v.adaptive !== null) {
+      let kind: SampleKind = SampleKind.Ok;
+      if ((throttled || info.retryAfterMs >= 0) && info.remaining !== 0) kind = SampleKind.Throttled;
+      else if (o.dropped === true || status === undefined || status >= 500 || throttled) kind = SampleKind.Dropped;
+      v.adaptive.onSample(now, o.latencyMs ?? held, Math.max(1, inFlight), kind);
+    }
+    this.#publish(v);
+  }
+
+  /**
+   * Shares what this node's learners concluded with every node: its adaptive limit (setEffectiveLimit), the
+   * RPM gate rate (SET_RPM: the bucket itself lives in Redis) and a pause (PAUSE). Each is sent only when
+   * it changed, or again before its TTL runs out; the last node to learn something wins.
+   */
+  #publish(v: PoolView): void {
+    if (this.#closed || !this.connected) return;
+    const now = performance.now();
+    const stale = now - v.publishedRpmAt > RPM_TTL_MS / 2;
+    const limit = v.adaptive === null ? null : v.adaptive.limit;
+    if (limit !== v.publishedLimit || (limit !== null && stale)) {
+      v.publishedLimit = limit;
+      this.setEffectiveLimit(v.limits.poolId, limit, RPM_TTL_MS).catch(() => {
+        v.publishedLimit = null;
+      });
+    }
+    const rpm = v.rpm.gateRpm;
+    const same = rpm === v.publishedRpm || (Number.isNaN(rpm) && Number.isNaN(v.publishedRpm));
+    if (!same || (rpm > 0 && stale)) {
+      v.publishedRpm = rpm;
+      this.#eval(SET_RPM, [v.keys.rate], [rpm > 0 ? String(rpm) : '', String(RPM_TTL_MS)]).catch(() => {
+        v.publishedRpm = NaN;
+      });
+    }
+    if (stale) v.publishedRpmAt = now;
+    const until = v.rpm.pausedUntil;
+    if (until > now && until > v.publishedPause) {
+      v.publishedPause = until;
+      if (until > v.gateUntil) v.gateUntil = until;
+      this.#eval(PAUSE, [v.keys.pause], [String(Math.ceil(until - now))]).catch(() => {
+        v.publishedPause = -Infinity;
+      });
+    }
   }
 
   /**
@@ -390,7 +487,9 @@ export class RedisGovernor implements Governor {
   async releaseLease(poolId: number, leaseId: string, outcome?: Outcome): Promise<boolean> {
     const v = this.#views.get(poolId);
     if (!v) return false;
-    void outcome; // The outcome feeds the adaptive limit, which runs beside the governor.
+    // A lease's hold time is not known here (it may have been granted on another node): the report's
+    // latencyMs, when the lock API sends one, is the latency sample.
+    if (outcome !== undefined) this.#learn(v, outcome, NaN, v.count);
     const keys = v.keys;
     v.unacked++;
     let reply: [number, number];
@@ -433,6 +532,7 @@ export class RedisGovernor implements Governor {
     return new Promise((resolve) => {
       const seq = ++this.#seq;
       const w = new Waiter(v, seq, signal, performance.now(), termMs, keepAlive, resolve, leaseId ?? `${this.nodeId}:${seq}`);
+      w.waitUntil = w.enqueuedAt + (mayWait ? waitMs : 0);
       if (mayWait) signal?.addEventListener('abort', w);
       if (v.queue.size > 0) {
         this.#enqueue(w, waitMs);
@@ -487,7 +587,7 @@ export class RedisGovernor implements Governor {
     const keys = v.keys;
     const g = v.group;
     const leaseId = w.leaseId;
-    const keyList = [keys.slots, keys.eff, keys.line, keys.lineExp];
+    const keyList = [keys.slots, keys.eff, keys.line, keys.lineExp, keys.rate, keys.pause];
     const args = [
       leaseId,
       String(w.termMs),
@@ -514,12 +614,21 @@ export class RedisGovernor implements Governor {
       this.#failWaiter(w);
       return true;
     }
-    const [ok, count, limit, deadline] = reply;
+    const [ok, count, limit, deadline, gate] = reply;
     if (v.keys === keys) {
       v.count = Math.max(0, count - v.unacked);
       v.stored = limit;
     }
-    if (ok !== 1) return false;
+    if (ok !== 1) {
+      if (!(gate > 0)) return false;
+      const at = performance.now();
+      v.gateUntil = at + gate;
+      // The RPM gate is shut on every node: wait for it only when it opens within this waiter's wait.
+      if (at + gate <= w.waitUntil) return false;
+      this.#settle(w, { ok: false, reason: 'rate_limited', queuedMs: at - w.enqueuedAt, retryAfterMs: Math.max(RETRY_MIN_MS, Math.ceil(gate / 1000) * 1000) });
+      if (v.queue.size === 0 && v.pending === 0) this.#leaveLine(v);
+      return true;
+    }
     if (w.settled || this.#closed) {
       this.#sendRelease(keys, leaseId, g);
       return true;
@@ -590,15 +699,16 @@ export class RedisGovernor implements Governor {
     }
   }
 
-  releasePermit(p: RedisPermit, _outcome?: Outcome): void {
+  releasePermit(p: RedisPermit, outcome?: Outcome): void {
     const set = this.#held.get(p.keys.slots);
     set?.delete(p);
     if (set?.size === 0) this.#held.delete(p.keys.slots);
     const v = this.#views.get(p.poolId);
     const current = v !== undefined && v.keys.slots === p.keys.slots ? v : undefined;
     if (current) {
-      if (current.count > 0) current.count--;
       const held = performance.now() - p.grantedAt;
+      if (outcome !== undefined && !this.#closed) this.#learn(current, outcome, held, current.count);
+      if (current.count > 0) current.count--;
       current.avgHoldMs = current.avgHoldMs === 0 ? held : current.avgHoldMs + HOLD_WEIGHT * (held - current.avgHoldMs);
     }
     if (this.#closed) return;
@@ -738,7 +848,8 @@ export class RedisGovernor implements Governor {
     const v = this.#views.get(poolId);
     if (v === undefined) return EMPTY_STATE;
     const limit = v.effectiveLimit();
-    const own = Math.max(0, limit - v.count);
+    // A shut RPM gate takes nothing now, whatever slots are free.
+    const own = v.gateUntil > performance.now() ? 0 : Math.max(0, limit - v.count);
     let remaining = own;
     const g = v.group;
     if (g !== null && g.budgetMax !== null) {

@@ -57,7 +57,7 @@ export class RedisLeaseRegistry implements LeaseRegistry {
 
   /**
    * Rejects while Redis is unreachable (the lock API answers 503; the lease then ends with its term).
-   * The outcome is not applied here: the governor's adaptive limit learns from its own permits.
+   * The outcome feeds this node's RPM learner and adaptive limit, which share what they learn via Redis.
    */
   async release(poolId: number, slotId: string, outcome: Outcome): Promise<boolean> {
     const released = await this.#governor.releaseLease(poolId, slotId, outcome);
