@@ -15,7 +15,7 @@ export class RedisLeaseRegistry implements LeaseRegistry {
    * (Redis clock), after which the lease cannot exist. Entries past it are pruned, so abandoned leases do
    * not pile up here.
    */
-  readonly #local = new Map<string, { poolId: number; until: number }>();
+  readonly #local = new Map<string, { poolId: number; until: number; grantedAt: number }>();
   #grants = 0;
   #closed = false;
 
@@ -32,7 +32,7 @@ export class RedisLeaseRegistry implements LeaseRegistry {
     const termMs = Math.max(1, Math.floor(terms.termMs));
     const requestDeadline = lease.requestDeadline!;
     if (++this.#grants % PRUNE_EVERY === 0) this.#prune(lease.deadline - termMs);
-    this.#local.set(slotId, { poolId: lease.poolId, until: requestDeadline });
+    this.#local.set(slotId, { poolId: lease.poolId, until: requestDeadline, grantedAt: performance.now() });
     return {
       ok: true,
       queuedMs: a.queuedMs,
@@ -60,7 +60,10 @@ export class RedisLeaseRegistry implements LeaseRegistry {
    * The outcome feeds this node's RPM learner and adaptive limit, which share what they learn via Redis.
    */
   async release(poolId: number, slotId: string, outcome: Outcome): Promise<boolean> {
-    const released = await this.#governor.releaseLease(poolId, slotId, outcome);
+    // The hold time is a latency sample only when this node granted the lease (it knows when).
+    const mine = this.#local.get(slotId);
+    const report = mine !== undefined && outcome.latencyMs === undefined ? { ...outcome, latencyMs: performance.now() - mine.grantedAt } : outcome;
+    const released = await this.#governor.releaseLease(poolId, slotId, report);
     this.#local.delete(slotId);
     return released;
   }
