@@ -10,6 +10,7 @@ import { startTestService, type TestService } from './helpers/service.js';
 import { startReceiver, type Receiver } from './helpers/receiver.js';
 import { needServer, PG_URL } from './helpers/servers.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
+import { RESULT_BODY_CAP } from '../src/jobs/limits.js';
 
 const suffix = randomBytes(4).toString('hex');
 const ROLE = `jobsdb_role_${suffix}`;
@@ -158,6 +159,20 @@ if (skip) {
     const raw = await get(env.detail.resultUrl, main.key);
     t.equal(raw.json.rows.length, 400);
     t.equal(raw.json.rows[0][0].length, 1000);
+  });
+
+  t.test('a result over the 8 MiB result cap is stored cut and marked truncated', async (t) => {
+    const r = await sql(main, { query: "SELECT repeat('y', 1000000) AS s FROM generate_series(1, 9)" }, { 'x-service-async': 'true' });
+    t.equal(r.status, 202);
+    const env = await eventOf(main.path, r.body.id);
+    t.same(env.detail, { kind: 'database', status: 200, resultUrl: r.body.result_url, truncated: true });
+    const res = await request(r.body.result_url, { headers: { 'x-service-key': main.key } });
+    const bytes = Buffer.from(await res.body.arrayBuffer());
+    t.equal(res.headers['x-service-job-truncated'], 'true');
+    t.equal(bytes.length, RESULT_BODY_CAP);
+    const polled = await get(r.body.poll_url, main.key);
+    t.match(polled.json.result, { status: 200, truncated: true });
+    t.notOk('data' in polled.json.result);
   });
 
   t.test('busy: with async_on_queue and no free slot the query becomes a job; live gauges on /metrics', async (t) => {
