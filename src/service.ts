@@ -210,6 +210,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         governor,
         // With Redis, leases live there: a slot taken on one node is renewed and released on any other.
         leases: governor instanceof RedisGovernor ? new RedisLeaseRegistry(governor) : undefined,
+        metrics: sink,
         snapshots: dp.snapshots,
         log,
         accessLog: dp.accessLog,

@@ -64,6 +64,7 @@ const POOLGATE_METRICS: Record<string, string> = {
   poolgate_pool_queue_wait_seconds: 'histogram',
   poolgate_upstream_duration_seconds: 'histogram',
   poolgate_policy_refusals_total: 'counter',
+  poolgate_lock_acquires_total: 'counter',
 };
 
 t.test('the registry exposes every poolgate metric once, with process metrics, in valid text format', async (t) => {

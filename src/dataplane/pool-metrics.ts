@@ -1,7 +1,7 @@
 // The data plane's metrics sink: each finished request is counted once, in the Prometheus handles of
 // its pool and in the per-minute rollups behind the Control API's metrics summary.
-import type { Governor } from '../governor/governor.js';
-import { recordAdmission, statusClass, type PoolMetrics, type RequestOutcome } from '../metrics/registry.js';
+import type { Governor, RefusalReason } from '../governor/governor.js';
+import { OUTCOME_OF_REFUSAL, recordAdmission, statusClass, type LockAcquireOutcome, type PoolMetrics, type RequestOutcome } from '../metrics/registry.js';
 import type { RollupBuffer } from '../metrics/rollups.js';
 import type { OutcomeName } from './exchange.js';
 import type { DataplaneMetrics, RequestRecord } from './release.js';
@@ -17,6 +17,28 @@ const EARLY: Partial<Record<OutcomeName, RequestOutcome>> = {
   unavailable: 'unavailable',
   client_aborted: 'aborted',
 };
+
+/** Lock acquires stopped before the governor, by the lock API's outcome name. */
+const LOCK_EARLY: Partial<Record<OutcomeName, LockAcquireOutcome>> = {
+  unauthorized: 'unauthorized',
+  bad_request: 'bad_request',
+  payload_too_large: 'bad_request',
+  unavailable: 'unavailable',
+  client_aborted: 'aborted',
+  internal_error: 'internal_error',
+};
+
+/** One finished lock API acquire on a known pool. */
+export interface LockAcquireRecord {
+  poolId: number;
+  pool: string;
+  /** The governor's answer; null when the attempt stopped before it (auth, body, policies). */
+  admission: { ok: true; queuedMs: number } | { ok: false; reason: RefusalReason; queuedMs: number } | null;
+  /** Whether the acquire waited for its answer (entered the queue). */
+  waited: boolean;
+  /** The lock API's outcome (lease_granted, or the error it answered). */
+  outcome: OutcomeName;
+}
 
 export class RequestMetrics implements DataplaneMetrics {
   readonly #metrics: PoolMetrics;
@@ -60,5 +82,33 @@ export class RequestMetrics implements DataplaneMetrics {
       h.requests.upstream_error.inc();
       if (r.upstreamMs !== null) h.upstream.error.observe(r.upstreamMs / 1000);
     }
+  }
+
+  /**
+   * Counts one lock acquire like a proxy request: a governor answer in the admitted / queued / rejected
+   * totals and the summary rollups (a lease is a slot request), the final outcome in
+   * poolgate_lock_acquires_total. Attempts stopped before the governor count in Prometheus only.
+   */
+  recordLockAcquire(r: LockAcquireRecord): void {
+    const h = this.#metrics.forPool(r.pool);
+    const a = r.admission;
+    if (a === null) {
+      const o = LOCK_EARLY[r.outcome];
+      if (o) h.lockAcquires[o].inc();
+      return;
+    }
+    if (r.waited) h.queued.inc();
+    this.#rollups.add(r.poolId, 'requests');
+    if (r.waited) this.#rollups.add(r.poolId, 'queued');
+    if (!a.ok) {
+      h.rejected[a.reason].inc();
+      h.lockAcquires[OUTCOME_OF_REFUSAL[a.reason] as LockAcquireOutcome].inc();
+      if (a.reason !== 'aborted') this.#rollups.add(r.poolId, 'rejected');
+      return;
+    }
+    h.admitted.inc();
+    h.queueWait.observe(a.queuedMs / 1000);
+    this.#rollups.add(r.poolId, 'admitted');
+    h.lockAcquires[r.outcome === 'lease_granted' ? 'granted' : (LOCK_EARLY[r.outcome] ?? 'internal_error')].inc();
   }
 }

@@ -13,6 +13,7 @@ import type { Exchange, Gate, OutcomeName } from '../dataplane/exchange.js';
 import type { PoolEntry, SnapshotSource } from '../dataplane/snapshot.js';
 import { acquireWait } from './acquire-wait.js';
 import { readBody } from './body.js';
+import type { LockAcquireRecord } from '../dataplane/pool-metrics.js';
 import type { LeaseAdmission, LeaseRegistry } from './lease-registry.js';
 import { MemoryLeaseRegistry } from './memory-leases.js';
 import { parseJsonObject, parseOutcome } from './outcome.js';
@@ -43,6 +44,8 @@ export interface LockServerOptions {
   jobs?: JobRouteDeps | null;
   /** Stage 4 on acquire: the pools' policies (src/policies policiesGate); absent runs none. */
   policies?: PoliciesGate | null;
+  /** Counts each acquire attempt (Prometheus and the metrics summary); absent counts nothing. */
+  metrics?: { recordLockAcquire(r: LockAcquireRecord): void } | null;
 }
 
 /** One lock call as the stages see it: the data plane's Exchange plus the matched route. */
@@ -51,6 +54,8 @@ interface LockCall {
   route: LockRoute;
   client: ClientResponse;
   head: boolean;
+  /** The governor's answer to an acquire, once it came. */
+  governed?: LockAcquireRecord['admission'];
 }
 
 export class LockServer {
@@ -236,6 +241,7 @@ export class LockServer {
     }
     const a = pending;
     ex.queuedMs = a.queuedMs;
+    call.governed = a.ok ? { ok: true, queuedMs: a.queuedMs } : { ok: false, reason: a.reason, queuedMs: a.queuedMs };
     if (!a.ok) {
       if (a.reason === 'aborted' || !client.open) return this.#log(call, 'client_aborted', 0);
       const r = refusalReply(a, governorHeaders(this.#opts.governor, pool.id, a.queuedMs))!;
@@ -296,6 +302,9 @@ export class LockServer {
     const ex = call.ex;
     if (ex.settled) return;
     ex.settled = true;
+    if (ex.pool !== null) {
+      this.#opts.metrics?.recordLockAcquire({ poolId: ex.pool.id, pool: ex.pool.subdomain, admission: call.governed ?? null, waited: ex.waited, outcome });
+    }
     this.#opts.accessLog?.write({
       pool: ex.pool?.subdomain ?? null,
       method: ex.method,

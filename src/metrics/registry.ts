@@ -35,6 +35,24 @@ export const OUTCOME_OF_REFUSAL: Readonly<Record<RefusalReason, RequestOutcome>>
   rate_limited: 'rejected_rate_limited',
 };
 
+/**
+ * The final outcome of one lock API acquire; each attempt on a known pool is counted once in
+ * poolgate_lock_acquires_total. Governor refusals use the request outcomes' names.
+ */
+export const LOCK_ACQUIRE_OUTCOMES = [
+  'granted',
+  'rejected_queue_full',
+  'rejected_no_slot',
+  'rejected_rate_limited',
+  'queue_timeout',
+  'aborted',
+  'unavailable',
+  'unauthorized',
+  'bad_request',
+  'internal_error',
+] as const;
+export type LockAcquireOutcome = (typeof LOCK_ACQUIRE_OUTCOMES)[number];
+
 export const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx', 'error'] as const;
 export type StatusClass = (typeof STATUS_CLASSES)[number];
 
@@ -66,6 +84,7 @@ export interface PoolHandles {
   /** Seconds an admitted request waited for its slot (0 when admitted at once). */
   readonly queueWait: Observe;
   readonly upstream: Readonly<Record<StatusClass, Observe>>;
+  readonly lockAcquires: Readonly<Record<LockAcquireOutcome, Inc>>;
 }
 
 /** What the scrape-time gauges read: the governor's state of each live pool. */
@@ -130,6 +149,13 @@ export class PoolMetrics {
     registers: [this.registry],
   });
 
+  readonly #lockAcquires = new Counter({
+    name: 'poolgate_lock_acquires_total',
+    help: 'Lock API acquire attempts by final outcome; each attempt is counted once (slots granted or refused also count in the admitted, queued and rejected totals).',
+    labelNames: ['pool', 'outcome'] as const,
+    registers: [this.registry],
+  });
+
   readonly #policyRefusals = new Counter({
     name: 'poolgate_policy_refusals_total',
     help: 'Requests a pool policy (ip_allowlist, access_proxy, hmac, jwt) refused before admission, by reason.',
@@ -180,6 +206,7 @@ export class PoolMetrics {
         rejected: record(REFUSAL_REASONS, (reason) => this.#rejected.labels({ pool, reason })),
         queueWait: this.#queueWait.labels({ pool }),
         upstream: record(STATUS_CLASSES, (status_class) => this.#upstream.labels({ pool, status_class })),
+        lockAcquires: record(LOCK_ACQUIRE_OUTCOMES, (outcome) => this.#lockAcquires.labels({ pool, outcome })),
       };
       this.#handles.set(pool, h);
     }
@@ -197,6 +224,7 @@ export class PoolMetrics {
     for (const outcome of REQUEST_OUTCOMES) this.#requests.remove({ pool, outcome });
     for (const reason of REFUSAL_REASONS) this.#rejected.remove({ pool, reason });
     for (const status_class of STATUS_CLASSES) this.#upstream.remove({ pool, status_class });
+    for (const outcome of LOCK_ACQUIRE_OUTCOMES) this.#lockAcquires.remove({ pool, outcome });
     this.#admitted.remove({ pool });
     this.#queued.remove({ pool });
     this.#queueWait.remove({ pool });
