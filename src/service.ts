@@ -1,11 +1,10 @@
 // Starts the roles of one process (control, dataplane, worker) on one store, and stops them in order.
 import { resolve } from 'node:path';
-import ipaddr from 'ipaddr.js';
 import type { Config } from './config/schema.js';
 import { buildControlApp, type ControlApp } from './control/app.js';
 import type { ControlContext } from './control/context.js';
 import { loadMasterKey, SecretBox } from './security/secret-box.js';
-import { systemLookup, type Lookup } from './security/targets.js';
+import { ownHosts, systemLookup, type Lookup } from './security/targets.js';
 import { openStore } from './store/open.js';
 import type { Sql } from './store/sql.js';
 import { acquireDataDirLock, type DataDirLock } from './store/data-dir-lock.js';
@@ -68,24 +67,6 @@ export interface Service {
   close(): Promise<void>;
 }
 
-/**
- * Names that address this service: the pool domain and the public host names of its URLs. Addresses
- * (127.0.0.1, [::1]) and localhost are left to the address check: without a port they do not say "us",
- * and with POOLGATE_ALLOW_PRIVATE_TARGETS a loopback origin on another port is legitimate.
- */
-export function ownHosts(config: Config, urls: string[]): string[] {
-  const hosts = new Set<string>([config.poolDomain]);
-  for (const u of urls) {
-    let host: string;
-    try {
-      host = new URL(u).hostname.toLowerCase().replace(/^\[|\]$/g, '');
-    } catch {
-      continue; // not a URL: nothing to add
-    }
-    if (!ipaddr.isValid(host) && host !== 'localhost') hosts.add(host);
-  }
-  return [...hosts];
-}
 
 export async function startService(opts: ServiceOptions): Promise<Service> {
   const { config } = opts;

@@ -5,9 +5,7 @@ import { AdminUsageError, intOption, need, teamOf, type Command } from './comman
 import { PoolSettingsSchema, SettingsError } from '../store/pool-settings.js';
 import { patchPoolSettings, readPoolSettings, type SettingsPatch } from '../store/pool-settings-store.js';
 import { checkJwksTarget } from '../policies/jwks-target.js';
-import { systemLookup } from '../security/targets.js';
-// A function of the service module (called at run time, so the import cycle through the admin socket is harmless).
-import { ownHosts } from '../service.js';
+import { ownHosts, systemLookup } from '../security/targets.js';
 
 const kebab = (k: string) => k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
 

@@ -54,3 +54,22 @@ export async function checkTarget(rawHost: string, policy: TargetPolicy): Promis
   }
   return { ok: true };
 }
+
+/**
+ * Names that address this service: the pool domain and the public host names of its URLs. Addresses
+ * (127.0.0.1, [::1]) and localhost are left to the address check: without a port they do not say "us",
+ * and with POOLGATE_ALLOW_PRIVATE_TARGETS a loopback origin on another port is legitimate.
+ */
+export function ownHosts(config: { poolDomain: string }, urls: string[]): string[] {
+  const hosts = new Set<string>([config.poolDomain]);
+  for (const u of urls) {
+    let host: string;
+    try {
+      host = new URL(u).hostname.toLowerCase().replace(/^\[|\]$/g, '');
+    } catch {
+      continue; // not a URL: nothing to add
+    }
+    if (!ipaddr.isValid(host) && host !== 'localhost') hosts.add(host);
+  }
+  return [...hosts];
+}
