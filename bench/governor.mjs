@@ -108,7 +108,7 @@ async function rawPairs(port) {
     const loop = async () => {
       while (performance.now() < until) {
         const id = `raw:${++seq}`;
-        await r.evalsha(ACQUIRE.sha, 4, `${k}slots`, `${k}eff`, `${k}line`, `${k}line-exp`, id, '30000', '1000000', 'node', '0', '500', '0');
+        await r.evalsha(ACQUIRE.sha, 6, `${k}slots`, `${k}eff`, `${k}line`, `${k}line-exp`, `${k}rate`, `${k}pause`, id, '30000', '1000000', 'node', '0', '500', '0');
         void r.evalsha(RELEASE.sha, 2, `${k}slots`, `${k}line`, id, 'bench:freed', '{p:1}', '0');
         if (count) pairs++;
       }
@@ -153,7 +153,7 @@ async function main() {
     for (let r = 0; r < ROUNDS; r++) {
       const gov = await redisPairs(port);
       const raw = await rawPairs(port);
-      const acquireOps = benchmark(port, ['EVALSHA', ACQUIRE.sha, '4', `${k}slots`, `${k}eff`, `${k}line`, `${k}line-exp`, 'lease:__rand_int__', '30000', '1000000000', 'node', '0', '500', '0']);
+      const acquireOps = benchmark(port, ['EVALSHA', ACQUIRE.sha, '6', `${k}slots`, `${k}eff`, `${k}line`, `${k}line-exp`, `${k}rate`, `${k}pause`, 'lease:__rand_int__', '30000', '1000000000', 'node', '0', '500', '0']);
       // The release script on random ids from the same range (most are not members: a ZREM that finds
       // nothing, slightly cheaper than the governor's, which always finds its lease).
       const releaseOps = benchmark(port, ['EVALSHA', RELEASE.sha, '2', `${k}slots`, `${k}line`, 'lease:__rand_int__', 'bench:freed', '{p:1}', '0']);
