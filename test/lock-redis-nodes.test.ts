@@ -1,7 +1,10 @@
 // The lock API on two dataplane nodes sharing one PostgreSQL store and one Redis: a slot acquired on node A
 // is renewed and released on node B, the request-timeout cap holds on B, a reclaimed slot is 404 on both,
-// and held slots count against the pool's limit on every node.
+// and held slots count against the pool's limit on every node. While Redis is down, every lock call is 503.
 import t from 'tap';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { createServer } from 'node:net';
 import { Redis } from 'ioredis';
 import { Pool } from 'undici';
 import { startTestService, type TestService } from './helpers/service.js';
@@ -144,4 +147,74 @@ t.test('a slot of one pool is not found through another pool, on either node', a
   t.equal((await post(lockB, `/pools/ln-other/lock/${slot}/renew`, k2)).status, 404, 'renew through another pool: 404');
   t.same((await post(lockB, `/pools/ln-other/lock/${slot}/release`, k2)).json, { released: false }, 'release through another pool: false');
   t.same((await post(lockB, `/pools/ln-own/lock/${slot}/release`, k1)).json, { released: true }, 'still held by its own pool');
+});
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+    s.once('error', reject);
+  });
+}
+
+/** A private redis-server (no persistence) this test may kill. */
+async function startRedis(port: number): Promise<ChildProcess> {
+  const proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+  for (let i = 0; i < 100; i++) {
+    const probe = new Redis({ port, lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
+    probe.on('error', () => {});
+    try {
+      await probe.connect();
+      await probe.ping();
+      probe.disconnect();
+      return proc;
+    } catch {
+      probe.disconnect();
+      await sleep(50);
+    }
+  }
+  proc.kill('SIGKILL');
+  throw new Error('redis-server did not start');
+}
+
+t.test('while Redis is down, acquire, renew and release answer 503', async (t) => {
+  const port = await freePort();
+  let redis = await startRedis(port);
+  const svc = await startTestService({ overrides: { redisUrl: `redis://127.0.0.1:${port}` } });
+  const client = new Pool(svc.lockUrl!, { connections: 4 });
+  t.teardown(async () => {
+    await client.close();
+    await svc.close();
+    redis.kill('SIGKILL');
+  });
+  const boot = await svc.bootstrap();
+  const sql = svc.service.sql;
+  const { rows } = await sql.query<{ id: number }>(
+    `INSERT INTO pools (team_id, name, subdomain, backend, origin, origin_host, max_concurrent, require_key, settings)
+     VALUES ($1, 'ln-down', 'ln-down', 'http', 'https://origin.example', 'origin.example', 1, true, $2::jsonb) RETURNING id`,
+    [boot.team.id, JSON.stringify({ leaseTermMs: 30_000 })],
+  );
+  await sql.notify(CHANGE_CHANNEL, `pool:${rows[0]!.id}`);
+  await svc.service.dataplane!.snapshots.reload();
+  const minted = await svc.api('POST', '/api/v1/pools/ln-down/keys', { token: boot.token, body: {} });
+  const key = minted.body.data.key as string;
+  await svc.service.dataplane!.snapshots.reload();
+
+  const g = await post(client, '/pools/ln-down/lock/acquire', key);
+  t.equal(g.status, 200, 'granted while Redis is up');
+  const slot = g.json.slotId as string;
+  redis.kill('SIGKILL');
+  await once(redis, 'exit');
+  await sleep(100);
+
+  const renew = await post(client, `/pools/ln-down/lock/${slot}/renew`, key);
+  t.equal(renew.status, 503, 'renew: 503');
+  t.equal(renew.json.error, 'unavailable');
+  const release = await post(client, `/pools/ln-down/lock/${slot}/release`, key);
+  t.equal(release.status, 503, 'release: 503 (the caller cannot know whether its slot is held)');
+  const acquire = await post(client, '/pools/ln-down/lock/acquire', key);
+  t.equal(acquire.status, 503, 'acquire: 503');
 });
