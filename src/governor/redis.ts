@@ -81,6 +81,10 @@ class Waiter implements WaitNode<Waiter> {
   pending = false;
   /** performance.now() after which it no longer waits (a shut RPM gate that opens later refuses at once). */
   waitUntil = 0;
+  /** Its acquire script is on its way to Redis or back: the answer may be a slot. */
+  attempting = false;
+  /** Its wait ended (timeout, abort) during an attempt: settled once that attempt's answer is in. */
+  ended: RefusalReason | null = null;
   constructor(
     readonly view: PoolView,
     readonly seq: number,
@@ -606,18 +610,38 @@ export class RedisGovernor implements Governor {
       }
     }
     let reply: AcquireReply;
+    w.attempting = true;
     try {
       reply = (await this.#eval(ACQUIRE, keyList, args)) as AcquireReply;
     } catch (err) {
+      w.attempting = false;
       // The answer is unknown: the lease may exist. Release it once Redis is back; refuse or fall back.
       this.#unsent.set(leaseId, { keys, leaseId });
       this.#failWaiter(w);
       return true;
     }
+    w.attempting = false;
     const [ok, count, limit, deadline, gate] = reply;
     if (v.keys === keys) {
       v.count = Math.max(0, count - v.unacked);
       v.stored = limit;
+    }
+    // The wait ended while this attempt was out (giveUp deferred it). Refused: the refusal stands now. Granted
+    // after a timeout: the slot is the caller's (the deciding round trip was already on its way). Granted
+    // after an abort: the slot goes straight back.
+    const ended = w.ended;
+    if (ended !== null && !w.settled) {
+      w.ended = null;
+      if (ok !== 1 || ended !== 'queue_timeout') {
+        if (ok === 1) {
+          // Counted as this node's release, like a permit's: the reply's count already includes the lease.
+          const current = v.keys === keys ? v : undefined;
+          if (current && current.count > 0) current.count--;
+          this.#sendRelease(keys, leaseId, g, current);
+        }
+        this.giveUp(w, ended);
+        return true;
+      }
     }
     if (ok !== 1) {
       if (!(gate > 0)) return false;
@@ -667,6 +691,13 @@ export class RedisGovernor implements Governor {
   /** A waiter's wait ended (timeout or abort) before it got a slot. */
   giveUp(w: Waiter, reason: RefusalReason): void {
     if (w.settled) return;
+    // An attempt is out: its script may grant a slot in Redis after we answered "no", and that ghost lease
+    // would refuse the next caller while nobody shows as waiting or in flight here. The waiter stays queued
+    // until the answer is in (one round trip) and #attempt settles it.
+    if (w.attempting) {
+      w.ended ??= reason;
+      return;
+    }
     const v = w.view;
     const queuedMs = performance.now() - w.enqueuedAt;
     this.#settle(w, reason === 'queue_timeout' ? { ok: false, reason, queuedMs, retryAfterMs: v.retryAfterMs() } : { ok: false, reason, queuedMs });
