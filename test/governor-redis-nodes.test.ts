@@ -11,7 +11,6 @@
 import t from 'tap';
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { once } from 'node:events';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { Pool } from 'undici';
@@ -20,6 +19,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import { readFileSync, rmSync } from 'node:fs';
 import { selfSignedCert, startOrigin } from './helpers/origin.js';
 import { needServer, REDIS_URL } from './helpers/servers.js';
+import { freePort, startRedisServer } from './helpers/redis-server.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -183,39 +183,10 @@ t.test('N dataplane processes share one max_concurrent through Redis', { skip: s
   t.equal(left, 0, 'no lease left behind in Redis');
 });
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-    s.once('error', reject);
-  });
-}
-
-async function startRedis(port: number) {
-  const proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
-  for (let i = 0; i < 100; i++) {
-    const probe = new Redis({ port, lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
-    probe.on('error', () => {});
-    try {
-      await probe.connect();
-      await probe.ping();
-      probe.disconnect();
-      return proc;
-    } catch {
-      probe.disconnect();
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
-  proc.kill('SIGKILL');
-  throw new Error('redis-server did not start');
-}
 
 t.test('Redis down: the data plane fails closed with 503 governor_unavailable, and recovers by itself', { skip: skipRedis }, async (t) => {
   const port = await freePort();
-  let redis = await startRedis(port);
+  let redis = await startRedisServer(port);
   t.teardown(() => {
     redis.kill('SIGKILL');
   });
@@ -251,7 +222,7 @@ t.test('Redis down: the data plane fails closed with 503 governor_unavailable, a
   t.equal(down.body?.error, 'governor_unavailable', 'the refusal says the governor is unavailable');
   t.ok(down.retryAfter, 'with Retry-After');
   t.equal(origin.count, 1, 'nothing reached the origin while Redis was down');
-  redis = await startRedis(port);
+  redis = await startRedisServer(port);
   let back = await call();
   for (let i = 0; i < 100 && back.status !== 200; i++) {
     await new Promise((r) => setTimeout(r, 50));

@@ -3,13 +3,12 @@
 // stored effective limit, lock API leases, and surviving a Redis restart (fail closed / fail open).
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
 import { Redis } from 'ioredis';
 import { RedisGovernor, type RedisGovernorOptions } from '../src/governor/redis.js';
 import type { Admission, Permit } from '../src/governor/governor.js';
 import { governorSuite, pool } from './helpers/governor-suite.js';
 import { needServer, REDIS_URL } from './helpers/servers.js';
+import { freePort, startRedisServer } from './helpers/redis-server.js';
 
 const RUN = `pgtest:${randomBytes(4).toString('hex')}:`;
 let n = 0;
@@ -187,35 +186,6 @@ t.test('redis governor', { skip: await needServer('redis') }, async (t) => {
 });
 
 /** A port nobody listens on now. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-    s.once('error', reject);
-  });
-}
-
-async function startRedis(port: number): Promise<ChildProcess> {
-  const proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
-  for (let i = 0; i < 100; i++) {
-    const probe = new Redis({ port, lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
-    probe.on("error", () => {});
-    try {
-      await probe.connect();
-      await probe.ping();
-      probe.disconnect();
-      return proc;
-    } catch {
-      probe.disconnect();
-      await sleep(50);
-    }
-  }
-  proc.kill('SIGKILL');
-  throw new Error('redis-server did not start');
-}
 
 async function until(cond: () => boolean, ms: number): Promise<boolean> {
   const end = Date.now() + ms;
@@ -228,7 +198,7 @@ async function until(cond: () => boolean, ms: number): Promise<boolean> {
 
 t.test('Redis killed and restarted', { skip: await needServer('redis') }, async (t) => {
   const port = await freePort();
-  let proc = await startRedis(port);
+  let proc = await startRedisServer(port);
   t.teardown(() => {
     proc.kill('SIGKILL');
   });
@@ -249,7 +219,7 @@ t.test('Redis killed and restarted', { skip: await needServer('redis') }, async 
     t.match(await gov.acquire({ poolId: 1, waitMs: 0 }), { ok: false, reason: 'unavailable', backendDown: true });
     // Released while Redis is down: sent once it is back.
     blocked.release();
-    proc = await startRedis(port);
+    proc = await startRedisServer(port);
     t.ok(await until(() => gov.connected, 5000), 'reconnected by itself');
     const probe = new Redis(url);
     t.teardown(() => probe.disconnect());
@@ -281,7 +251,7 @@ t.test('Redis killed and restarted', { skip: await needServer('redis') }, async 
     t.match(await gov.acquire({ poolId: 1, waitMs: 0 }), { ok: false, reason: 'no_slot' }, 'local limit 4 / 2 = 2');
     a.release();
     b.release();
-    proc = await startRedis(port);
+    proc = await startRedisServer(port);
     t.ok(await until(() => gov.connected, 5000));
     const c = permit(await gov.acquire({ poolId: 1, waitMs: 0 }));
     t.equal(gov.state(1).inFlight, 1, 'back on Redis');

@@ -2,13 +2,12 @@
 // is renewed and released on node B, the request-timeout cap holds on B, a reclaimed slot is 404 on both,
 // and held slots count against the pool's limit on every node. While Redis is down, every lock call is 503.
 import t from 'tap';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { createServer } from 'node:net';
 import { Redis } from 'ioredis';
 import { Pool } from 'undici';
 import { startTestService, type TestService } from './helpers/service.js';
 import { needServer, REDIS_URL } from './helpers/servers.js';
+import { freePort, startRedisServer } from './helpers/redis-server.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 
 /** A database index of its own, flushed at start: pool ids of a fresh store would meet older runs' keys. */
@@ -149,40 +148,10 @@ t.test('a slot of one pool is not found through another pool, on either node', a
   t.same((await post(lockB, `/pools/ln-own/lock/${slot}/release`, k1)).json, { released: true }, 'still held by its own pool');
 });
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-    s.once('error', reject);
-  });
-}
-
-/** A private redis-server (no persistence) this test may kill. */
-async function startRedis(port: number): Promise<ChildProcess> {
-  const proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
-  for (let i = 0; i < 100; i++) {
-    const probe = new Redis({ port, lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
-    probe.on('error', () => {});
-    try {
-      await probe.connect();
-      await probe.ping();
-      probe.disconnect();
-      return proc;
-    } catch {
-      probe.disconnect();
-      await sleep(50);
-    }
-  }
-  proc.kill('SIGKILL');
-  throw new Error('redis-server did not start');
-}
 
 t.test('while Redis is down, acquire, renew and release answer 503', async (t) => {
   const port = await freePort();
-  let redis = await startRedis(port);
+  let redis = await startRedisServer(port);
   const svc = await startTestService({ overrides: { redisUrl: `redis://127.0.0.1:${port}` } });
   const client = new Pool(svc.lockUrl!, { connections: 4 });
   t.teardown(async () => {

@@ -11,6 +11,7 @@ import type {
   PoolState,
   RefusalReason,
 } from './governor.js';
+import { EMPTY_STATE, sanitizeLimits } from './limits.js';
 import { AdaptiveLimit, SampleKind } from './adaptive-limit.js';
 import { BudgetShare } from './budget-share.js';
 import { applyRateObject, clearRateInfo, emptyRateInfo, hasRateInfo, parseRateHeaders, type RateInfo } from './rate-headers.js';
@@ -321,22 +322,7 @@ function pumpBudget(b: BudgetShare<PoolSlots>): void {
   if (b.waiting > 0) for (const p of b.members) p.armGate();
 }
 
-function sanitize(l: PoolLimits): PoolLimits {
-  const count = (n: number): number => (Number.isFinite(n) && n > 0 ? Math.floor(n) : 0);
-  return {
-    poolId: l.poolId,
-    maxConcurrent: count(l.maxConcurrent),
-    queueLength: count(l.queueLength),
-    queueTimeoutMs: count(l.queueTimeoutMs),
-    budgetId: l.budgetId,
-    reservedConcurrent: count(l.reservedConcurrent),
-    adaptive: l.adaptive === true,
-    adaptiveMin: Math.max(1, count(l.adaptiveMin ?? 1)),
-    rpmOverride: l.rpmOverride !== undefined && l.rpmOverride !== null && l.rpmOverride > 0 && Number.isFinite(l.rpmOverride) ? l.rpmOverride : null,
-  };
-}
 
-const EMPTY_STATE: PoolState = Object.freeze({ inFlight: 0, queued: 0, effectiveLimit: 0, remaining: 0 });
 
 /**
  * Admission for one node. A free slot is granted synchronously (no promise, two small objects); otherwise
@@ -361,7 +347,7 @@ export class MemoryGovernor implements Governor {
   configure(pools: readonly PoolLimits[], budgets: readonly BudgetLimits[]): void {
     const seen = new Set<number>();
     for (const raw of pools) {
-      const limits = sanitize(raw);
+      const limits = sanitizeLimits(raw);
       seen.add(limits.poolId);
       const p = this.#pools.get(limits.poolId);
       if (p) {

@@ -3,6 +3,7 @@
 import { randomBytes } from 'node:crypto';
 import { Redis, type RedisOptions } from 'ioredis';
 import type { Admission, AdmitRequest, BudgetLimits, Governor, Outcome, Permit, PoolLimits, PoolState, RefusalReason } from './governor.js';
+import { EMPTY_STATE, sanitizeLimits } from './limits.js';
 import { BudgetShare } from './budget-share.js';
 import { MemoryGovernor } from './memory.js';
 import { WaitQueue, type WaitNode } from './wait-queue.js';
@@ -203,22 +204,7 @@ class Group {
   constructor(readonly tag: string, readonly budgetMax: number | null) {}
 }
 
-function sanitize(l: PoolLimits): PoolLimits {
-  const count = (n: number): number => (Number.isFinite(n) && n > 0 ? Math.floor(n) : 0);
-  return {
-    poolId: l.poolId,
-    maxConcurrent: count(l.maxConcurrent),
-    queueLength: count(l.queueLength),
-    queueTimeoutMs: count(l.queueTimeoutMs),
-    budgetId: l.budgetId,
-    reservedConcurrent: count(l.reservedConcurrent),
-    adaptive: l.adaptive === true,
-    adaptiveMin: Math.max(1, count(l.adaptiveMin ?? 1)),
-    rpmOverride: l.rpmOverride !== undefined && l.rpmOverride !== null && l.rpmOverride > 0 && Number.isFinite(l.rpmOverride) ? l.rpmOverride : null,
-  };
-}
 
-const EMPTY_STATE: PoolState = Object.freeze({ inFlight: 0, queued: 0, effectiveLimit: 0, remaining: 0 });
 
 type AcquireReply = [number, number, number, number, number];
 
@@ -315,7 +301,7 @@ export class RedisGovernor implements Governor {
     for (const b of budgets) if (b.originMaxConcurrent !== null) caps.set(b.budgetId, Math.max(0, Math.floor(b.originMaxConcurrent)));
     const seen = new Set<number>();
     for (const raw of pools) {
-      const limits = sanitize(raw);
+      const limits = sanitizeLimits(raw);
       seen.add(limits.poolId);
       const keys = this.#keys(limits, limits.budgetId !== null && caps.has(limits.budgetId));
       const v = this.#views.get(limits.poolId);
