@@ -1,5 +1,6 @@
 // One pool request as the stages see it, and the answer a stage gives to stop it.
 import type { Admission, Permit } from '../governor/governor.js';
+import type { HttpRequest } from 'uWebSockets.js';
 import type { KeyEntry, PoolEntry, Snapshot } from './snapshot.js';
 
 /** What the access log and metrics call the way a request ended. */
@@ -73,3 +74,13 @@ export interface Exchange {
 
 /** A synchronous gate: null lets the request continue, a Reply stops it. Gates never throw to refuse. */
 export type Gate = (ex: Exchange) => Reply | null;
+
+/** The request's headers (lower-case names; repeated headers joined with ", "), read while `req` is valid. */
+export function readRequestHeaders(req: HttpRequest): Record<string, string> {
+  const headers: Record<string, string> = {};
+  req.forEach((k, v) => {
+    const prev = headers[k];
+    headers[k] = prev === undefined ? v : `${prev}, ${v}`;
+  });
+  return headers;
+}

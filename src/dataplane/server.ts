@@ -12,7 +12,7 @@ import { AccessLog } from './access-log.js';
 import { admit, refusalReply, requestedWait, governorHeaders } from './admit.js';
 import { authenticateGate } from './authenticate.js';
 import { ClientResponse } from './client-response.js';
-import { reply, type Exchange, type Gate, type Reply } from './exchange.js';
+import { readRequestHeaders, reply, type Exchange, type Gate, type Reply } from './exchange.js';
 import { forward, Upstreams } from './forward.js';
 import { releaseStage, type DataplaneMetrics, type Settlement } from './release.js';
 import { RequestBody } from './request-body.js';
@@ -158,11 +158,7 @@ export class Dataplane {
     // Everything from req is read here, synchronously: it is invalid after the handler returns.
     const method = req.getCaseSensitiveMethod();
     const client = new ClientResponse(res, method === 'HEAD');
-    const headers: Record<string, string> = {};
-    req.forEach((k, v) => {
-      const prev = headers[k];
-      headers[k] = prev === undefined ? v : `${prev}, ${v}`;
-    });
+    const headers = readRequestHeaders(req);
     const ex: Exchange = {
       method,
       path: req.getUrl(),

@@ -76,7 +76,6 @@ async function readBody(body: RequestBody): Promise<Buffer> {
  * job is stored. Resolves (never rejects) with how the request ended.
  */
 export async function acceptJob(intake: JobIntake, ex: Exchange, client: ClientResponse, body: RequestBody | null, reason: JobReason): Promise<Settlement> {
-  const pool = ex.pool!;
   const fail = (r: Reply, closeConnection: boolean): Settlement => {
     client.sendReply(r, null, closeConnection);
     return { outcome: r.error, status: r.status };

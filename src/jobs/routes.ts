@@ -2,6 +2,7 @@
 // /pools/:pool/jobs/:id and /pools/:pool/jobs/:id/result beside whatever else the listener serves.
 import type { HttpRequest, HttpResponse, TemplatedApp } from 'uWebSockets.js';
 import { ClientResponse } from '../dataplane/client-response.js';
+import { readRequestHeaders } from '../dataplane/exchange.js';
 import type { Logger } from '../log.js';
 import { answerJobPoll, matchJobRoute, type JobPollDeps, type JobRoute, type PollAnswer, type PollRequest } from './poll.js';
 
@@ -37,11 +38,7 @@ export async function servePoll(deps: JobRouteDeps, client: ClientResponse, rout
 
 /** Reads what a poll needs from a uWS request (valid only synchronously inside the handler). */
 export function readPollRequest(res: HttpResponse, req: HttpRequest): PollRequest {
-  const headers: Record<string, string> = {};
-  req.forEach((k, v) => {
-    const prev = headers[k];
-    headers[k] = prev === undefined ? v : `${prev}, ${v}`;
-  });
+  const headers = readRequestHeaders(req);
   return {
     method: req.getCaseSensitiveMethod(),
     path: req.getUrl(),

@@ -9,7 +9,7 @@ import type { AccessLog } from '../dataplane/access-log.js';
 import { governorHeaders, refusalReply } from '../dataplane/admit.js';
 import { authenticateGate } from '../dataplane/authenticate.js';
 import { ClientResponse } from '../dataplane/client-response.js';
-import type { Exchange, Gate, OutcomeName } from '../dataplane/exchange.js';
+import { readRequestHeaders, type Exchange, type Gate, type OutcomeName } from '../dataplane/exchange.js';
 import type { PoolEntry, SnapshotSource } from '../dataplane/snapshot.js';
 import { acquireWait } from './acquire-wait.js';
 import { readBody } from './body.js';
@@ -109,11 +109,7 @@ export class LockServer {
     const head = method === 'HEAD';
     const client = new ClientResponse(res, head);
     const route = matchLockRoute(req.getUrl());
-    const headers: Record<string, string> = {};
-    req.forEach((k, v) => {
-      const prev = headers[k];
-      headers[k] = prev === undefined ? v : `${prev}, ${v}`;
-    });
+    const headers = readRequestHeaders(req);
     const ex: Exchange = {
       method,
       path: req.getUrl(),
