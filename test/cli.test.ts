@@ -1,6 +1,7 @@
 // The real binary: `node bin/poolgate.js start | control | admin …` as an operator runs it, on a temp data dir.
 import t from 'tap';
-import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { spawnListening, type Listening } from './helpers/process.js';
+import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -66,31 +67,10 @@ async function run(args: string[], extra: Record<string, string> = {}, timeoutMs
   return { code, signal, stdout, stderr };
 }
 
-interface Running { child: ChildProcessWithoutNullStreams; listening: Record<string, unknown>; output(): { stdout: string; stderr: string } }
+type Running = Listening;
 
 /** Starts `poolgate start` and waits for its listening line. */
-async function start(): Promise<Running> {
-  const child = spawn(process.execPath, [BIN, 'start'], { cwd: ROOT, env: env() });
-  let stdout = '';
-  let stderr = '';
-  child.stderr.on('data', (c: Buffer) => (stderr += c));
-  const line = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no listening line within 30 s; stderr: ${stderr}`)), 30_000);
-    child.stdout.on('data', (c: Buffer) => {
-      stdout += c;
-      const nl = stdout.indexOf('\n');
-      if (nl >= 0) {
-        clearTimeout(timer);
-        resolve(stdout.slice(0, nl));
-      }
-    });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`poolgate start exited (${code}) before listening: ${stderr}`));
-    });
-  });
-  return { child, listening: JSON.parse(line) as Record<string, unknown>, output: () => ({ stdout, stderr }) };
-}
+const start = (): Promise<Running> => spawnListening([BIN, 'start'], { cwd: ROOT, env: env(), name: 'poolgate start' });
 
 async function stop(p: Running): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
   const exited = once(p.child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;

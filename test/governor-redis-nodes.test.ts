@@ -9,7 +9,8 @@
 // request: that count overshoots (12–14 here; 18 with one memory-governor process at the helper), the
 // arrival → end count does not.
 import t from 'tap';
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { spawnListening } from './helpers/process.js';
+import type { ChildProcessWithoutNullStreams } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
@@ -34,30 +35,13 @@ interface Node {
 
 /** Starts `poolgate dataplane` (the CLI entry, run from source) and waits for its listening line. */
 async function startNode(env: Record<string, string>): Promise<Node> {
-  const child = spawn(process.execPath, ['--import', 'tsx', '-e', "import('./src/cli.ts').then((m) => m.main(['dataplane']))"], {
+  const { child, listening, output } = await spawnListening(['--import', 'tsx', '-e', "import('./src/cli.ts').then((m) => m.main(['dataplane']))"], {
     cwd: ROOT,
     env: { ...process.env, ...env },
+    timeoutMs: 40_000,
+    name: 'dataplane',
   });
-  let stdout = '';
-  let stderr = '';
-  child.stderr.on('data', (c: Buffer) => (stderr += c));
-  const line = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no listening line within 40 s; stderr: ${stderr}`)), 40_000);
-    child.stdout.on('data', (c: Buffer) => {
-      stdout += c;
-      const nl = stdout.indexOf('\n');
-      if (nl >= 0) {
-        clearTimeout(timer);
-        resolve(stdout.slice(0, nl));
-      }
-    });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`dataplane exited (${code}) before listening: ${stderr}`));
-    });
-  });
-  const listening = JSON.parse(line) as { proxy: number };
-  return { child, proxy: listening.proxy, stderr: () => stderr };
+  return { child, proxy: listening.proxy as number, stderr: () => output().stderr };
 }
 
 async function stopNode(n: Node): Promise<void> {

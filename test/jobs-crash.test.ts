@@ -3,7 +3,8 @@
 // again: every accepted job reaches a terminal status (none lost, none stuck running) and every
 // terminal job has its webhook delivery (pending in the outbox or already attempted).
 import t from 'tap';
-import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { spawnListening } from './helpers/process.js';
+import { spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { createServer, type Server } from 'node:https';
@@ -86,26 +87,8 @@ interface Running {
 }
 
 async function start(): Promise<Running> {
-  const child = spawn(process.execPath, [BIN, 'start'], { cwd: ROOT, env: env() });
-  let stdout = '';
-  let stderr = '';
-  child.stderr.on('data', (c: Buffer) => (stderr = (stderr + c).slice(-4000)));
-  const line = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no listening line within 30 s; stderr: ${stderr}`)), 30_000);
-    child.stdout.on('data', (c: Buffer) => {
-      stdout += c;
-      const nl = stdout.indexOf('\n');
-      if (nl >= 0) {
-        clearTimeout(timer);
-        resolve(stdout.slice(0, nl));
-      }
-    });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`poolgate start exited (${code}) before listening: ${stderr}`));
-    });
-  });
-  return { child, ports: JSON.parse(line) as Record<string, number> };
+  const { child, listening } = await spawnListening([BIN, 'start'], { cwd: ROOT, env: env(), name: 'poolgate start' });
+  return { child, ports: listening as Record<string, number> };
 }
 
 async function api(p: Running, token: string, method: 'GET' | 'POST', path: string, body?: unknown): Promise<any> {
