@@ -4,18 +4,19 @@
 // Usage: npm run bench:proxy   (env BENCH_DURATION seconds, default 8; BENCH_WARMUP, default 2;
 // BENCH_CONNECTIONS, default "50,100"; BENCH_CPU_PROF=<dir> runs poolgate with --cpu-prof into dir;
 // BENCH_LABEL names the run in the JSON; BENCH_TARGETS=direct,poolgate,nginx,node_peer picks targets;
-// BENCH_NO_SECTION=1 leaves RESULTS.md alone). Writes bench/out/proxy-*.json and the "## Proxy" section.
+// BENCH_NO_SECTION=1 leaves RESULTS.md alone; BENCH_ROUNDS=N measures every target N times, interleaved, and reports medians; BENCH_THREADS=N adds poolgate with N data plane threads,
+// default 2, 0 for none). Writes bench/out/proxy-*.json and the "## Proxy" section.
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
-import { api, root, startPoolgate } from './lib/poolgate.mjs';
+import { apiCaller, root, startPoolgate } from './lib/poolgate.mjs';
 import { measure } from './lib/load.mjs';
 import { machine, writeJson, writeSection, RESULTS_PATH } from './lib/results.mjs';
 import { startChild } from './lib/child.mjs';
 import { startNginx } from './lib/nginx.mjs';
-import { ensureTool, wrk } from './lib/wrk.mjs';
+import { ensureTool, wrkSpread } from './lib/wrk.mjs';
 import { paced } from './lib/paced.mjs';
 
 function intEnv(name, def, min) {
@@ -31,6 +32,12 @@ const settings = {
   connections: (process.env.BENCH_CONNECTIONS || '50,100').split(',').map(Number),
   // The open-loop row: this many requests per second over the first connection count (0: no such row).
   paced_rate: intEnv('BENCH_RATE', 2000, 0),
+  // A second poolgate with this many data plane threads on the one proxy port (SO_REUSEPORT: the kernel
+  // spreads the connections). 0: no such row.
+  dataplane_threads: intEnv('BENCH_THREADS', 2, 0),
+  // Rounds over every target, interleaved; the tables show each figure's median over the rounds (a busy,
+  // shared machine moves every row between rounds, so one round alone can mislead).
+  rounds: intEnv('BENCH_ROUNDS', 1, 1),
   // The origin binds a loopback address other than 127.0.0.1, the service's own host (refused as a target).
   origin_host: '127.0.0.2',
   pool_max_concurrent: 10_000,
@@ -57,8 +64,10 @@ function selfSignedCert(dir) {
  * through the Control API a pool, a key, and settings that keep it from queueing (max_concurrent raised,
  * adaptive concurrency off so the limit stays put).
  */
-async function startPoolgateTarget(origin, caFile, dir, bin) {
+async function startPoolgateTarget(origin, caFile, dir, bin, threads = 1) {
   const env = {
+    POOLGATE_DATAPLANE_THREADS: String(threads),
+    POOLGATE_DATAPLANE_THREAD_PORTS: 'shared',
     POOLGATE_ORIGIN_CA_FILE: caFile,
     POOLGATE_ALLOW_PRIVATE_TARGETS: 'true',
     POOLGATE_LOG_LEVEL: 'warn',
@@ -69,24 +78,23 @@ async function startPoolgateTarget(origin, caFile, dir, bin) {
   const stop = () => svc.stop();
   try {
     const boot = await svc.admin(['bootstrap', '--team', 'Bench', '--email', 'bench@bench.test', '--plan', 'business']);
-    const call = async (method, path, body, want) => {
-      const res = await api(svc.controlUrl, boot.token, method, path, body);
-      if (res.status !== want) throw new Error(`${method} ${path} → ${res.status} ${JSON.stringify(res.body)}`);
-      return res.body.data;
-    };
+    const call = apiCaller(svc.controlUrl, boot.token);
     const pool = await call('POST', '/api/v1/pools', { origin, name: 'bench-proxy' }, 201);
     const minted = await call('POST', `/api/v1/pools/${pool.subdomain}/keys`, { label: 'bench' }, 201);
     await call('PATCH', `/api/v1/pools/${pool.subdomain}/settings`, { max_concurrent: settings.pool_max_concurrent, settings: { adaptive: false } }, 200);
     const url = `http://127.0.0.1:${svc.listening.proxy}/`;
+    const urls = [...new Set(svc.listening.proxyThreads ?? [svc.listening.proxy])].map((port) => `http://127.0.0.1:${port}/`);
     const headers = { host: `${pool.subdomain}.pools.localhost`, 'x-service-key': minted.key };
-    // Ready when the key works and the raised limit is in the governor (a 10-slot pool would queue at 50).
-    for (let i = 0; ; i++) {
-      const res = await get(url, headers);
-      if (res.status === 200 && res.headers['x-service-effective-limit'] === String(settings.pool_max_concurrent)) break;
-      if (i > 50) throw new Error(`poolgate probe of ${headers.host} → ${res.status} limit ${res.headers['x-service-effective-limit']} ${res.body}`);
-      await new Promise((r) => setTimeout(r, 100));
+    // Ready when the key works and the raised limit is in the governor (a 10-slot pool would queue at 50), in every thread.
+    for (const u of urls) {
+      for (let i = 0; ; i++) {
+        const res = await get(u, headers);
+        if (res.status === 200 && res.headers['x-service-effective-limit'] === String(settings.pool_max_concurrent)) break;
+        if (i > 50) throw new Error(`poolgate probe of ${headers.host} at ${u} → ${res.status} limit ${res.headers['x-service-effective-limit']} ${res.body}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
     }
-    return { url, headers, pid: svc.pid, stop };
+    return { url, urls: urls.length > 1 ? urls : undefined, headers, pid: svc.pid, stop };
   } catch (err) {
     await stop();
     throw err;
@@ -117,9 +125,15 @@ function ratiosOf(rows, connectionCounts) {
       if (!pg_) continue;
       // At a fixed rate every target does the same requests per second: only the latencies compare.
       const rpsRatio = (k) => (tool === 'paced' ? null : ratio(pg_.rps, get(k)?.rps));
+      const th = get('poolgate_threads');
+      const threadsRatio = (k) => (tool === 'paced' || !th ? null : ratio(th.rps, get(k)?.rps));
       ratios.push({
         tool,
         connections,
+        threads_over_nginx_rps: threadsRatio('nginx'),
+        threads_over_node_peer_rps: threadsRatio('node_peer'),
+        threads_over_one_thread_rps: threadsRatio('poolgate'),
+        threads_p99_minus_direct_ms: diff(th?.latency_ms.p99, get('direct')?.latency_ms.p99),
         poolgate_over_nginx_rps: rpsRatio('nginx'),
         poolgate_over_node_peer_rps: rpsRatio('node_peer'),
         poolgate_p50_minus_direct_ms: diff(pg_.latency_ms.p50, get('direct')?.latency_ms.p50),
@@ -157,6 +171,12 @@ async function main() {
     stops.push(() => poolgate.stop());
     targets.push({ name: 'poolgate', key: 'poolgate', url: poolgate.url, headers: poolgate.headers });
     log(`poolgate pid ${poolgate.pid} on ${poolgate.url}`);
+    if (settings.dataplane_threads > 1) {
+      const threaded = await startPoolgateTarget(originUrl, certFile, dir, undefined, settings.dataplane_threads);
+      stops.push(() => threaded.stop());
+      targets.push({ name: `poolgate, ${settings.dataplane_threads} threads (one port)`, key: 'poolgate_threads', url: threaded.url, urls: threaded.urls, headers: threaded.headers });
+      log(`poolgate (${settings.dataplane_threads} threads) pid ${threaded.pid} on ${threaded.url}`);
+    }
     // BENCH_BEFORE_ROOT=<dir with another build>: that build too, side by side (a fix's before and after).
     if (process.env.BENCH_BEFORE_ROOT) {
       const before = await startPoolgateTarget(originUrl, certFile, dir, join(process.env.BENCH_BEFORE_ROOT, 'bin', 'poolgate.js'));
@@ -181,31 +201,34 @@ async function main() {
     const only = process.env.BENCH_TARGETS ? new Set(process.env.BENCH_TARGETS.split(',')) : null;
     if (only) targets.splice(0, targets.length, ...targets.filter((t) => only.has(t.key)));
 
+    for (let round = 1; round <= settings.rounds; round++) {
     for (const connections of settings.connections) {
       for (const t of targets) {
-        const spec = { name: t.name, url: t.url, headers: t.headers, connections };
+        const spec = { name: t.name, url: t.url, urls: t.urls, headers: t.headers, connections };
         if (settings.warmup_s > 0) await measure({ ...spec, duration: settings.warmup_s });
         const a = await measure({ ...spec, duration: settings.duration_s });
-        rows.push({ target: t.key, tool: 'autocannon', connections, ...a });
+        rows.push({ target: t.key, tool: 'autocannon', connections, round, ...a });
         log(`${t.name} c=${connections} autocannon: ${a.rps} req/s, p50 ${a.latency_ms.p50} ms, p99 ${a.latency_ms.p99} ms, errors ${a.errors}, non-2xx ${a.non2xx}`);
         if (haveWrk) {
-          const w = await wrk({ ...spec, duration: settings.duration_s });
-          rows.push({ target: t.key, connections, ...w });
+          const w = await wrkSpread({ ...spec, duration: settings.duration_s });
+          rows.push({ target: t.key, connections, round, ...w });
           log(`${t.name} c=${connections} wrk: ${w.rps} req/s, p50 ${w.latency_ms.p50} ms, p99 ${w.latency_ms.p99} ms, errors ${w.errors}, non-2xx ${w.non2xx}`);
         }
         if (settings.paced_rate > 0 && connections === settings.connections[0]) {
           const p = await paced({ ...spec, rate: settings.paced_rate, duration: settings.duration_s });
-          rows.push({ target: t.key, ...p, tool: 'paced' });
+          rows.push({ target: t.key, round, ...p, tool: 'paced' });
           log(`${t.name} c=${connections} paced ${settings.paced_rate}/s: p50 ${p.latency_ms.p50} ms, p99 ${p.latency_ms.p99} ms, errors ${p.errors}, non-2xx ${p.non2xx}`);
         }
       }
+    }
     }
   } finally {
     for (const s of stops.reverse()) await s().catch((err) => log(`stop failed: ${err.message}`));
     rmSync(dir, { recursive: true, force: true });
   }
 
-  const ratios = ratiosOf(rows, settings.connections);
+  const medians = settings.rounds > 1 ? medianRows(rows) : rows;
+  const ratios = ratiosOf(medians, settings.connections);
   for (const r of rows) {
     if (r.errors > 0 || r.non2xx > 0) notes.push(`${r.name} (${r.tool}, ${r.connections} connections): ${r.errors} errors, ${r.non2xx} non-2xx.`);
   }
@@ -213,7 +236,7 @@ async function main() {
 
   const when = new Date();
   m.loadavg_1m_end = Math.round(loadavg()[0] * 100) / 100;
-  const report = { benchmark: 'proxy', label: process.env.BENCH_LABEL ?? null, date: when.toISOString(), machine: m, settings, notes, rows, ratios };
+  const report = { benchmark: 'proxy', label: process.env.BENCH_LABEL ?? null, date: when.toISOString(), machine: m, settings, notes, rows, median_rows: medians, ratios };
   const stamp = when.toISOString().replace(/[:.]/g, '-');
   const jsonPath = writeJson(`proxy-${stamp}.json`, report);
   writeJson('proxy-latest.json', report);
@@ -225,23 +248,51 @@ async function main() {
   log(`wrote ${jsonPath} and the "## Proxy" section of ${RESULTS_PATH}`);
 }
 
+/** One row per target, tool and connection count: the median of each figure over the rounds, errors added up. */
+function medianRows(rows) {
+  const groups = new Map();
+  for (const r of rows) {
+    const k = `${r.target}|${r.tool}|${r.connections}`;
+    if (!groups.has(k)) groups.set(k, []);
+    groups.get(k).push(r);
+  }
+  const median = (xs) => {
+    const v = xs.filter((x) => x !== null && x !== undefined).sort((a, b) => a - b);
+    if (v.length === 0) return null;
+    const mid = Math.floor(v.length / 2);
+    return v.length % 2 ? v[mid] : Math.round(((v[mid - 1] + v[mid]) / 2) * 1000) / 1000;
+  };
+  return [...groups.values()].map((g) => ({
+    ...g[0],
+    round: undefined,
+    rounds: g.length,
+    rps: median(g.map((r) => r.rps)),
+    rps_each_round: g.map((r) => r.rps),
+    latency_ms: { p50: median(g.map((r) => r.latency_ms.p50)), p99: median(g.map((r) => r.latency_ms.p99)) },
+    errors: g.reduce((a, r) => a + r.errors, 0),
+    non2xx: g.reduce((a, r) => a + r.non2xx, 0),
+  }));
+}
+
 /** The section text. A "### Profile" subsection written by hand below the tables is kept across runs. */
 export function proxySection(report, current) {
-  const { machine: m, settings: s, rows, notes } = report;
+  const { machine: m, settings: s, notes } = report;
+  const rows = report.median_rows ?? report.rows;
   const ratios = ratiosOf(rows, s.connections);
   const f = (n) => (n === null || n === undefined ? '–' : String(n));
   const table = [
-    '| target | tool | connections | rps | p50 ms | p99 ms | errors | non-2xx |',
-    '|---|---|---:|---:|---:|---:|---:|---:|',
-    ...rows.map((r) => `| ${r.name} | ${r.tool} | ${r.connections} | ${r.rps} | ${f(r.latency_ms.p50)} | ${f(r.latency_ms.p99)} | ${r.errors} | ${r.non2xx} |`),
+    '| target | tool | connections | rps | p50 ms | p99 ms | errors | non-2xx | rps each round |',
+    '|---|---|---:|---:|---:|---:|---:|---:|---|',
+    ...rows.map((r) => `| ${r.name} | ${r.tool} | ${r.connections} | ${r.rps} | ${f(r.latency_ms.p50)} | ${f(r.latency_ms.p99)} | ${r.errors} | ${r.non2xx} | ${r.rps_each_round ? r.rps_each_round.join(' / ') : ''} |`),
   ];
   const ratioTable = [
-    '| tool | connections | poolgate / nginx rps (target ≥ 0.5) | poolgate / Node.js peer rps (target ≥ 1.5) | poolgate − direct p50 ms | poolgate − direct p99 ms (target < 1 at 50) | nginx − direct p50 ms | nginx − direct p99 ms | poolgate / before rps |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+    '| tool | connections | poolgate / nginx rps (target ≥ 0.5) | poolgate / Node.js peer rps (target ≥ 1.5) | poolgate − direct p50 ms | poolgate − direct p99 ms (target < 1 at 50) | nginx − direct p50 ms | nginx − direct p99 ms | poolgate / before rps | N threads / nginx rps | N threads / Node.js peer rps | N threads / 1 thread rps | N threads − direct p99 ms |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
     ...ratios.map(
       (r) =>
         `| ${r.tool} | ${r.connections} | ${f(r.poolgate_over_nginx_rps)} | ${f(r.poolgate_over_node_peer_rps)} | ${f(r.poolgate_p50_minus_direct_ms)} | ` +
-        `${f(r.poolgate_p99_minus_direct_ms)} | ${f(r.nginx_p50_minus_direct_ms)} | ${f(r.nginx_p99_minus_direct_ms)} | ${f(r.poolgate_over_before_rps)} |`,
+        `${f(r.poolgate_p99_minus_direct_ms)} | ${f(r.nginx_p50_minus_direct_ms)} | ${f(r.nginx_p99_minus_direct_ms)} | ${f(r.poolgate_over_before_rps)} | ` +
+        `${f(r.threads_over_nginx_rps)} | ${f(r.threads_over_node_peer_rps)} | ${f(r.threads_over_one_thread_rps)} | ${f(r.threads_p99_minus_direct_ms)} |`,
     ),
   ];
   const start = current.indexOf('\n### Profile');
@@ -260,13 +311,19 @@ export function proxySection(report, current) {
     `  (\`PATCH …/settings\`: max_concurrent ${s.pool_max_concurrent}, adaptive off, so nothing queues); key sent as X-Service-Key; access log to a file`,
     '- nginx: `worker_processes auto`, `limit_conn` on the server, `keepalive 128` upstream, `proxy_ssl_verify on`, access log to a file',
     '- Node.js peer: fastify 5 + @fastify/http-proxy (undici, 128 keep-alive connections), logger off',
+    ...(rows.some((r) => r.target === 'poolgate_threads')
+      ? [
+          '- poolgate, N threads: the same, with `POOLGATE_DATAPLANE_THREADS=N` (every thread on the one proxy port; the kernel spreads the connections)',
+        ]
+      : []),
     ...(rows.some((r) => r.target === 'poolgate_before')
       ? ['- poolgate before: the same commit with the hot-path fixes of this round undone (BENCH_BEFORE_ROOT), set up the same way']
       : []),
     '',
     `- date: ${report.date.slice(0, 16).replace('T', ' ')} UTC`,
     `- machine: ${m.nproc} CPUs (${m.cpu}), ${m.memory_gib} GiB, ${m.platform}, Node.js ${m.node}; load generator, origin and proxy all on this machine; load average ${m.loadavg_1m} at the start${m.loadavg_1m_end === undefined ? '' : `, ${m.loadavg_1m_end} at the end`}`,
-    `- settings: ${s.duration_s} s per row after a ${s.warmup_s} s autocannon warm-up; wrk \`-t2 --latency\`; no pipelining`,
+    `- settings: ${s.duration_s} s per row after a ${s.warmup_s} s autocannon warm-up; wrk \`-t2 --latency\`; no pipelining` +
+      (s.rounds > 1 ? `; ${s.rounds} rounds over every target, interleaved: each figure is the median of the rounds (rps of each round in the JSON), errors added up` : ''),
     ...(s.paced_rate
       ? [`- paced rows: open loop, ${s.paced_rate} requests/s started on a 1 ms tick over ${s.connections[0]} undici keep-alive connections, latency in µs resolution — the added-latency figure (closed-loop p99 at ${s.connections[0]} connections is mostly the queue in front of a saturated server)`]
       : []),

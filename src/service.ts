@@ -13,6 +13,8 @@ import { loadUws } from './http/uws.js';
 import { createLogger, type Logger } from './log.js';
 import { Dataplane } from './dataplane/server.js';
 import { LockServer } from './lock/server.js';
+import { MysqlListener } from './db/mysqlwire/listener.js';
+import { PgWireListener } from './db/pgwire/listener.js';
 import { policiesGate } from './policies/index.js';
 import { RequestMetrics } from './dataplane/pool-metrics.js';
 import { MemoryGovernor } from './governor/memory.js';
@@ -22,7 +24,11 @@ import { PoolMetrics } from './metrics/registry.js';
 import { RollupBuffer } from './metrics/rollups.js';
 import { startMetricsServer } from './metrics/server.js';
 import { Upstreams } from './dataplane/forward.js';
-import { SnapshotSource, poolLimits } from './dataplane/snapshot.js';
+import { SnapshotSource, poolLimits, type SnapshotFeed } from './dataplane/snapshot.js';
+import { DataplaneThreads, dataplaneThreadCount } from './dataplane/threads/host.js';
+import { SharedMemoryGovernor } from './governor/shared-memory.js';
+import { storeIntake } from './jobs/intake.js';
+import { MemoryNonceStore } from './policies/nonce-store.js';
 import type { Governor } from './governor/governor.js';
 import { JobRunner } from './jobs/runner.js';
 import { DbUpstreams } from './db/upstream.js';
@@ -48,6 +54,8 @@ export interface Ports {
   metrics?: number;
   pg?: number;
   mysql?: number;
+  /** Each pool listener thread's port, when dataplaneThreads is above 1 (all equal to proxy when shared). */
+  proxyThreads?: number[];
 }
 
 export interface Service {
@@ -64,6 +72,12 @@ export interface Service {
   readonly rollups: RollupBuffer | null;
   /** The async job runner, when this process runs the worker role. */
   readonly jobs: JobRunner | null;
+  /** The pool listener threads, when dataplaneThreads is above 1. */
+  readonly dataplaneThreads: DataplaneThreads | null;
+  /** The MySQL wire listener, when this process runs the dataplane role. */
+  readonly mysql: MysqlListener | null;
+  /** The PostgreSQL wire listener, when this process runs the dataplane role. */
+  readonly pgWire: PgWireListener | null;
   close(): Promise<void>;
 }
 
@@ -93,7 +107,10 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
   let dataplane: Dataplane | null = null;
   let rollupBuffer: RollupBuffer | null = null;
   let jobRunner: JobRunner | null = null;
+  let threadsHost: DataplaneThreads | null = null;
+  let pgWireListener: PgWireListener | null = null;
   let admin: AdminSocket | null = null;
+  let mysqlListener: MysqlListener | null = null;
   // Where jobs are polled: the lock API's public address (its port is known once it listens).
   const lockApiUrl = () => config.lockApiUrl ?? `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${ports.lock ?? config.lockPort}`;
 
@@ -156,7 +173,12 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       });
     }
     if (opts.roles.includes('dataplane')) {
-      const governor = config.redisUrl ? await redisGovernorFromConfig(config, log) : new MemoryGovernor();
+      const threads = dataplaneThreadCount(config);
+      if (threads > 1 && config.redisUrl) throw new Error('dataplaneThreads above 1 shares the limits in memory: it cannot be combined with redisUrl yet');
+      const shared = threads > 1 ? new SharedMemoryGovernor() : null;
+      // With threads, one nonce store for all of them (claims come to the main thread), so a replay to another thread is caught.
+      const nonces = shared ? new MemoryNonceStore() : undefined;
+      const governor = config.redisUrl ? await redisGovernorFromConfig(config, log) : (shared ?? new MemoryGovernor());
       const poolMetrics = new PoolMetrics();
       const rollups = new RollupBuffer({ db: sql, onError: (err) => log.warn({ err }, 'pool metrics rollup flush failed; counts kept for the next try') });
       rollupBuffer = rollups;
@@ -168,6 +190,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       ports.metrics = metricsServer.port;
       closers.push(() => metricsServer.close());
       let sink: RequestMetrics | null = null;
+      const jobs = storeIntake(sql, log, lockApiUrl);
       const dp = await Dataplane.start({
         config,
         sql,
@@ -176,8 +199,11 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         governor,
         metrics: { record: (r) => sink?.record(r), policyRefused: (pool, policy, reason) => poolMetrics.policyRefused(pool, policy, reason) },
         clock: () => now().getTime(),
-        jobs: { sql, log, lockApiUrl },
+        jobs,
         lookup: opts.lookup,
+        // With threads, the pool listener runs in each of them (below) and this one only holds the state.
+        listen: threads === 1,
+        nonces,
       });
       sink = new RequestMetrics(poolMetrics, rollups, dp.snapshots, governor);
       ports.proxy = dp.port;
@@ -201,12 +227,38 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       });
       ports.lock = lockApi.port;
       closers.push(() => lockApi.close());
+      // The MySQL wire listener shares the same snapshot, governor, policies and metrics (src/db/mysqlwire).
+      const mysqlWire = await MysqlListener.start({
+        host: config.host, port: config.mysqlPort, snapshots: dp.snapshots, governor, policies: dp.policies, metrics: sink, log,
+        clock: () => now().getTime(), allowInsecure: config.dbAllowInsecure, allowPrivate: config.allowPrivateTargets,
+        tlsCertFile: config.wireTlsCertFile, tlsKeyFile: config.wireTlsKeyFile,
+      });
+      ports.mysql = mysqlWire.port;
+      mysqlListener = mysqlWire;
+      closers.push(() => mysqlWire.close());
+      // The PostgreSQL wire listener shares the snapshot and governor; it closes before the data plane.
+      const pgWire = await PgWireListener.start({
+        host: config.host, port: config.pgPort, governor, snapshot: () => dp.snapshots.current, poolDomain: config.poolDomain,
+        tlsCertFile: config.wireTlsCertFile, tlsKeyFile: config.wireTlsKeyFile, allowPrivate: config.allowPrivateTargets,
+        allowInsecure: config.dbAllowInsecure, log, metrics: sink, clock: () => now().getTime(),
+      });
+      ports.pg = pgWire.port;
+      pgWireListener = pgWire;
+      closers.push(() => pgWire.close());
+      if (shared) {
+        const host = await DataplaneThreads.start({ config, log, threads, dataplane: dp, governor: shared, metrics: sink, jobs, nonces: nonces! });
+        ports.proxy = host.port;
+        ports.proxyThreads = host.ports;
+        threadsHost = host;
+        // Closed first: the threads drain while the lock API, the store and the rollups still take their work.
+        closers.push(() => host.close());
+      }
     }
     if (opts.roles.includes('worker')) {
       // The job runner takes slots from the data plane's governor when it shares the process, and
       // otherwise follows the config itself through the configured governor (Redis shares the limits).
       let governor: Governor;
-      let snapshots: SnapshotSource;
+      let snapshots: SnapshotFeed;
       let databases: DbUpstreams;
       if (dataplane) {
         governor = dataplane.governor;
@@ -269,6 +321,9 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
     dataplane,
     rollups: rollupBuffer,
     jobs: jobRunner,
+    dataplaneThreads: threadsHost,
+    mysql: mysqlListener,
+    pgWire: pgWireListener,
     close() {
       closing ??= (async () => {
         // Stop accepting first, let in-flight work finish, then close the store.

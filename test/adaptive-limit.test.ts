@@ -2,8 +2,8 @@
 // memory governor enforces it: effective = min(max_concurrent, adaptive), never under adaptiveMin.
 import t from 'tap';
 import { AdaptiveLimit, SampleKind } from '../src/governor/adaptive-limit.js';
-import { MemoryGovernor } from '../src/governor/memory.js';
-import { pool } from './helpers/governor-suite.js';
+
+import { SINGLE_PROCESS_GOVERNORS, pool } from './helpers/governor-suite.js';
 
 const { Ok, Dropped, Throttled } = SampleKind;
 
@@ -113,49 +113,51 @@ t.test('a probe with too few answers keeps the old baseline', async (t) => {
   t.equal(a.longRtt, 100);
 });
 
-t.test('memory governor: effective = min(max_concurrent, adaptive), following the controller', async (t) => {
-  let now = 0;
-  const gov = new MemoryGovernor({ now: () => now });
-  t.teardown(() => gov.close());
-  gov.configure([pool(1, { maxConcurrent: 10, adaptive: true, adaptiveMin: 8 }), pool(2, { maxConcurrent: 10 })], []);
-  t.equal(gov.state(1).effectiveLimit, 10, 'starts at max_concurrent');
-  const take = (id: number) => {
-    const a = gov.acquire({ poolId: id, waitMs: 0 });
+for (const [kind, make] of SINGLE_PROCESS_GOVERNORS) {
+  t.test(`${kind} governor: effective = min(max_concurrent, adaptive), following the controller`, async (t) => {
+    let now = 0;
+    const gov = make({ now: () => now });
+    t.teardown(() => gov.close());
+    gov.configure([pool(1, { maxConcurrent: 10, adaptive: true, adaptiveMin: 8 }), pool(2, { maxConcurrent: 10 })], []);
+    t.equal(gov.state(1).effectiveLimit, 10, 'starts at max_concurrent');
+    const take = (id: number) => {
+      const a = gov.acquire({ poolId: id, waitMs: 0 });
+      if (a instanceof Promise || !a.ok) throw new Error('expected a slot');
+      return a.permit;
+    };
+    take(1).release({ status: 429, throttled: 1, latencyMs: 5 });
+    t.equal(gov.state(1).effectiveLimit, 9, 'an upstream 429 backs off: 10 · 0.9');
+    now += 10;
+    take(1).release({ status: 200, throttled: 2, latencyMs: 5 });
+    t.equal(gov.state(1).effectiveLimit, 9, 'within the same round trip (100 ms while no RTT is known): once');
+    now += 100;
+    take(1).release({ status: 429, latencyMs: 5 });
+    t.equal(gov.state(1).effectiveLimit, 8, '9 · 0.9 = 8.1');
+    now += 100;
+    take(1).release({ status: 429, latencyMs: 5 });
+    t.equal(gov.state(1).effectiveLimit, 8, 'never under adaptiveMin');
+    const held = Array.from({ length: 8 }, () => take(1));
+    t.match(gov.acquire({ poolId: 1, waitMs: 0 }), { ok: false, reason: 'no_slot' }, 'the adaptive limit is enforced');
+    for (const p of held) p.release({ dropped: true });
+
+    take(2).release({ status: 429, latencyMs: 5 });
+    t.equal(gov.state(2).effectiveLimit, 10, 'adaptive absent (off): the limit is max_concurrent');
+    t.equal(gov.learned(2)?.adaptiveLimit, null);
+
+    gov.configure([pool(1, { maxConcurrent: 5, adaptive: true, adaptiveMin: 8 })], []);
+    t.equal(gov.state(1).effectiveLimit, 5, 'lowering max_concurrent caps the adaptive limit (and the floor)');
+    gov.configure([pool(1, { maxConcurrent: 10, adaptive: false })], []);
+    t.equal(gov.state(1).effectiveLimit, 10, 'adaptive switched off: max_concurrent');
+  });
+
+  t.test(`${kind} governor: a 429 the rate headers explain (remaining 0) is a rate signal, not a concurrency one`, async (t) => {
+    const gov = make({ now: () => 0, wallClock: () => 0 });
+    t.teardown(() => gov.close());
+    gov.configure([pool(1, { maxConcurrent: 10, adaptive: true })], []);
+    const a = gov.acquire({ poolId: 1, waitMs: 0 });
     if (a instanceof Promise || !a.ok) throw new Error('expected a slot');
-    return a.permit;
-  };
-  take(1).release({ status: 429, throttled: 1, latencyMs: 5 });
-  t.equal(gov.state(1).effectiveLimit, 9, 'an upstream 429 backs off: 10 · 0.9');
-  now += 10;
-  take(1).release({ status: 200, throttled: 2, latencyMs: 5 });
-  t.equal(gov.state(1).effectiveLimit, 9, 'within the same round trip (100 ms while no RTT is known): once');
-  now += 100;
-  take(1).release({ status: 429, latencyMs: 5 });
-  t.equal(gov.state(1).effectiveLimit, 8, '9 · 0.9 = 8.1');
-  now += 100;
-  take(1).release({ status: 429, latencyMs: 5 });
-  t.equal(gov.state(1).effectiveLimit, 8, 'never under adaptiveMin');
-  const held = Array.from({ length: 8 }, () => take(1));
-  t.match(gov.acquire({ poolId: 1, waitMs: 0 }), { ok: false, reason: 'no_slot' }, 'the adaptive limit is enforced');
-  for (const p of held) p.release({ dropped: true });
-
-  take(2).release({ status: 429, latencyMs: 5 });
-  t.equal(gov.state(2).effectiveLimit, 10, 'adaptive absent (off): the limit is max_concurrent');
-  t.equal(gov.learned(2)?.adaptiveLimit, null);
-
-  gov.configure([pool(1, { maxConcurrent: 5, adaptive: true, adaptiveMin: 8 })], []);
-  t.equal(gov.state(1).effectiveLimit, 5, 'lowering max_concurrent caps the adaptive limit (and the floor)');
-  gov.configure([pool(1, { maxConcurrent: 10, adaptive: false })], []);
-  t.equal(gov.state(1).effectiveLimit, 10, 'adaptive switched off: max_concurrent');
-});
-
-t.test('memory governor: a 429 the rate headers explain (remaining 0) is a rate signal, not a concurrency one', async (t) => {
-  const gov = new MemoryGovernor({ now: () => 0, wallClock: () => 0 });
-  t.teardown(() => gov.close());
-  gov.configure([pool(1, { maxConcurrent: 10, adaptive: true })], []);
-  const a = gov.acquire({ poolId: 1, waitMs: 0 });
-  if (a instanceof Promise || !a.ok) throw new Error('expected a slot');
-  a.permit.release({ status: 429, latencyMs: 5, headers: { 'x-ratelimit-limit': '600', 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': '7' } });
-  t.equal(gov.state(1).effectiveLimit, 10, 'the concurrency limit stays');
-  t.match(gov.learned(1), { learnedRpm: 600, gateWaitMs: 7000 }, 'the window is spent: admissions pause until its reset');
-});
+    a.permit.release({ status: 429, latencyMs: 5, headers: { 'x-ratelimit-limit': '600', 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': '7' } });
+    t.equal(gov.state(1).effectiveLimit, 10, 'the concurrency limit stays');
+    t.match(gov.learned(1), { learnedRpm: 600, gateWaitMs: 7000 }, 'the window is spent: admissions pause until its reset');
+  });
+}

@@ -7,6 +7,7 @@ import { Pool } from 'undici';
 import { startTestService, type TestService } from './helpers/service.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
+import { churn } from './helpers/churn.js';
 
 let origin: Origin;
 let svc: TestService;
@@ -166,33 +167,8 @@ t.test('20,000 requests with random client aborts, upstream resets and timeouts 
   const client = new Pool(proxyUrl(), { connections: 200 });
   t.teardown(() => client.close());
   const TOTAL = 20_000;
-  let next = 0;
-  const tally = new Map<string, number>();
-  const count = (k: string) => tally.set(k, (tally.get(k) ?? 0) + 1);
-  // A fixed seed keeps the mix reproducible.
-  let seed = 42;
-  const rand = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
-  const worker = async () => {
-    while (next < TOTAL) {
-      next++;
-      const r = rand();
-      const path = r < 0.05 ? '/reset' : r < 0.06 ? '/delay/800' : `/delay/${Math.floor(rand() * 3)}`;
-      const ac = new AbortController();
-      const abortIn = rand() < 0.1 ? Math.floor(rand() * 10) : -1;
-      const timer = abortIn >= 0 ? setTimeout(() => ac.abort(), abortIn) : null;
-      try {
-        const res = await client.request({ path, method: 'GET', headers: { host: 'churn.pools.localhost' }, signal: ac.signal });
-        await res.body.dump();
-        count(String(res.statusCode));
-      } catch {
-        count('aborted');
-      } finally {
-        if (timer) clearTimeout(timer);
-      }
-    }
-  };
   const started = performance.now();
-  await Promise.all(Array.from({ length: 200 }, worker));
+  const tally = await churn({ clients: [client], host: 'churn.pools.localhost', total: TOTAL, workers: 200, seed: 42 });
   const secs = (performance.now() - started) / 1000;
   t.comment(`${TOTAL} requests in ${secs.toFixed(1)} s (${Math.round(TOTAL / secs)}/s): ${JSON.stringify(Object.fromEntries(tally))}`);
   t.ok((tally.get('200') ?? 0) > TOTAL / 2, 'most were served');

@@ -5,6 +5,7 @@ import t from 'tap';
 import { Pool } from 'undici';
 import { startTestService, type TestService } from './helpers/service.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
+import { waitFor } from './helpers/wait.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 
 let origin: Origin;
@@ -28,7 +29,6 @@ t.teardown(async () => {
 });
 
 const dp = () => svc.service.dataplane!;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** One slot, a queue of one, a fixed limit (no adaptive change while the test runs). */
 async function createPool(sub: string): Promise<number> {
@@ -46,14 +46,6 @@ async function call(sub: string, path: string, headers: Record<string, string> =
   const res = await proxy.request({ path, method: 'GET', headers: { host: `${sub}.pools.localhost`, ...headers } });
   await res.body.dump();
   return res.statusCode;
-}
-
-async function waitFor(cond: () => boolean, what: string): Promise<void> {
-  const until = Date.now() + 5000;
-  while (!cond()) {
-    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
-    await sleep(5);
-  }
 }
 
 t.test('admitted, queued and refused proxy requests show up in the pool metrics summary', async (t) => {

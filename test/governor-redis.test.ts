@@ -149,6 +149,27 @@ t.test('redis governor', { skip: await needServer('redis') }, async (t) => {
     t.pass('a lease nobody renews is reclaimed after its term');
   });
 
+  t.test("a lock lease released on another node is that node's latency sample (hold time on Redis's clock)", async (t) => {
+    const prefix = `${RUN}lease-sample:`;
+    const a = await make({ prefix });
+    const b = await make({ prefix });
+    t.teardown(async () => {
+      await a.close();
+      await b.close();
+    });
+    a.configure([pool(1, { maxConcurrent: 10, adaptive: true })], []);
+    b.configure([pool(1, { maxConcurrent: 10, adaptive: true })], []);
+    const got = await a.acquireLease({ poolId: 1, waitMs: 0, termMs: 5000, requestTimeoutMs: 60_000, leaseId: 'slot-timed' });
+    if (!got.ok) throw new Error(got.reason);
+    await sleep(150);
+    t.equal(b.learned(1)?.shortRttMs, 0, 'node B has no sample yet');
+    t.equal(await b.releaseLease(1, 'slot-timed', { status: 200 }, 60_000), true, 'released on node B');
+    await b.redis.ping();
+    const rtt = b.learned(1)!.shortRttMs;
+    t.ok(rtt >= 100 && rtt < 30_000, `node B took the hold time as its sample (${rtt} ms)`);
+    t.equal(await a.redis.exists(`${prefix}{p:1}:1:lease:slot-timed`), 0, "the lease's cap went with it");
+  });
+
   t.test('nodes take turns: under contention no node starves', async (t) => {
     const prefix = `${RUN}fair:`;
     const nodes = await Promise.all([0, 1, 2, 3].map(() => make({ prefix })));

@@ -1,8 +1,9 @@
 // Lock API acquires are counted like proxy requests: each attempt once in poolgate_lock_acquires_total by
 // outcome, governor answers in the admitted / queued / rejected totals, and in the pool metrics summary.
 import t from 'tap';
-import { Pool, request } from 'undici';
+import { Pool } from 'undici';
 import { startTestService, type TestService } from './helpers/service.js';
+import { metricSum } from './helpers/metrics.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 
 let svc: TestService;
@@ -29,18 +30,7 @@ async function post(path: string, key: string | null, body?: string): Promise<{ 
   return { status: res.statusCode, json: JSON.parse(await res.body.text()) };
 }
 
-/** Prometheus samples whose name and labels contain all of `match`, summed. */
-async function sample(name: string, labels: Record<string, string>): Promise<number> {
-  const res = await request(`${svc.metricsUrl}/metrics`);
-  const text = await res.body.text();
-  let sum = 0;
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(`${name}{`)) continue;
-    if (!Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) continue;
-    sum += Number(line.slice(line.lastIndexOf(' ') + 1));
-  }
-  return sum;
-}
+const sample = (name: string, labels: Record<string, string>) => metricSum(svc.metricsUrl!, name, labels);
 
 t.test('each acquire attempt is counted once by outcome, and in the summary like a proxy request', async (t) => {
   const sql = svc.service.sql;

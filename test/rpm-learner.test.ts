@@ -8,9 +8,9 @@ import { startOrigin, type Origin } from './helpers/origin.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { emptyRateInfo, type RateInfo } from '../src/governor/rate-headers.js';
 import { RpmLearner } from '../src/governor/rpm-learner.js';
-import { MemoryGovernor } from '../src/governor/memory.js';
+
 import { refusalReply } from '../src/dataplane/admit.js';
-import { pool } from './helpers/governor-suite.js';
+import { SINGLE_PROCESS_GOVERNORS, pool } from './helpers/governor-suite.js';
 import { SimClock } from './helpers/adaptive-sim.js';
 
 const said = (over: Partial<RateInfo>): RateInfo => ({ ...emptyRateInfo(), ...over });
@@ -104,83 +104,85 @@ t.test('token limits are recorded, not gated', async (t) => {
   t.ok(l.allows(0));
 });
 
-t.test('memory governor: a shut gate refuses with rate_limited and a Retry-After; the dataplane answers 429', async (t) => {
-  const clock = new SimClock();
-  const gov = new MemoryGovernor({ now: () => clock.now, timers: clock });
-  t.teardown(() => gov.close());
-  gov.configure([pool(1, { maxConcurrent: 100, queueTimeoutMs: 10_000, rpmOverride: 60 })], []);
-  const first = gov.acquire({ poolId: 1, waitMs: 0 });
-  t.match(first, { ok: true }, 'one token in the bucket (60/min holds one)');
-  t.equal(gov.state(1).remaining, 0, 'no remaining slots while the gate is shut (99 are free)');
-  const refused = gov.acquire({ poolId: 1, waitMs: 0 });
-  t.match(refused, { ok: false, reason: 'rate_limited', retryAfterMs: 1000 }, 'fail-fast: the gate reopens in 1 s');
-  t.match(gov.acquire({ poolId: 1, waitMs: 500 }), { ok: false, reason: 'rate_limited' }, 'a wait shorter than the gate: refused at once');
-  if (refused instanceof Promise || refused.ok) throw new Error('expected a refusal');
-  const r = refusalReply(refused, [['x-service-effective-limit', '100']]);
-  t.match(r, { status: 429, error: 'too_many_requests' });
-  t.same(r?.headers?.[0], ['retry-after', '1']);
+for (const [kind, make] of SINGLE_PROCESS_GOVERNORS) {
+  t.test(`${kind} governor: a shut gate refuses with rate_limited and a Retry-After; the dataplane answers 429`, async (t) => {
+    const clock = new SimClock();
+    const gov = make({ now: () => clock.now, timers: clock });
+    t.teardown(() => gov.close());
+    gov.configure([pool(1, { maxConcurrent: 100, queueTimeoutMs: 10_000, rpmOverride: 60 })], []);
+    const first = gov.acquire({ poolId: 1, waitMs: 0 });
+    t.match(first, { ok: true }, 'one token in the bucket (60/min holds one)');
+    t.equal(gov.state(1).remaining, 0, 'no remaining slots while the gate is shut (99 are free)');
+    const refused = gov.acquire({ poolId: 1, waitMs: 0 });
+    t.match(refused, { ok: false, reason: 'rate_limited', retryAfterMs: 1000 }, 'fail-fast: the gate reopens in 1 s');
+    t.match(gov.acquire({ poolId: 1, waitMs: 500 }), { ok: false, reason: 'rate_limited' }, 'a wait shorter than the gate: refused at once');
+    if (refused instanceof Promise || refused.ok) throw new Error('expected a refusal');
+    const r = refusalReply(refused, [['x-service-effective-limit', '100']]);
+    t.match(r, { status: 429, error: 'too_many_requests' });
+    t.same(r?.headers?.[0], ['retry-after', '1']);
 
-  // A wait that covers the gate: queued, and admitted when the gate reopens (a timer, no release needed).
-  const waiting = gov.acquire({ poolId: 1, waitMs: 5000 });
-  t.ok(waiting instanceof Promise);
-  t.equal(gov.state(1).queued, 1);
-  await clock.run(999, async () => {});
-  t.equal(gov.state(1).queued, 1, 'still waiting at 999 ms');
-  await clock.run(1000, async () => {});
-  t.match(await waiting, { ok: true, queuedMs: 1000 });
-  t.equal(gov.state(1).inFlight, 2);
-});
+    // A wait that covers the gate: queued, and admitted when the gate reopens (a timer, no release needed).
+    const waiting = gov.acquire({ poolId: 1, waitMs: 5000 });
+    t.ok(waiting instanceof Promise);
+    t.equal(gov.state(1).queued, 1);
+    await clock.run(999, async () => {});
+    t.equal(gov.state(1).queued, 1, 'still waiting at 999 ms');
+    await clock.run(1000, async () => {});
+    t.match(await waiting, { ok: true, queuedMs: 1000 });
+    t.equal(gov.state(1).inFlight, 2);
+  });
 
-t.test('memory governor: a retry-after from the upstream pauses the whole pool, then it resumes', async (t) => {
-  const clock = new SimClock();
-  const gov = new MemoryGovernor({ now: () => clock.now, timers: clock });
-  t.teardown(() => gov.close());
-  gov.configure([pool(1, { maxConcurrent: 10 })], []);
-  const a = gov.acquire({ poolId: 1, waitMs: 0 });
-  if (a instanceof Promise || !a.ok) throw new Error('expected a slot');
-  a.permit.release({ status: 429, throttled: 1, retryAfterMs: 3000 });
-  t.match(gov.acquire({ poolId: 1, waitMs: 0 }), { ok: false, reason: 'rate_limited', retryAfterMs: 3000 });
-  await clock.run(3000, async () => {});
-  t.match(gov.acquire({ poolId: 1, waitMs: 0 }), { ok: true });
-  // A retry hint on a success is not a refusal: it does not pause.
-  const b = gov.acquire({ poolId: 1, waitMs: 0 });
-  if (b instanceof Promise || !b.ok) throw new Error('expected a slot');
-  b.permit.release({ status: 200, retryAfterMs: 60_000 });
-  t.match(gov.acquire({ poolId: 1, waitMs: 0 }), { ok: true });
-});
-
-t.test('memory governor: learns RPM from headers and from a lock release rate object (which wins)', async (t) => {
-  const gov = new MemoryGovernor({ now: () => 0, wallClock: () => 0 });
-  t.teardown(() => gov.close());
-  gov.configure([pool(1, { maxConcurrent: 10 })], []);
-  const take = () => {
+  t.test(`${kind} governor: a retry-after from the upstream pauses the whole pool, then it resumes`, async (t) => {
+    const clock = new SimClock();
+    const gov = make({ now: () => clock.now, timers: clock });
+    t.teardown(() => gov.close());
+    gov.configure([pool(1, { maxConcurrent: 10 })], []);
     const a = gov.acquire({ poolId: 1, waitMs: 0 });
     if (a instanceof Promise || !a.ok) throw new Error('expected a slot');
-    return a.permit;
-  };
-  take().release({ status: 200, headers: { 'x-ratelimit-limit-requests': '3000', 'x-ratelimit-limit-tokens': '90000' } });
-  t.match(gov.learned(1), { learnedRpm: 3000, tokenLimit: 90_000, adaptiveLimit: null });
-  take().release({ status: 200, headers: { 'x-ratelimit-limit-requests': '3000' }, rate: { limit: 1200, tokenLimit: 5000 } });
-  t.match(gov.learned(1), { learnedRpm: 1200, tokenLimit: 5000 });
-  t.equal(Math.round(gov.learned(1)!.gateRpm!), 1164);
-});
+    a.permit.release({ status: 429, throttled: 1, retryAfterMs: 3000 });
+    t.match(gov.acquire({ poolId: 1, waitMs: 0 }), { ok: false, reason: 'rate_limited', retryAfterMs: 3000 });
+    await clock.run(3000, async () => {});
+    t.match(gov.acquire({ poolId: 1, waitMs: 0 }), { ok: true });
+    // A retry hint on a success is not a refusal: it does not pause.
+    const b = gov.acquire({ poolId: 1, waitMs: 0 });
+    if (b instanceof Promise || !b.ok) throw new Error('expected a slot');
+    b.permit.release({ status: 200, retryAfterMs: 60_000 });
+    t.match(gov.acquire({ poolId: 1, waitMs: 0 }), { ok: true });
+  });
 
-t.test('memory governor: waiters held by the gate across a budget wake when it reopens', async (t) => {
-  const clock = new SimClock();
-  const gov = new MemoryGovernor({ now: () => clock.now, timers: clock });
-  t.teardown(() => gov.close());
-  gov.configure(
-    [pool(1, { maxConcurrent: 5, budgetId: 7, rpmOverride: 120 }), pool(2, { maxConcurrent: 5, budgetId: 7 })],
-    [{ budgetId: 7, originMaxConcurrent: 10 }],
-  );
-  t.match(gov.acquire({ poolId: 1, waitMs: 0 }), { ok: true }, 'bucket of 2 at 120/min');
-  t.match(gov.acquire({ poolId: 1, waitMs: 0 }), { ok: true });
-  const w = gov.acquire({ poolId: 1, waitMs: 2000 });
-  t.ok(w instanceof Promise, 'queued: the gate reopens in 500 ms');
-  t.match(gov.acquire({ poolId: 2, waitMs: 0 }), { ok: true }, 'the other pool of the budget is not gated');
-  await clock.run(500, async () => {});
-  t.match(await w, { ok: true, queuedMs: 500 });
-});
+  t.test(`${kind} governor: learns RPM from headers and from a lock release rate object (which wins)`, async (t) => {
+    const gov = make({ now: () => 0, wallClock: () => 0 });
+    t.teardown(() => gov.close());
+    gov.configure([pool(1, { maxConcurrent: 10 })], []);
+    const take = () => {
+      const a = gov.acquire({ poolId: 1, waitMs: 0 });
+      if (a instanceof Promise || !a.ok) throw new Error('expected a slot');
+      return a.permit;
+    };
+    take().release({ status: 200, headers: { 'x-ratelimit-limit-requests': '3000', 'x-ratelimit-limit-tokens': '90000' } });
+    t.match(gov.learned(1), { learnedRpm: 3000, tokenLimit: 90_000, adaptiveLimit: null });
+    take().release({ status: 200, headers: { 'x-ratelimit-limit-requests': '3000' }, rate: { limit: 1200, tokenLimit: 5000 } });
+    t.match(gov.learned(1), { learnedRpm: 1200, tokenLimit: 5000 });
+    t.equal(Math.round(gov.learned(1)!.gateRpm!), 1164);
+  });
+
+  t.test(`${kind} governor: waiters held by the gate across a budget wake when it reopens`, async (t) => {
+    const clock = new SimClock();
+    const gov = make({ now: () => clock.now, timers: clock });
+    t.teardown(() => gov.close());
+    gov.configure(
+      [pool(1, { maxConcurrent: 5, budgetId: 7, rpmOverride: 120 }), pool(2, { maxConcurrent: 5, budgetId: 7 })],
+      [{ budgetId: 7, originMaxConcurrent: 10 }],
+    );
+    t.match(gov.acquire({ poolId: 1, waitMs: 0 }), { ok: true }, 'bucket of 2 at 120/min');
+    t.match(gov.acquire({ poolId: 1, waitMs: 0 }), { ok: true });
+    const w = gov.acquire({ poolId: 1, waitMs: 2000 });
+    t.ok(w instanceof Promise, 'queued: the gate reopens in 500 ms');
+    t.match(gov.acquire({ poolId: 2, waitMs: 0 }), { ok: true }, 'the other pool of the budget is not gated');
+    await clock.run(500, async () => {});
+    t.match(await w, { ok: true, queuedMs: 500 });
+  });
+}
 
 t.test('data plane: an upstream retry-after pauses the pool (429 without reaching the origin); rpmOverride gates', async (t) => {
   const origin: Origin = await startOrigin();

@@ -1,6 +1,7 @@
 // Runs a helper server as a child process and waits for the JSON line with its port, so a server under
 // test never shares an event loop with the load generator.
 import { spawn } from 'node:child_process';
+import { createServer } from 'node:net';
 import { createInterface } from 'node:readline';
 
 /**
@@ -44,4 +45,16 @@ export async function startChild(file, args = [], opts = {}) {
       await exited;
     },
   };
+}
+
+/** A free TCP port on 127.0.0.1 (bound and released at once; fine for a private bench server). */
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
 }

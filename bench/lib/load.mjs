@@ -2,7 +2,7 @@
 import autocannon from 'autocannon';
 
 /**
- * @param {{ name: string, url: string, method?: string, headers?: Record<string,string>, body?: string,
+ * @param {{ name: string, url: string, urls?: string[], method?: string, headers?: Record<string,string>, body?: string,
  *           paths?: string[], setupRequest?: (req: object, ctx: object) => object, duration: number, connections: number }} spec
  */
 export async function measure(spec) {
@@ -16,7 +16,8 @@ export async function measure(spec) {
     request.setupRequest = (req, ctx) => spec.setupRequest(choosePath ? choosePath(req, ctx) : req, ctx);
   }
   const result = await autocannon({
-    url: spec.url,
+    // Several URLs (one port per data plane thread): autocannon spreads the connections over them.
+    url: spec.urls ?? spec.url,
     connections: spec.connections,
     duration: spec.duration,
     requests: [request],

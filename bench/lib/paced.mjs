@@ -5,11 +5,14 @@
 import { Pool } from 'undici';
 
 /**
- * @param {{ name: string, url: string, headers?: Record<string,string>, rate: number, duration: number, connections: number }} spec
+ * @param {{ name: string, url: string, urls?: string[], headers?: Record<string,string>, rate: number, duration: number, connections: number }} spec
  */
 export async function paced(spec) {
-  const u = new URL(spec.url);
-  const pool = new Pool(u.origin, { connections: spec.connections, pipelining: 1, connect: { rejectUnauthorized: false } });
+  // Several URLs (one port per data plane thread): the connections are split and requests take turns.
+  const urls = (spec.urls ?? [spec.url]).map((x) => new URL(x));
+  const u = urls[0];
+  const pools = urls.map((x) => new Pool(x.origin, { connections: Math.max(1, Math.round(spec.connections / urls.length)), pipelining: 1, connect: { rejectUnauthorized: false } }));
+  let turn = 0;
   const latencies = [];
   let errors = 0;
   let non2xx = 0;
@@ -17,6 +20,7 @@ export async function paced(spec) {
   const one = async () => {
     const started = performance.now();
     try {
+      const pool = pools[turn++ % pools.length];
       const res = await pool.request({ path: u.pathname, method: 'GET', headers: spec.headers });
       await res.body.dump();
       if (res.statusCode < 200 || res.statusCode > 299) non2xx++;
@@ -44,7 +48,7 @@ export async function paced(spec) {
     tick();
   });
   await Promise.all(inflight);
-  await pool.close();
+  await Promise.all(pools.map((p) => p.close()));
   latencies.sort((a, b) => a - b);
   const pct = (p) => (latencies.length ? Math.round(latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))] * 1000) / 1000 : null);
   return {

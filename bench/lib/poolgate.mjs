@@ -44,7 +44,7 @@ export async function startPoolgate(extraEnv = {}, opts = {}) {
   const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
 
   const listening = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`poolgate did not print its listening line within 60 s\n${stderr}`)), 60_000);
+    const timer = setTimeout(() => reject(new Error(`poolgate did not print its listening line within 120 s (a busy machine)\n${stderr}`)), 120_000);
     const lines = createInterface({ input: child.stdout });
     lines.on('line', (line) => {
       try {
@@ -106,4 +106,13 @@ export async function api(baseUrl, token, method, path, body) {
     /* not JSON */
   }
   return { status: res.status, body: json ?? text };
+}
+
+/** A Control API caller for one token whose every call must answer `want` (else it throws); returns `data`. */
+export function apiCaller(baseUrl, token) {
+  return async (method, path, body, want) => {
+    const res = await api(baseUrl, token, method, path, body);
+    if (res.status !== want) throw new Error(`${method} ${path} → ${res.status} ${JSON.stringify(res.body)}`);
+    return res.body.data;
+  };
 }

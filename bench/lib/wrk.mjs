@@ -30,6 +30,20 @@ function toMs(text) {
 }
 
 /**
+ * Several URLs (one port per data plane thread): one wrk per URL at the same time, the connections split
+ * between them; requests and rps add up, each latency percentile is the worst of the runs (an upper bound).
+ * @param {{ name: string, url: string, urls?: string[], headers?: Record<string,string>, duration: number, connections: number }} spec
+ */
+export async function wrkSpread(spec) {
+  if (!spec.urls || spec.urls.length < 2) return wrk(spec);
+  const n = spec.urls.length;
+  const runs = await Promise.all(spec.urls.map((url) => wrk({ ...spec, url, connections: Math.max(1, Math.round(spec.connections / n)), threads: 1 })));
+  const worst = (k) => (runs.some((r) => r.latency_ms[k] === null) ? null : Math.max(...runs.map((r) => r.latency_ms[k])));
+  const sum = (k) => runs.reduce((a, r) => a + r[k], 0);
+  return { ...runs[0], requests: sum('requests'), rps: Math.round(sum('rps') * 10) / 10, latency_ms: { p50: worst('p50'), p99: worst('p99') }, non2xx: sum('non2xx'), errors: sum('errors'), connections: spec.connections };
+}
+
+/**
  * @param {{ name: string, url: string, headers?: Record<string,string>, duration: number, connections: number, threads?: number }} spec
  */
 export function wrk(spec) {

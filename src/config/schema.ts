@@ -14,6 +14,16 @@ export const ConfigSchema = Type.Object(
     metricsPort: port('POOLGATE_METRICS_PORT', 9465, 'Prometheus /metrics port.'),
     pgPort: port('POOLGATE_PG_PORT', 15432, 'PostgreSQL wire listener port.'),
     mysqlPort: port('POOLGATE_MYSQL_PORT', 13306, 'MySQL wire listener port.'),
+    wireTlsCertFile: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
+      default: null,
+      env: 'POOLGATE_WIRE_TLS_CERT_FILE',
+      description: 'PEM certificate (chain) the PostgreSQL and MySQL wire listeners present to clients that ask for TLS; null: those listeners refuse TLS.',
+    }),
+    wireTlsKeyFile: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
+      default: null,
+      env: 'POOLGATE_WIRE_TLS_KEY_FILE',
+      description: 'PEM private key of wireTlsCertFile.',
+    }),
     poolDomain: Type.String({
       minLength: 1,
       pattern: '^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$',
@@ -167,6 +177,20 @@ export const ConfigSchema = Type.Object(
       default: 1,
       env: 'POOLGATE_ACCESS_LOG_SAMPLE',
       description: 'Log one in N successful pool requests (1 logs every one, 0 none of them); refusals and errors are always logged.',
+    }),
+    dataplaneThreads: Type.Integer({
+      minimum: 0,
+      maximum: 32,
+      default: 1,
+      env: 'POOLGATE_DATAPLANE_THREADS',
+      description:
+        'Threads serving pool traffic (0: one per CPU). Above 1 the pool listener runs in worker threads sharing the limits through shared memory (not with redisUrl); see docs/decisions/dataplane-threads.md.',
+    }),
+    dataplaneThreadPorts: Type.Union([Type.Literal('shared'), Type.Literal('each')], {
+      default: 'shared',
+      env: 'POOLGATE_DATAPLANE_THREAD_PORTS',
+      description:
+        'With dataplaneThreads above 1: shared puts every thread on proxyPort (SO_REUSEPORT; with proxyPort 0, one free port for all) and the kernel spreads connections over them; each gives thread i the port proxyPort+i (a free port each when proxyPort is 0), for a balancer that picks the thread.',
     }),
     snapshotResyncMs: Type.Integer({
       minimum: 1000,

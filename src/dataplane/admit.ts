@@ -1,7 +1,7 @@
 // Stage 5, admit: ask the governor for a slot. The wait is X-Service-Queue-Timeout-Ms clamped to the
 // pool's queue timeout (its default), or 0 with X-Service-No-Queue; refusals become 429/504/503.
-import type { Admission, Governor } from '../governor/governor.js';
-import { reply, type Exchange, type Reply } from './exchange.js';
+import type { Admission, Governor, RefusalReason } from '../governor/governor.js';
+import { reply, type Exchange, type OutcomeName, type Reply } from './exchange.js';
 
 const DIGITS = /^\d{1,15}$/;
 
@@ -20,6 +20,20 @@ export function requestedWait(ex: Exchange): number | Reply {
 /** Retry-After in whole seconds, at least 1. */
 export function retryAfterSeconds(ms: number | undefined): string {
   return String(Math.max(1, Math.ceil((ms ?? 1000) / 1000)));
+}
+
+/** The outcome a refused admission is recorded as by the wire listeners (HTTP and lock answers name it by their reply's error). */
+export function refusalOutcome(reason: RefusalReason): OutcomeName {
+  switch (reason) {
+    case 'aborted':
+      return 'client_aborted';
+    case 'queue_timeout':
+      return 'queue_timeout';
+    case 'unavailable':
+      return 'unavailable';
+    default:
+      return 'too_many_requests';
+  }
 }
 
 /** The reply for a refused admission; null for `aborted` (the client is gone, nothing to send). */

@@ -63,7 +63,7 @@ export interface Exchange {
   /** Set by admit. */
   admission: Admission | null;
   permit: Permit | null;
-  /** acquire had to wait (returned a promise). */
+  /** The governor put it in its wait queue (Admission.queued), whatever the answer. */
   waited: boolean;
   queuedMs: number;
   /** Time from dispatch upstream to the end of the response, once known. */

@@ -5,7 +5,7 @@ import { OUTCOME_OF_REFUSAL, recordAdmission, statusClass, type LockAcquireOutco
 import type { RollupBuffer } from '../metrics/rollups.js';
 import type { OutcomeName } from './exchange.js';
 import type { DataplaneMetrics, RequestRecord } from './release.js';
-import type { SnapshotSource } from './snapshot.js';
+import type { SnapshotFeed } from './snapshot.js';
 
 /** Outcomes decided before the governor; governor refusals are counted by recordAdmission. */
 const EARLY: Partial<Record<OutcomeName, RequestOutcome>> = {
@@ -44,7 +44,7 @@ export class RequestMetrics implements DataplaneMetrics {
   readonly #metrics: PoolMetrics;
   readonly #rollups: RollupBuffer;
 
-  constructor(metrics: PoolMetrics, rollups: RollupBuffer, snapshots: SnapshotSource, governor: Governor) {
+  constructor(metrics: PoolMetrics, rollups: RollupBuffer, snapshots: SnapshotFeed, governor: Governor) {
     this.#metrics = metrics;
     this.#rollups = rollups;
     metrics.watch({

@@ -1,6 +1,7 @@
 // Stage 7, release: settle the slot exactly once with what the origin said (feeding the adaptive limit
 // and the RPM learner), and record the request once: counters for metrics and one access-log line.
-import type { Admission, Outcome, Permit } from '../governor/governor.js';
+import type { Outcome, Permit } from '../governor/governor.js';
+import type { AdmissionSummary } from '../metrics/registry.js';
 import type { AccessLog } from './access-log.js';
 import type { Exchange, OutcomeName } from './exchange.js';
 
@@ -12,8 +13,8 @@ export interface RequestRecord {
   status: number;
   outcome: OutcomeName;
   /** The governor's answer; null when the request was stopped before admission. */
-  admission: Admission | null;
-  /** It entered the wait queue (acquire had to wait). */
+  admission: AdmissionSummary | null;
+  /** It entered the wait queue (Admission.queued). */
   waited: boolean;
   queuedMs: number;
   upstreamMs: number | null;

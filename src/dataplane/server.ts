@@ -20,16 +20,24 @@ import { acceptJob, asyncEligible, asyncRequested, JOB_TOO_LARGE, tooLargeForJob
 import type { JobReason } from '../jobs/job-event.js';
 import { routeGate } from './route.js';
 import { scopeGate } from './scope.js';
-import { poolLimits, SnapshotSource, type PoolEntry } from './snapshot.js';
+import { poolLimits, SnapshotSource, type KeyChange, type PoolEntry, type Snapshot, type SnapshotFeed } from './snapshot.js';
 import { Policies } from '../policies/index.js';
+import type { NonceStore } from '../policies/nonce-store.js';
 import { policyStage } from '../policies/dataplane-stage.js';
 import { SqlOverHttp } from '../db/sql-over-http.js';
 import type { DbUpstreams } from '../db/upstream.js';
 
 export interface DataplaneOptions {
   config: Config;
-  sql: Sql;
-  box: SecretBox;
+  /** The store the snapshot is loaded from; not needed with `feed`. */
+  sql?: Sql;
+  box?: SecretBox;
+  /** A worker thread's snapshot, pushed by the main thread (src/dataplane/threads), instead of loading it from the store. */
+  feed?: (onLoad: (snapshot: Snapshot) => void) => SnapshotFeed;
+  /** false: no pool listener here (worker threads listen instead); default true. */
+  listen?: boolean;
+  /** The port to listen on instead of config.proxyPort (each worker thread is told its own). */
+  port?: number;
   log: Logger;
   governor: Governor;
   metrics?: DataplaneMetrics | null;
@@ -41,6 +49,8 @@ export interface DataplaneOptions {
   jobs?: JobIntake | null;
   /** The resolver the SSRF guard re-checks origin and JWKS connections with (tests map names). */
   lookup?: Lookup;
+  /** Where HMAC nonces are remembered, instead of the store the config implies (threads share the main thread's). */
+  nonces?: NonceStore;
 }
 
 const BAD_TARGET = reply(400, 'bad_request', 'the request target must be a path');
@@ -52,9 +62,15 @@ function hasBody(headers: Record<string, string>): boolean {
   return cl !== undefined && cl !== '0';
 }
 
+/** Told about every snapshot the data plane loads and every key point update (the thread host forwards them). */
+export interface SnapshotListener {
+  loaded(snapshot: Snapshot): void;
+  keys(changes: readonly KeyChange[]): void;
+}
+
 export class Dataplane {
   readonly governor: Governor;
-  readonly snapshots: SnapshotSource;
+  readonly snapshots: SnapshotFeed;
   /** Stage 4's compiled per-pool policies, shared with the lock API (policiesGate). */
   readonly policies: Policies;
   #port = 0;
@@ -71,6 +87,7 @@ export class Dataplane {
   #inFlight = 0;
   #drained: (() => void) | null = null;
   #closing: Promise<void> | null = null;
+  #listener: SnapshotListener | null = null;
 
   private constructor(opts: DataplaneOptions) {
     const clock = opts.clock ?? Date.now;
@@ -89,19 +106,30 @@ export class Dataplane {
       clock,
       targets,
       onRefusal: (pool, policy, reason) => opts.metrics?.policyRefused?.(pool, policy, reason),
+      nonces: opts.nonces,
     });
     this.#sql = new SqlOverHttp({ config: opts.config, governor: opts.governor, log: opts.log, jobs: opts.jobs ?? null });
-    this.snapshots = new SnapshotSource({
-      sql: opts.sql,
-      box: opts.box,
-      log: opts.log,
-      clock,
-      resyncMs: opts.config.snapshotResyncMs,
-      onLoad: (s) => {
-        this.governor.configure(poolLimits(s), s.budgets);
-        this.#sql.sync(s);
-      },
-    });
+    const onLoad = (s: Snapshot) => {
+      this.governor.configure(poolLimits(s), s.budgets);
+      this.#sql.sync(s);
+    };
+    if (opts.feed) {
+      this.snapshots = opts.feed(onLoad);
+    } else {
+      if (!opts.sql || !opts.box) throw new Error('the data plane needs the store (sql, box) or a snapshot feed');
+      this.snapshots = new SnapshotSource({
+        sql: opts.sql,
+        box: opts.box,
+        log: opts.log,
+        clock,
+        resyncMs: opts.config.snapshotResyncMs,
+        onLoad: (s) => {
+          onLoad(s);
+          this.#listener?.loaded(s);
+        },
+        onKeys: (changes) => this.#listener?.keys(changes),
+      });
+    }
     this.#app = loadUws().App();
     this.#app.any('/*', (res, req) => this.#handle(res, req));
   }
@@ -111,7 +139,7 @@ export class Dataplane {
     const dp = new Dataplane(opts);
     await dp.snapshots.start();
     try {
-      await dp.#listen(opts.config.host, opts.config.proxyPort);
+      if (opts.listen !== false) await dp.#listen(opts.config.host, opts.port ?? opts.config.proxyPort);
     } catch (err) {
       await dp.snapshots.close();
       await dp.#upstreams.close(true);
@@ -122,6 +150,11 @@ export class Dataplane {
 
   get port(): number {
     return this.#port;
+  }
+
+  /** Forwards each later snapshot and key update to `listener` (one listener: the thread host). */
+  followSnapshots(listener: SnapshotListener | null): void {
+    this.#listener = listener;
   }
 
   /** The pool access log, shared with the lock API (its acquire attempts belong in the same log). */
@@ -253,7 +286,6 @@ export class Dataplane {
     client.onAbort(() => abort.abort());
     const a = admit(this.governor, ex, asyncPool?.asyncOnQueue ? 0 : wait, abort.signal);
     if (a instanceof Promise) {
-      ex.waited = true;
       const after = (x: Admission) => {
         try {
           this.#admitted(ex, client, body, abort, x);
@@ -275,6 +307,8 @@ export class Dataplane {
   #admitted(ex: Exchange, client: ClientResponse, body: RequestBody | null, abort: AbortController, a: Admission): void {
     ex.admission = a;
     ex.queuedMs = a.queuedMs;
+    // Queued only when the governor really put it in its queue (a promise alone is not a wait: see Admission).
+    ex.waited = a.queued === true;
     if (!a.ok) {
       if (a.reason === 'aborted' || client.aborted) {
         this.#settle(ex, { outcome: 'client_aborted', status: 0 });

@@ -224,11 +224,16 @@ interface KeyStateRow extends KeyRow {
   pool_status: string;
 }
 
+/** One key's point update: its hash and its new entry, or null when it left the snapshot. */
+export type KeyChange = readonly [hash: string, entry: KeyEntry | null];
+
 /**
  * Applies `key:<id>` notifications to a snapshot's key map in place: each named key is read whatever its
  * state and is then present (live) or absent (revoked, expired, pool deleted, gone). One query per batch.
+ * Returns what changed (worker threads apply the same changes to their copy).
  */
-export async function applyKeyChanges(db: Queryable, keys: Map<string, KeyEntry>, ids: readonly number[], box: SecretBox, now: number, log: Logger): Promise<void> {
+export async function applyKeyChanges(db: Queryable, keys: Map<string, KeyEntry>, ids: readonly number[], box: SecretBox, now: number, log: Logger): Promise<KeyChange[]> {
+  const changes: KeyChange[] = [];
   const { rows } = await db.query<KeyStateRow>(
     `SELECT ${KEY_COLUMNS}, k.revoked_at, p.status AS pool_status
        FROM pool_keys k JOIN pools p ON p.id = k.pool_id
@@ -239,14 +244,25 @@ export async function applyKeyChanges(db: Queryable, keys: Map<string, KeyEntry>
   for (const row of rows) {
     seen.add(row.id);
     const live = row.revoked_at === null && row.pool_status !== 'deleted' && (row.expires_at === null || new Date(row.expires_at).getTime() > now);
-    if (live) keys.set(row.key_hash, keyEntry(row, box, log));
-    else if (keys.get(row.key_hash)?.id === row.id) keys.delete(row.key_hash);
+    if (live) {
+      const entry = keyEntry(row, box, log);
+      keys.set(row.key_hash, entry);
+      changes.push([row.key_hash, entry]);
+    } else if (keys.get(row.key_hash)?.id === row.id) {
+      keys.delete(row.key_hash);
+      changes.push([row.key_hash, null]);
+    }
   }
   // A row that no longer exists: find its entry by id (rare, so a scan is fine).
   if (seen.size < ids.length) {
     const gone = new Set(ids.filter((id) => !seen.has(id)));
-    for (const [hash, entry] of keys) if (gone.has(entry.id)) keys.delete(hash);
+    for (const [hash, entry] of keys) {
+      if (!gone.has(entry.id)) continue;
+      keys.delete(hash);
+      changes.push([hash, null]);
+    }
   }
+  return changes;
 }
 
 /** What a change notification asks of the data plane. */
@@ -272,6 +288,18 @@ export interface SnapshotSourceOptions {
   resyncMs: number;
   /** Called with each new snapshot (full loads), before the hot path sees it. */
   onLoad: (snapshot: Snapshot) => void;
+  /** Called with each batch of key point updates, once applied to `current`. */
+  onKeys?: (changes: readonly KeyChange[]) => void;
+}
+
+/** Where the data plane reads its snapshot: a SnapshotSource on the store, or the main thread's pushes in a worker thread. */
+export interface SnapshotFeed {
+  readonly current: Snapshot;
+  /** Has the first snapshot (a failure fails start-up) and follows changes. */
+  start(): Promise<void>;
+  /** Asks for a full reload; resolves once one that started after the call is applied. */
+  reload(): Promise<void>;
+  close(): Promise<void>;
 }
 
 /**
@@ -281,7 +309,7 @@ export interface SnapshotSourceOptions {
  * number of full requests as one reload. A failed load or update keeps the previous state; a failed
  * point update falls back to a full reload.
  */
-export class SnapshotSource {
+export class SnapshotSource implements SnapshotFeed {
   current: Snapshot = EMPTY_SNAPSHOT;
   /** Full reloads done (start-up, resync, non-key notifications); for tests and diagnostics. */
   fullLoads = 0;
@@ -358,7 +386,8 @@ export class SnapshotSource {
   async #applyKeys(ids: number[]): Promise<void> {
     const { sql, box, log, clock } = this.#opts;
     // The map belongs to the current snapshot; entries are replaced whole, never changed in place.
-    await applyKeyChanges(sql, this.current.keys as Map<string, KeyEntry>, ids, box, clock(), log);
+    const changes = await applyKeyChanges(sql, this.current.keys as Map<string, KeyEntry>, ids, box, clock(), log);
+    if (changes.length > 0) this.#opts.onKeys?.(changes);
     this.keyUpdates++;
     this.keysApplied += ids.length;
   }

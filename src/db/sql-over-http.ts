@@ -262,7 +262,6 @@ export class SqlOverHttp {
       });
     };
     if (a instanceof Promise) {
-      ex.waited = true;
       a.then(after, (err: unknown) => {
         this.#opts.log.error({ err }, 'governor acquire failed');
         after({ ok: false, reason: 'unavailable', queuedMs: 0 });
@@ -289,6 +288,7 @@ export class SqlOverHttp {
     const pool = ex.pool!;
     ex.admission = a;
     ex.queuedMs = a.queuedMs;
+    ex.waited = a.queued === true;
     if (!a.ok) {
       if (a.reason === 'aborted' || client.aborted) return { outcome: 'client_aborted', status: 0 };
       const r = refusalReply(a, governorHeaders(this.#opts.governor, pool.id, a.queuedMs))!;

@@ -69,9 +69,6 @@ export interface AdaptiveLimitOptions {
  * distributed governor can run the same controller on each node and share the result.
  */
 export class AdaptiveLimit {
-  #min = 1;
-  #max = 1;
-  #limit: number;
   readonly #windowSamples: number;
   readonly #shortAlpha: number;
   readonly #longTauMs: number;
@@ -81,26 +78,20 @@ export class AdaptiveLimit {
   readonly #probeIntervalMs: number;
   readonly #probeRatio: number;
   readonly #probeSamples: number;
-  #shortRtt = 0;
-  #longRtt = 0;
-  #lastBackoffAt = -Infinity;
-  #windowStart = 0;
-  #windowSum = 0;
-  #windowCount = 0;
-  #windowMaxInFlight = 0;
-  /** When the next probe starts; set by the first sample. */
-  #nextProbeAt = NaN;
-  #probeStartedAt = NaN;
-  /** Starts in [from, to) are measured; the probe ends at `#probeEnd`. */
-  #probeFrom = 0;
-  #probeTo = 0;
-  #probeEnd = 0;
-  #probeSum = 0;
-  #probeCount = 0;
+  /** The learned state, indexed by the slot names below (direct indexing: accessors would cost 10×). */
+  readonly #s: Float64Array;
 
-  constructor(opts: AdaptiveLimitOptions) {
-    this.setBounds(opts.min, opts.max);
-    this.#limit = clamp(opts.initial ?? this.#max, this.#min, this.#max);
+  /**
+   * `store` (ADAPTIVE_STATE_SIZE long) holds the learned state, so a view into shared memory lets every
+   * thread feed one controller; `init` false attaches to a state another thread set up (same options).
+   */
+  constructor(opts: AdaptiveLimitOptions, store: Float64Array = new Float64Array(ADAPTIVE_STATE_SIZE), init = true) {
+    this.#s = store;
+    if (init) {
+      store.set(INITIAL_STATE);
+      this.setBounds(opts.min, opts.max);
+      this.#s[LIMIT] = clamp(opts.initial ?? this.#s[MAX], this.#s[MIN], this.#s[MAX]);
+    }
     this.#windowSamples = opts.windowSamples ?? 10;
     this.#shortAlpha = 2 / ((opts.shortWindows ?? 2) + 1);
     this.#longTauMs = opts.longTauMs ?? 600_000;
@@ -114,32 +105,32 @@ export class AdaptiveLimit {
 
   /** The limit to enforce now (an integer within the bounds; reduced while probing). */
   get limit(): number {
-    const l = this.probing ? this.#limit * this.#probeRatio : this.#limit;
-    return Math.max(this.#min, Math.floor(l));
+    const l = this.probing ? this.#s[LIMIT] * this.#probeRatio : this.#s[LIMIT];
+    return Math.max(this.#s[MIN], Math.floor(l));
   }
 
   /** The learned limit, unrounded and not reduced by a probe. */
   get estimate(): number {
-    return this.#limit;
+    return this.#s[LIMIT];
   }
 
   get shortRtt(): number {
-    return this.#shortRtt;
+    return this.#s[SHORT_RTT];
   }
 
   get longRtt(): number {
-    return this.#longRtt;
+    return this.#s[LONG_RTT];
   }
 
   get probing(): boolean {
-    return !Number.isNaN(this.#probeStartedAt);
+    return !Number.isNaN(this.#s[PROBE_STARTED_AT]);
   }
 
   /** New floor and ceiling (a live settings change); the current limit is clamped into them. */
   setBounds(min: number, max: number): void {
-    this.#max = Math.max(1, Math.floor(max));
-    this.#min = Math.min(this.#max, Math.max(1, Math.floor(min)));
-    if (this.#limit !== undefined) this.#limit = clamp(this.#limit, this.#min, this.#max);
+    this.#s[MAX] = Math.max(1, Math.floor(max));
+    this.#s[MIN] = Math.min(this.#s[MAX], Math.max(1, Math.floor(min)));
+    this.#s[LIMIT] = clamp(this.#s[LIMIT], this.#s[MIN], this.#s[MAX]);
   }
 
   /**
@@ -149,78 +140,100 @@ export class AdaptiveLimit {
   onSample(now: number, rttMs: number, inFlight: number, kind: SampleKind): number {
     if (kind === SampleKind.Throttled) {
       // Once per round trip: the refusals of one overloaded moment arrive together.
-      if (now - this.#lastBackoffAt >= (this.#shortRtt > 0 ? this.#shortRtt : UNKNOWN_RTT_MS)) {
-        this.#lastBackoffAt = now;
-        this.#limit = Math.max(this.#min, this.#limit * this.#backoffRatio);
+      if (now - this.#s[LAST_BACKOFF_AT] >= (this.#s[SHORT_RTT] > 0 ? this.#s[SHORT_RTT] : UNKNOWN_RTT_MS)) {
+        this.#s[LAST_BACKOFF_AT] = now;
+        this.#s[LIMIT] = Math.max(this.#s[MIN], this.#s[LIMIT] * this.#backoffRatio);
       }
       return this.limit;
     }
     if (kind !== SampleKind.Ok || !(rttMs >= 0) || !Number.isFinite(rttMs)) return this.limit;
 
-    if (this.#longRtt === 0) {
-      this.#shortRtt = this.#longRtt = rttMs;
-      this.#windowStart = now;
-      this.#nextProbeAt = now + this.#probeIntervalMs;
+    if (this.#s[LONG_RTT] === 0) {
+      this.#s[SHORT_RTT] = this.#s[LONG_RTT] = rttMs;
+      this.#s[WINDOW_START] = now;
+      this.#s[NEXT_PROBE_AT] = now + this.#probeIntervalMs;
       return this.limit;
     }
     if (this.probing) {
       const startedAt = now - rttMs;
-      if (startedAt >= this.#probeFrom && startedAt < this.#probeTo) {
-        this.#probeSum += rttMs;
-        this.#probeCount++;
+      if (startedAt >= this.#s[PROBE_FROM] && startedAt < this.#s[PROBE_TO]) {
+        this.#s[PROBE_SUM] += rttMs;
+        this.#s[PROBE_COUNT]++;
       }
-      if (now >= this.#probeEnd) {
-        if (this.#probeCount * 2 >= this.#probeSamples) this.#longRtt = this.#probeSum / this.#probeCount;
-        this.#probeStartedAt = NaN;
-        this.#nextProbeAt = now + this.#probeIntervalMs;
+      if (now >= this.#s[PROBE_END]) {
+        if (this.#s[PROBE_COUNT] * 2 >= this.#probeSamples) this.#s[LONG_RTT] = this.#s[PROBE_SUM] / this.#s[PROBE_COUNT];
+        this.#s[PROBE_STARTED_AT] = NaN;
+        this.#s[NEXT_PROBE_AT] = now + this.#probeIntervalMs;
         this.#resetWindow(now);
       }
       return this.limit;
     }
-    if (now >= this.#nextProbeAt) {
+    if (now >= this.#s[NEXT_PROBE_AT]) {
       this.#startProbe(now);
       return this.limit;
     }
 
-    this.#windowSum += rttMs;
-    this.#windowCount++;
-    if (inFlight > this.#windowMaxInFlight) this.#windowMaxInFlight = inFlight;
-    if (this.#windowCount < this.#windowSamples || now - this.#windowStart < this.#longRtt) return this.limit;
+    this.#s[WINDOW_SUM] += rttMs;
+    this.#s[WINDOW_COUNT]++;
+    if (inFlight > this.#s[WINDOW_MAX_IN_FLIGHT]) this.#s[WINDOW_MAX_IN_FLIGHT] = inFlight;
+    if (this.#s[WINDOW_COUNT] < this.#windowSamples || now - this.#s[WINDOW_START] < this.#s[LONG_RTT]) return this.limit;
 
-    const mean = this.#windowSum / this.#windowCount;
-    const busiest = this.#windowMaxInFlight;
-    const weight = Math.min(1, (now - this.#windowStart) / this.#longTauMs);
+    const mean = this.#s[WINDOW_SUM] / this.#s[WINDOW_COUNT];
+    const busiest = this.#s[WINDOW_MAX_IN_FLIGHT];
+    const weight = Math.min(1, (now - this.#s[WINDOW_START]) / this.#longTauMs);
     this.#resetWindow(now);
-    this.#shortRtt += this.#shortAlpha * (mean - this.#shortRtt);
-    this.#longRtt += weight * (this.#shortRtt - this.#longRtt);
+    this.#s[SHORT_RTT] += this.#shortAlpha * (mean - this.#s[SHORT_RTT]);
+    this.#s[LONG_RTT] += weight * (this.#s[SHORT_RTT] - this.#s[LONG_RTT]);
 
-    const gradient = clamp(this.#longRtt / this.#shortRtt, this.#minGradient, 1);
-    const target = this.#limit * gradient + queueAllowance(this.#limit);
+    const gradient = clamp(this.#s[LONG_RTT] / this.#s[SHORT_RTT], this.#minGradient, 1);
+    const target = this.#s[LIMIT] * gradient + queueAllowance(this.#s[LIMIT]);
     // An idle pool says nothing about capacity: no growth while less than half the limit was used.
-    if (target > this.#limit && busiest < this.#limit / 2) return this.limit;
-    this.#limit = clamp(this.#limit + this.#smoothing * (target - this.#limit), this.#min, this.#max);
+    if (target > this.#s[LIMIT] && busiest < this.#s[LIMIT] / 2) return this.limit;
+    this.#s[LIMIT] = clamp(this.#s[LIMIT] + this.#smoothing * (target - this.#s[LIMIT]), this.#s[MIN], this.#s[MAX]);
     return this.limit;
   }
 
   #startProbe(now: number): void {
-    this.#probeStartedAt = now;
-    const r = Math.max(this.#shortRtt, this.#longRtt);
+    this.#s[PROBE_STARTED_AT] = now;
+    const r = Math.max(this.#s[SHORT_RTT], this.#s[LONG_RTT]);
     // Long enough for about probeSamples starts at the probe's concurrency, and at least one R.
     const span = r * Math.max(1, this.#probeSamples / Math.max(1, this.limit));
-    this.#probeFrom = now + r;
-    this.#probeTo = this.#probeFrom + span;
-    this.#probeEnd = this.#probeTo + 2 * r;
-    this.#probeSum = 0;
-    this.#probeCount = 0;
+    this.#s[PROBE_FROM] = now + r;
+    this.#s[PROBE_TO] = this.#s[PROBE_FROM] + span;
+    this.#s[PROBE_END] = this.#s[PROBE_TO] + 2 * r;
+    this.#s[PROBE_SUM] = 0;
+    this.#s[PROBE_COUNT] = 0;
   }
 
   #resetWindow(now: number): void {
-    this.#windowStart = now;
-    this.#windowSum = 0;
-    this.#windowCount = 0;
-    this.#windowMaxInFlight = 0;
+    this.#s[WINDOW_START] = now;
+    this.#s[WINDOW_SUM] = 0;
+    this.#s[WINDOW_COUNT] = 0;
+    this.#s[WINDOW_MAX_IN_FLIGHT] = 0;
   }
 }
+
+/** Slots of the learned state: min, max, limit, RTTs, the open window and the probe (named below). */
+export const ADAPTIVE_STATE_SIZE = 17;
+const MIN = 0;
+const MAX = 1;
+const LIMIT = 2;
+const SHORT_RTT = 3;
+const LONG_RTT = 4;
+const LAST_BACKOFF_AT = 5;
+const WINDOW_START = 6;
+const WINDOW_SUM = 7;
+const WINDOW_COUNT = 8;
+const WINDOW_MAX_IN_FLIGHT = 9;
+const NEXT_PROBE_AT = 10;
+const PROBE_STARTED_AT = 11;
+const PROBE_FROM = 12;
+const PROBE_TO = 13;
+const PROBE_END = 14;
+const PROBE_SUM = 15;
+const PROBE_COUNT = 16;
+/** A fresh controller's state: no RTT known, never backed off, no probe scheduled. */
+const INITIAL_STATE = [1, 1, 0, 0, 0, -Infinity, 0, 0, 0, 0, NaN, NaN, 0, 0, 0, 0, 0];
 
 /** The backoff interval before any latency was measured. */
 const UNKNOWN_RTT_MS = 100;

@@ -1,5 +1,13 @@
 // Capacity budget arithmetic: whether one pool of a budget may take one more slot of the shared origin.
 
+/** Slots of one budget's counts: max, in-flight, borrowed, waiting, Σ reserved. */
+export const BUDGET_FIELDS = 5;
+const MAX = 0;
+const IN_FLIGHT = 1;
+const BORROWED = 2;
+const WAITING = 3;
+const RESERVED_SUM = 4;
+
 /** What the share needs to know of a member pool. */
 export interface BudgetMember {
   readonly inFlight: number;
@@ -15,23 +23,50 @@ export interface BudgetMember {
  */
 export class BudgetShare<M extends BudgetMember> {
   readonly budgetId: number;
-  readonly max: number;
   readonly members: M[] = [];
-  /** Σ in-flight over the members. */
-  inFlight = 0;
-  /** Σ max(0, inFlight − reserved) over the members. */
-  borrowed = 0;
-  /** Σ queued waiters over the members, so a release with nobody waiting skips the scan. */
-  waiting = 0;
-  #reservedSum = 0;
+  /** The counts, in BUDGET_FIELDS slots: a view into shared memory lets several threads share one budget. */
+  readonly #s: Int32Array;
 
-  constructor(budgetId: number, max: number) {
+  /** `store` (BUDGET_FIELDS long) holds the counts; `init` false attaches to counts another thread keeps. */
+  constructor(budgetId: number, max: number, store: Int32Array = new Int32Array(BUDGET_FIELDS), init = true) {
     this.budgetId = budgetId;
-    this.max = max;
+    this.#s = store;
+    if (init) {
+      store.fill(0);
+      store[MAX] = max;
+    }
+  }
+
+  get max(): number {
+    return this.#s[MAX]!;
+  }
+
+  /** Σ in-flight over the members. */
+  get inFlight(): number {
+    return this.#s[IN_FLIGHT]!;
+  }
+  set inFlight(n: number) {
+    this.#s[IN_FLIGHT] = n;
+  }
+
+  /** Σ max(0, inFlight − reserved) over the members. */
+  get borrowed(): number {
+    return this.#s[BORROWED]!;
+  }
+  set borrowed(n: number) {
+    this.#s[BORROWED] = n;
+  }
+
+  /** Σ queued waiters over the members, so a release with nobody waiting skips the scan. */
+  get waiting(): number {
+    return this.#s[WAITING]!;
+  }
+  set waiting(n: number) {
+    this.#s[WAITING] = n;
   }
 
   get unallocated(): number {
-    return Math.max(0, this.max - this.#reservedSum);
+    return Math.max(0, this.max - this.#s[RESERVED_SUM]);
   }
 
   /**
@@ -64,12 +99,12 @@ export class BudgetShare<M extends BudgetMember> {
   }
 
   recount(waitingOf: (m: M) => number): void {
-    this.inFlight = this.borrowed = this.waiting = this.#reservedSum = 0;
+    this.inFlight = this.borrowed = this.waiting = this.#s[RESERVED_SUM] = 0;
     for (const m of this.members) {
       this.inFlight += m.inFlight;
       this.borrowed += Math.max(0, m.inFlight - m.reservedConcurrent);
       this.waiting += waitingOf(m);
-      this.#reservedSum += m.reservedConcurrent;
+      this.#s[RESERVED_SUM] += m.reservedConcurrent;
     }
   }
 }

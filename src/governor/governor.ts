@@ -1,6 +1,6 @@
-// The governor interface: admission to a pool's concurrency slots. One interface, two implementations
-// (memory: one node; redis: many nodes). A refusal is a value, never an exception; a permit is settled
-// exactly once.
+// The governor interface: admission to a pool's concurrency slots. One interface, three implementations
+// (memory: one thread; shared-memory: the threads of one process; redis: many nodes). A refusal is a
+// value, never an exception; a permit is settled exactly once.
 
 /** What the upstream said, fed to the adaptive limit and the RPM learner on release. */
 export interface Outcome {
@@ -38,8 +38,12 @@ export interface Permit {
 /** `rate_limited`: the pool's RPM gate is shut (learned or fixed rate spent, or the upstream asked to wait). */
 export type RefusalReason = 'queue_full' | 'no_slot' | 'queue_timeout' | 'aborted' | 'unavailable' | 'rate_limited';
 
+/**
+ * `queued` says whether the caller really entered the governor's wait queue: a promise alone does not mean
+ * it waited (the Redis governor answers every acquire with one, after a round trip).
+ */
 export type Admission =
-  | { ok: true; permit: Permit; queuedMs: number }
+  | { ok: true; permit: Permit; queuedMs: number; queued: boolean }
   | {
       ok: false;
       reason: RefusalReason;
@@ -47,6 +51,8 @@ export type Admission =
       retryAfterMs?: number;
       /** With `unavailable`: the shared governor's backend (Redis) cannot be reached, not a missing pool. */
       backendDown?: boolean;
+      /** True when refused after waiting in the queue (timeout, abort, pool removed); absent otherwise. */
+      queued?: boolean;
     };
 
 export interface AdmitRequest {

@@ -6,27 +6,20 @@ import type {
   BudgetLimits,
   Governor,
   Outcome,
-  Permit,
   PoolLimits,
   PoolState,
   RefusalReason,
 } from './governor.js';
 import { EMPTY_STATE, sanitizeLimits } from './limits.js';
-import { AdaptiveLimit, SampleKind } from './adaptive-limit.js';
+import { AdaptiveLimit } from './adaptive-limit.js';
 import { BudgetShare } from './budget-share.js';
-import { applyRateObject, clearRateInfo, emptyRateInfo, hasRateInfo, parseRateHeaders, type RateInfo } from './rate-headers.js';
+import { gateRetryHintMs, learnOutcome, nextAvgHold, retryHintMs } from './outcome-learning.js';
 import { RpmLearner } from './rpm-learner.js';
+import { SlotPermit } from './slot-permit.js';
 import { WaitQueue, type WaitNode } from './wait-queue.js';
 
 /** setTimeout's largest delay; a longer wait would fire at once. */
-const MAX_TIMER_MS = 2_147_483_647;
-/** Weight of the newest hold time in the moving average behind the retry hint. */
-const HOLD_WEIGHT = 0.1;
-/** The retry hint is whole seconds (Retry-After has second granularity), within these bounds. */
-const RETRY_MIN_MS = 1_000;
-const RETRY_MAX_MS = 60_000;
-/** Hold time assumed before a pool has released anything. */
-const DEFAULT_HOLD_MS = 1_000;
+export const MAX_TIMER_MS = 2_147_483_647;
 
 /** The timer functions the governor uses; a simulation passes its own with simulated time. */
 export interface GovernorTimers {
@@ -34,7 +27,7 @@ export interface GovernorTimers {
   clearTimeout(handle: unknown): void;
 }
 
-const NODE_TIMERS: GovernorTimers = {
+export const NODE_TIMERS: GovernorTimers = {
   setTimeout: (fn, ms, arg) => setTimeout(fn, ms, arg),
   clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
 };
@@ -62,9 +55,6 @@ export interface LearnedState {
   /** Ms until the gate lets the next request through; 0 when open. */
   gateWaitMs: number;
 }
-
-/** Scratch for parsing one outcome: the event loop runs one release at a time, so one object serves all. */
-const RATE: RateInfo = emptyRateInfo();
 
 /** One waiter; it is also its own abort listener (handleEvent), so no listener closure is made per waiter. */
 class Waiter implements WaitNode<Waiter> {
@@ -101,26 +91,6 @@ class Waiter implements WaitNode<Waiter> {
 
 function onWaitTimeout(w: Waiter): void {
   w.pool.refuse(w, 'queue_timeout');
-}
-
-/** A granted slot; settled once (the first release counts). */
-class SlotPermit implements Permit {
-  readonly poolId: number;
-  readonly #pool: PoolSlots;
-  readonly #grantedAt: number;
-  #released = false;
-
-  constructor(pool: PoolSlots, grantedAt: number) {
-    this.#pool = pool;
-    this.poolId = pool.poolId;
-    this.#grantedAt = grantedAt;
-  }
-
-  release(outcome?: Outcome): void {
-    if (this.#released) return;
-    this.#released = true;
-    this.#pool.give(this.#grantedAt, outcome);
-  }
 }
 
 function onGateOpen(p: PoolSlots): void {
@@ -184,11 +154,6 @@ class PoolSlots {
     return this.rpm.waitMs(this.now());
   }
 
-  /** Refusal hint while the gate is shut: when it reopens, in whole seconds. */
-  gateRetryAfterMs(wait: number): number {
-    return Math.max(RETRY_MIN_MS, Math.ceil(wait / 1000) * 1000);
-  }
-
   /** Arms the wake-up for waiters the RPM gate holds back (nothing else would wake them). */
   armGate(): void {
     if (this.gateTimer !== null || this.queue.size === 0 || !this.active) return;
@@ -208,12 +173,12 @@ class PoolSlots {
     return this.budget === null ? own : Math.min(own, this.budget.headroom(this));
   }
 
-  take(queuedMs: number): Admission {
+  take(queuedMs: number, queued: boolean): Admission {
     const now = this.now();
     this.budget?.take(this);
     this.inFlight++;
     this.rpm.take(now);
-    return { ok: true, permit: new SlotPermit(this, now), queuedMs };
+    return { ok: true, permit: new SlotPermit(this, now), queuedMs, queued };
   }
 
   give(grantedAt: number, outcome: Outcome | undefined): void {
@@ -221,36 +186,11 @@ class PoolSlots {
     const held = this.now() - grantedAt;
     // Learn before the slot is counted free: the sample's in-flight includes itself, and a raised
     // limit admits waiters in the pump below.
-    if (outcome !== undefined) this.#learn(outcome, held);
+    if (outcome !== undefined) learnOutcome(outcome, held, this.now(), this.wallClock(), this.rpm, this.adaptive, this.inFlight);
     this.budget?.give(this);
     this.inFlight--;
-    this.#avgHoldMs = this.#avgHoldMs === 0 ? held : this.#avgHoldMs + HOLD_WEIGHT * (held - this.#avgHoldMs);
+    this.#avgHoldMs = nextAvgHold(this.#avgHoldMs, held);
     this.pump();
-  }
-
-  /**
-   * Feeds one upstream answer to the RPM learner and the adaptive limit. A lock release's `rate`
-   * object wins over headers field by field. A retry hint counts only on a refusal (429 or 503, a
-   * throttled count, or no status, as a lock client reports it). A 429 the rate headers explain (the
-   * window's `remaining` is 0) is a rate signal, not a concurrency one; answers without a status, and
-   * 5xx answers, are not latency samples (an error's speed says nothing about the service time).
-   */
-  #learn(o: Outcome, held: number): void {
-    const now = this.now();
-    const info = o.headers !== undefined ? parseRateHeaders(o.headers, this.wallClock(), RATE) : clearRateInfo(RATE);
-    if (o.rate !== undefined && o.rate !== null && typeof o.rate === 'object') applyRateObject(o.rate, info);
-    const status = o.status;
-    const throttled = status === 429 || (o.throttled !== undefined && o.throttled > 0);
-    const hint = o.retryAfterMs !== undefined && o.retryAfterMs >= 0 ? o.retryAfterMs : info.retryAfterMs;
-    const refusal = throttled || status === undefined || status === 503;
-    info.retryAfterMs = refusal && hint >= 0 ? hint : NaN;
-    if (hasRateInfo(info)) this.rpm.observe(now, info);
-
-    if (this.adaptive === null) return;
-    let kind: SampleKind = SampleKind.Ok;
-    if ((throttled || info.retryAfterMs >= 0) && info.remaining !== 0) kind = SampleKind.Throttled;
-    else if (o.dropped === true || status === undefined || status >= 500 || throttled) kind = SampleKind.Dropped;
-    this.adaptive.onSample(now, o.latencyMs ?? held, this.inFlight, kind);
   }
 
   enqueue(w: Waiter, waitMs: number): void {
@@ -270,13 +210,13 @@ class PoolSlots {
   /** Hands a slot straight to a waiter (no wake-up race: the slot is counted before the answer). */
   grant(w: Waiter): void {
     this.#unlink(w);
-    w.settle(this.take(this.now() - w.enqueuedAt));
+    w.settle(this.take(this.now() - w.enqueuedAt, true));
   }
 
   refuse(w: Waiter, reason: RefusalReason): void {
     if (!this.#unlink(w)) return;
     const queuedMs = this.now() - w.enqueuedAt;
-    w.settle(reason === 'queue_timeout' ? { ok: false, reason, queuedMs, retryAfterMs: this.retryAfterMs() } : { ok: false, reason, queuedMs });
+    w.settle(reason === 'queue_timeout' ? { ok: false, reason, queuedMs, retryAfterMs: this.retryAfterMs(), queued: true } : { ok: false, reason, queuedMs, queued: true });
   }
 
   refuseAll(reason: RefusalReason): void {
@@ -294,14 +234,9 @@ class PoolSlots {
     this.armGate();
   }
 
-  /**
-   * Seconds-granular hint for when a slot may free: the average hold time times the waiters ahead
-   * (plus this caller), spread over the pool's slots.
-   */
+  /** When a slot may free, in whole seconds (see retryHintMs). */
   retryAfterMs(): number {
-    const hold = this.#avgHoldMs > 0 ? this.#avgHoldMs : DEFAULT_HOLD_MS;
-    const ms = (hold * (this.queue.size + 1)) / Math.max(1, this.effectiveLimit());
-    return Math.min(RETRY_MAX_MS, Math.max(RETRY_MIN_MS, Math.ceil(ms / 1000) * 1000));
+    return retryHintMs(this.#avgHoldMs, this.queue.size, this.effectiveLimit());
   }
 }
 
@@ -389,12 +324,12 @@ export class MemoryGovernor implements Governor {
     const signal = req.signal;
     if (signal?.aborted) return { ok: false, reason: 'aborted', queuedMs: 0 };
     // An empty queue check first: a newcomer never overtakes a waiter of its own pool.
-    if (p.queue.size === 0 && p.canTake()) return p.take(0);
+    if (p.queue.size === 0 && p.canTake()) return p.take(0, false);
 
     const waitMs = Math.min(req.waitMs, p.limits.queueTimeoutMs);
     // The RPM gate: refused at once, like a full pool, when it will not open within the wait.
     const gateWait = p.gateWaitMs();
-    if (gateWait > 0 && !(gateWait <= waitMs)) return { ok: false, reason: 'rate_limited', queuedMs: 0, retryAfterMs: p.gateRetryAfterMs(gateWait) };
+    if (gateWait > 0 && !(gateWait <= waitMs)) return { ok: false, reason: 'rate_limited', queuedMs: 0, retryAfterMs: gateRetryHintMs(gateWait) };
     if (!(waitMs > 0)) return { ok: false, reason: 'no_slot', queuedMs: 0, retryAfterMs: p.retryAfterMs() };
     if (p.queue.size >= p.limits.queueLength) return { ok: false, reason: 'queue_full', queuedMs: 0, retryAfterMs: p.retryAfterMs() };
     const seq = ++this.#seq;

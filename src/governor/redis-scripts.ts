@@ -19,15 +19,18 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `;
 
 /**
- * Acquire one slot of a pool.
+ * Acquires slots of one pool for a batch of callers (the acquires one node made in one event-loop turn), in
+ * order, each decided exactly as if it ran alone right after the one before it: one script call is one
+ * round trip for every caller in it, and Redis runs nothing else in between.
  * KEYS: 1 slots (zset lease id → deadline), 2 effective limit (string), 3 line (zset node → joined at),
  *       4 line liveness (zset node → expiry), 5 RPM gate (hash: rpm per minute, tokens, at), 6 pause (a key
  *       that lives as long as the upstream asked us to wait), 7.. slots of the budget's other member pools.
- * ARGV: 1 lease id, 2 term ms, 3 max concurrent, 4 node id, 5 mode (0 fail fast, 1 newcomer that may wait,
- *       2 queued waiter), 6 line ttl ms, 7 node still has waiters after this admission (1/0),
- *       8 budget origin max (absent: no budget cap), 9 this pool's reserve, 10.. reserves of KEYS[7..].
- * Returns {admitted 1/0, pool in-flight after, effective limit, lease deadline (ms, Redis clock),
- *          ms until the RPM gate opens (0: the gate did not refuse)}.
+ * ARGV: 1 node id, 2 line ttl ms, 3 max concurrent, 4 n callers, then 4 per caller: lease id, term ms, mode
+ *       (0 fail fast, 1 newcomer that may wait, 2 queued waiter), node still has waiters after this
+ *       admission (1/0); then, for a pool in a capped budget: budget origin max, this pool's reserve,
+ *       reserves of KEYS[7..].
+ * Returns {pool in-flight after the batch, effective limit, then one answer per caller: its lease deadline
+ *          (ms, Redis clock) when admitted, 0 when refused, −ms until the RPM gate opens when the gate refused}.
  *
  * The RPM gate is one token bucket per pool shared by every node: `rpm` per minute, holding at most one
  * second of it (at least one request), refilled from the time of the last take; a slot is taken only with
@@ -36,6 +39,10 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
  * The line makes nodes take turns: a node may take a slot only when more slots are free than nodes queued
  * ahead of it; a node served goes to the back of the line. Expired leases (a dead node's) and expired line
  * entries (a dead node's waiters) are dropped first, so they cost one term at most.
+ *
+ * What cannot change within one script (the time, the pruning, the stored limit, the pause, the other
+ * budget members' counts) is read once; what the callers change (this pool's count and tokens) is carried
+ * from one caller to the next, and this node's place in the line is read again after it wrote the line.
  */
 export const ACQUIRE = script(
   'acquire',
@@ -51,82 +58,113 @@ local limit = tonumber(ARGV[3])
 local eff = tonumber(redis.call('GET', KEYS[2]) or '')
 if eff and eff < limit then limit = eff end
 if limit < 0 then limit = 0 end
-local node = ARGV[4]
-local mode = tonumber(ARGV[5])
-local ahead = redis.call('ZRANK', KEYS[3], node)
-local inline = ahead ~= false
-if not inline then ahead = redis.call('ZCARD', KEYS[3]) end
-local ttl = tonumber(ARGV[6])
-local gate = redis.call('PTTL', KEYS[6])
-if gate < 0 then gate = 0 end
+local node = ARGV[1]
+local ttl = tonumber(ARGV[2])
+local n = tonumber(ARGV[4])
+local pause = redis.call('PTTL', KEYS[6])
+if pause < 0 then pause = 0 end
 local rpm = tonumber(redis.call('HGET', KEYS[5], 'rpm') or '')
-local tokens
+local tokens, rate
 if rpm and rpm > 0 then
-  local rate = rpm / 60000
+  rate = rpm / 60000
   local cap = math.max(1, rpm / 60)
   tokens = tonumber(redis.call('HGET', KEYS[5], 'tokens') or '')
   local at = tonumber(redis.call('HGET', KEYS[5], 'at') or '')
   if not tokens or not at then tokens = cap else tokens = math.min(cap, tokens + math.max(0, now - at) * rate) end
-  if tokens < 1 then gate = math.max(gate, math.ceil((1 - tokens) / rate)) end
 end
-if gate > 0 then
-  if mode > 0 then
-    redis.call('ZADD', KEYS[3], 'NX', now, node)
-    redis.call('ZADD', KEYS[4], now + ttl, node)
-  end
-  return {0, count, limit, 0, gate}
-end
-local ok = count + ahead < limit
-local bmax = tonumber(ARGV[8] or '-1')
-if ok and bmax >= 0 then
-  local reserved = tonumber(ARGV[9])
-  local total = count
-  local borrowed = math.max(0, count - reserved)
-  local rsum = reserved
+local b = 5 + 4 * n
+local bmax = tonumber(ARGV[b] or '-1')
+local reserved, others, oborrowed, rsum = 0, 0, 0, 0
+if bmax >= 0 then
+  reserved = tonumber(ARGV[b + 1])
+  rsum = reserved
   for i = 7, #KEYS do
     redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
     local c = redis.call('ZCARD', KEYS[i])
-    local r = tonumber(ARGV[i + 3])
-    total = total + c
-    borrowed = borrowed + math.max(0, c - r)
+    local r = tonumber(ARGV[b + i - 5])
+    others = others + c
+    oborrowed = oborrowed + math.max(0, c - r)
     rsum = rsum + r
   end
-  ok = total < bmax and (count < reserved or borrowed < math.max(0, bmax - rsum))
 end
-if ok then
-  local deadline = now + tonumber(ARGV[2])
-  redis.call('ZADD', KEYS[1], deadline, ARGV[1])
-  if tokens then redis.call('HSET', KEYS[5], 'tokens', tokens - 1, 'at', now) end
-  if ARGV[7] == '1' then
-    redis.call('ZADD', KEYS[3], now, node)
-    redis.call('ZADD', KEYS[4], now + ttl, node)
-  elseif inline then
-    redis.call('ZREM', KEYS[3], node)
-    redis.call('ZREM', KEYS[4], node)
+local out = {0, limit}
+local took = false
+local ahead, inline
+local lineRead = false
+for j = 0, n - 1 do
+  local a = 5 + 4 * j
+  local mode = tonumber(ARGV[a + 2])
+  -- Only this node's own line writes below change its place: read it again after one of those.
+  if not lineRead then
+    ahead = redis.call('ZRANK', KEYS[3], node)
+    inline = ahead ~= false
+    if not inline then ahead = redis.call('ZCARD', KEYS[3]) end
+    lineRead = true
   end
-  return {1, count + 1, limit, deadline, 0}
+  local gate = pause
+  if tokens and tokens < 1 then gate = math.max(gate, math.ceil((1 - tokens) / rate)) end
+  local answer = 0
+  if gate > 0 then
+    answer = -gate
+  else
+    local ok = count + ahead < limit
+    if ok and bmax >= 0 then
+      local borrowed = math.max(0, count - reserved) + oborrowed
+      ok = count + others < bmax and (count < reserved or borrowed < math.max(0, bmax - rsum))
+    end
+    if ok then
+      answer = now + tonumber(ARGV[a + 1])
+      redis.call('ZADD', KEYS[1], answer, ARGV[a])
+      count = count + 1
+      if tokens then
+        tokens = tokens - 1
+        took = true
+      end
+      if ARGV[a + 3] == '1' then
+        redis.call('ZADD', KEYS[3], now, node)
+        redis.call('ZADD', KEYS[4], now + ttl, node)
+        lineRead = false
+      elseif inline then
+        redis.call('ZREM', KEYS[3], node)
+        redis.call('ZREM', KEYS[4], node)
+        lineRead = false
+      end
+    end
+  end
+  if answer <= 0 and mode > 0 then
+    redis.call('ZADD', KEYS[3], 'NX', now, node)
+    redis.call('ZADD', KEYS[4], now + ttl, node)
+    lineRead = false
+  end
+  out[j + 3] = answer
 end
-if mode > 0 then
-  redis.call('ZADD', KEYS[3], 'NX', now, node)
-  redis.call('ZADD', KEYS[4], now + ttl, node)
-end
-return {0, count, limit, 0, 0}
+if took then redis.call('HSET', KEYS[5], 'tokens', tokens, 'at', now) end
+out[1] = count
+return out
 `,
 );
 
 /**
- * Release one lease; wakes waiting nodes (pub/sub) only when a slot was really freed and somebody waits.
- * KEYS: 1 slots, 2 line. ARGV: 1 lease id, 2 channel, 3 message, 4 always publish (1: budget pools, whose
- * waiters may sit in another pool's line). Returns {removed 1/0, pool in-flight after}.
+ * Releases a batch of leases of one pool (one node's releases of one event-loop turn); wakes waiting nodes
+ * (pub/sub, once) only when a slot was really freed and somebody waits.
+ * KEYS: 1 slots, 2 line. ARGV: 1 channel, 2 message, 3 always publish (1: budget pools, whose waiters may sit
+ * in another pool's line), 4.. lease ids. Returns {pool in-flight after, then 1/0 per lease: it was held}.
  */
 export const RELEASE = script(
   'release',
   `
-local removed = redis.call('ZREM', KEYS[1], ARGV[1])
-if removed == 1 and (ARGV[4] == '1' or redis.call('EXISTS', KEYS[2]) == 1) then
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
+local out = {0}
+local removed = 0
+for i = 4, #ARGV do
+  local r = redis.call('ZREM', KEYS[1], ARGV[i])
+  removed = removed + r
+  out[i - 2] = r
 end
-return {removed, redis.call('ZCARD', KEYS[1])}
+if removed > 0 and (ARGV[3] == '1' or redis.call('EXISTS', KEYS[2]) == 1) then
+  redis.call('PUBLISH', ARGV[1], ARGV[2])
+end
+out[1] = redis.call('ZCARD', KEYS[1])
+return out
 `,
 );
 
@@ -193,6 +231,24 @@ return {1, deadline}
 );
 
 /**
+ * Ends a lock lease's own key (its request-deadline cap) as the lease is released, and answers when the lease
+ * was capped and what time it is on Redis's clock: a node that did not grant the lease takes its hold time
+ * from these (granted at requestDeadline − the pool's request timeout). KEYS: 1 the lease's key.
+ * Returns {request deadline (Unix ms) or −1 when the lease had no such key, now}.
+ */
+export const LEASE_END = script(
+  'lease-end',
+  `${NOW}
+local m = redis.call('GET', KEYS[1])
+if not m then return {-1, now} end
+redis.call('DEL', KEYS[1])
+local sep = string.find(m, ':', 1, true)
+if not sep then return {-1, now} end
+return {tonumber(string.sub(m, 1, sep - 1)), now}
+`,
+);
+
+/**
  * Shuts a pool's RPM gate for `ms` on every node (an upstream retry hint or a spent window); a longer pause
  * already set stays. KEYS: 1 pause. ARGV: 1 ms.
  */
@@ -226,4 +282,4 @@ return 1
 `,
 );
 
-export const SCRIPTS = [ACQUIRE, RELEASE, REFRESH, RENEW, RENEW_CAPPED, PAUSE, SET_RPM] as const;
+export const SCRIPTS = [ACQUIRE, RELEASE, REFRESH, RENEW, RENEW_CAPPED, LEASE_END, PAUSE, SET_RPM] as const;

@@ -5,21 +5,22 @@ import { Redis, type RedisOptions } from 'ioredis';
 import type { Admission, AdmitRequest, BudgetLimits, Governor, Outcome, Permit, PoolLimits, PoolState, RefusalReason } from './governor.js';
 import { EMPTY_STATE, sanitizeLimits } from './limits.js';
 import { BudgetShare } from './budget-share.js';
-import { MemoryGovernor } from './memory.js';
+import { MAX_TIMER_MS, MemoryGovernor } from './memory.js';
 import { WaitQueue, type WaitNode } from './wait-queue.js';
-import { ACQUIRE, PAUSE, REFRESH, RELEASE, RENEW, RENEW_CAPPED, SCRIPTS, SET_RPM, type Script } from './redis-scripts.js';
-import { AdaptiveLimit, SampleKind } from './adaptive-limit.js';
-import { applyRateObject, clearRateInfo, emptyRateInfo, hasRateInfo, parseRateHeaders } from './rate-headers.js';
+import { ACQUIRE, LEASE_END, PAUSE, REFRESH, RELEASE, RENEW, RENEW_CAPPED, SCRIPTS, SET_RPM, type Script } from './redis-scripts.js';
+import { AdaptiveLimit } from './adaptive-limit.js';
+import { learnOutcome } from './outcome-learning.js';
 import { RpmLearner } from './rpm-learner.js';
+import { TurnBatch } from './turn-batch.js';
 
-const MAX_TIMER_MS = 2_147_483_647;
 const HOLD_WEIGHT = 0.1;
 const RETRY_MIN_MS = 1_000;
 const RETRY_MAX_MS = 60_000;
 const DEFAULT_HOLD_MS = 1_000;
 /** How long a published RPM gate lives in Redis unless published again (a stopped learner cannot hold it). */
 const RPM_TTL_MS = 600_000;
-const RATE = emptyRateInfo();
+/** Callers in one acquire or release script call at most: a script blocks Redis while it runs. */
+const MAX_BATCH = 128;
 
 export type FailurePolicy = 'closed' | 'open';
 
@@ -56,7 +57,7 @@ export interface Lease {
 
 export type CappedRenewal = { ok: true; leaseDeadline: number } | { ok: false; reason: 'not_found' | 'capped' };
 
-export type LeaseAdmission = { ok: true; lease: Lease; queuedMs: number } | Extract<Admission, { ok: false }>;
+export type LeaseAdmission = { ok: true; lease: Lease; queuedMs: number; queued: boolean } | Extract<Admission, { ok: false }>;
 
 /** Where one pool's keys live: its own tag, or its budget's, so a budget's scripts touch one slot. */
 interface PoolKeys {
@@ -86,6 +87,8 @@ class Waiter implements WaitNode<Waiter> {
   attempting = false;
   /** Its wait ended (timeout, abort) during an attempt: settled once that attempt's answer is in. */
   ended: RefusalReason | null = null;
+  /** It entered this node's queue (not only waited for its first answer): counted as queued. */
+  queued = false;
   constructor(
     readonly view: PoolView,
     readonly seq: number,
@@ -206,12 +209,29 @@ class Group {
 
 
 
-type AcquireReply = [number, number, number, number, number];
+/** One caller in a pool's acquire batch; `settle` gets its answer (ACQUIRE: deadline, 0, or −gate ms). */
+interface AcquireCall {
+  w: Waiter;
+  mode: 0 | 1 | 2;
+  more: boolean;
+  settle: (answer: number) => void;
+  fail: (err: unknown) => void;
+}
+
+/** One lease in a release batch; `done`/`fail` only for a caller that wants the answer (the lock API). */
+interface ReleaseCall {
+  leaseId: string;
+  /** The pool whose count this release lowers (the keys are still its own). */
+  v: PoolView | undefined;
+  done: ((held: boolean) => void) | null;
+  fail: ((err: unknown) => void) | null;
+}
 
 /**
- * Admission shared by every node through Redis. One script call per acquire and per release (auto-pipelined,
- * so concurrent calls share round trips). Waiters are FIFO per node; nodes take turns through a line in
- * Redis, so a busy node cannot starve another.
+ * Admission shared by every node through Redis. The acquires this node makes for one pool in one event-loop
+ * turn go as one script call, and so do its releases (releases first): one round trip decides every caller
+ * in it, in arrival order. Waiters are FIFO per node; nodes take turns through a line in Redis, so a busy
+ * node cannot starve another.
  */
 export class RedisGovernor implements Governor {
   readonly nodeId = randomBytes(8).toString('hex');
@@ -233,6 +253,10 @@ export class RedisGovernor implements Governor {
   /** Releases that could not reach Redis; sent again once it is back. */
   readonly #unsent = new Map<string, { keys: PoolKeys; leaseId: string }>();
   readonly #refreshTimer: NodeJS.Timeout;
+  /** This turn's acquires by pool and releases by pool keys; sent at the end of the turn (#sendTurn). */
+  readonly #acquires = new TurnBatch<PoolView, AcquireCall>((v, calls) => this.#sendAcquires(v, calls), MAX_BATCH);
+  readonly #releases = new TurnBatch<PoolKeys, ReleaseCall>((keys, calls) => this.#sendReleases(keys, calls), MAX_BATCH);
+  #turnScheduled = false;
   #seq = 0;
   #closed = false;
   #up = false;
@@ -252,6 +276,10 @@ export class RedisGovernor implements Governor {
     this.#onConnection = opts.onConnection ?? (() => {});
     const base: RedisOptions = {
       enableAutoPipelining: true,
+      // Acquires and releases are already one call per pool per turn (TurnBatch): written at once, they skip
+      // a second turn of waiting and ioredis's pipeline bookkeeping. Leaving the line (ZREM) is written at
+      // once too, so it reaches Redis before any acquire this node sends after it.
+      autoPipeliningIgnoredCommands: ['evalsha', 'zrem'],
       // Down means down: a command fails at once rather than waiting in a queue behind a dead connection,
       // and a command in flight when the connection drops is failed, not silently sent again.
       enableOfflineQueue: false,
@@ -297,6 +325,8 @@ export class RedisGovernor implements Governor {
   }
 
   configure(pools: readonly PoolLimits[], budgets: readonly BudgetLimits[]): void {
+    // Calls collected under the old limits and keys go out as they were made.
+    this.#sendTurn();
     const caps = new Map<number, number>();
     for (const b of budgets) if (b.originMaxConcurrent !== null) caps.set(b.budgetId, Math.max(0, Math.floor(b.originMaxConcurrent)));
     const seen = new Set<number>();
@@ -352,21 +382,7 @@ export class RedisGovernor implements Governor {
    * `inFlight` is the pool-wide count with this slot still in it.
    */
   #learn(v: PoolView, o: Outcome, held: number, inFlight: number): void {
-    const now = performance.now();
-    const info = o.headers !== undefined ? parseRateHeaders(o.headers, Date.now(), RATE) : clearRateInfo(RATE);
-    if (o.rate !== undefined && o.rate !== null && typeof o.rate === 'object') applyRateObject(o.rate, info);
-    const status = o.status;
-    const throttled = status === 429 || (o.throttled !== undefined && o.throttled > 0);
-    const hint = o.retryAfterMs !== undefined && o.retryAfterMs >= 0 ? o.retryAfterMs : info.retryAfterMs;
-    const refusal = throttled || status === undefined || status === 503;
-    info.retryAfterMs = refusal && hint >= 0 ? hint : NaN;
-    if (hasRateInfo(info)) v.rpm.observe(now, info);
-    if (v.adaptive !== null) {
-      let kind: SampleKind = SampleKind.Ok;
-      if ((throttled || info.retryAfterMs >= 0) && info.remaining !== 0) kind = SampleKind.Throttled;
-      else if (o.dropped === true || status === undefined || status >= 500 || throttled) kind = SampleKind.Dropped;
-      v.adaptive.onSample(now, o.latencyMs ?? held, Math.max(1, inFlight), kind);
-    }
+    learnOutcome(o, held, performance.now(), Date.now(), v.rpm, v.adaptive, Math.max(1, inFlight));
     this.#publish(v);
   }
 
@@ -448,10 +464,10 @@ export class RedisGovernor implements Governor {
       await this.redis.set(lease.key, `${requestDeadline}:${termMs}`, 'PXAT', requestDeadline + termMs);
     } catch {
       const v = this.#views.get(req.poolId);
-      if (v) this.#sendRelease(v.keys, lease.leaseId, v.group);
+      if (v) this.#sendRelease(v.keys, lease.leaseId);
       return this.#down() as LeaseAdmission;
     }
-    return { ok: true, lease: { ...lease, requestDeadline }, queuedMs: a.queuedMs };
+    return { ok: true, lease: { ...lease, requestDeadline }, queuedMs: a.queuedMs, queued: a.queued };
   }
 
   /**
@@ -473,30 +489,36 @@ export class RedisGovernor implements Governor {
     return (await this.#eval(RENEW, [v.keys.slots], [leaseId, String(Math.floor(deadline))])) === 1;
   }
 
-  /** Frees a lease from any node. True when it was held, false when it was already gone. */
-  async releaseLease(poolId: number, leaseId: string, outcome?: Outcome): Promise<boolean> {
+  /**
+   * Frees a lease from any node. True when it was held, false when it was already gone. A lock lease's hold
+   * time is not known on a node that did not grant it: given the pool's `requestTimeoutMs`, it is taken on
+   * Redis's clock from the lease's cap (granted at requestDeadline − requestTimeoutMs), in the round trip
+   * that deletes the cap anyway, and fed to the adaptive limit like a local one.
+   */
+  async releaseLease(poolId: number, leaseId: string, outcome?: Outcome, requestTimeoutMs?: number): Promise<boolean> {
     const v = this.#views.get(poolId);
     if (!v) return false;
-    // A lease's hold time is not known here (it may have been granted on another node): the report's
-    // latencyMs, when the lock API sends one, is the latency sample.
-    if (outcome !== undefined) this.#learn(v, outcome, NaN, v.count);
     const keys = v.keys;
-    v.unacked++;
-    let reply: [number, number];
-    // Its cap goes with it (a lease without one has no such key: the DEL is a no-op).
-    void this.redis.del(keys.lease + leaseId).catch(() => {});
-    try {
-      reply = (await this.#eval(RELEASE, [keys.slots, keys.line], this.#releaseArgs(keys, leaseId, v.group))) as [number, number];
-    } finally {
-      v.unacked--;
+    // Its cap goes with it (a lease without one has no such key).
+    const end = this.#eval(LEASE_END, [keys.lease + leaseId], []) as Promise<[number, number]>;
+    if (outcome !== undefined && outcome.latencyMs === undefined && requestTimeoutMs !== undefined) {
+      end.then(
+        ([requestDeadline, now]) => {
+          if (this.#closed) return;
+          const latencyMs = requestDeadline > 0 ? Math.max(0, now - (requestDeadline - requestTimeoutMs)) : undefined;
+          this.#learn(v, latencyMs === undefined ? outcome : { ...outcome, latencyMs }, NaN, v.count);
+        },
+        () => {},
+      );
+    } else {
+      end.catch(() => {});
+      if (outcome !== undefined) this.#learn(v, outcome, NaN, v.count);
     }
-    if (v.keys === keys) v.count = Math.max(0, reply[1] - v.unacked);
-    if (v.group) this.#pump(v.group);
-    return reply[0] === 1;
-  }
-
-  #releaseArgs(keys: PoolKeys, leaseId: string, g: Group | null): string[] {
-    return [leaseId, this.#channel, keys.tag, g !== null && g.budgetMax !== null ? '1' : '0'];
+    return new Promise<boolean>((done, fail) => {
+      v.unacked++;
+      this.#releases.add(keys, { leaseId, v, done, fail });
+      this.#scheduleTurn();
+    });
   }
 
   #down(): Admission {
@@ -563,8 +585,13 @@ export class RedisGovernor implements Governor {
       return;
     }
     w.timer = setTimeout(onWaitTimeout, Math.min(left, MAX_TIMER_MS), w);
+    w.queued = true;
     v.queue.push(w);
-    if (v.group) this.#schedule(v.group);
+    if (v.group) {
+      // A wake-up that found nobody queued while this caller's first attempt was out: try at once.
+      if (v.group.dirty && !v.group.pumping) this.#pump(v.group);
+      else this.#schedule(v.group);
+    }
   }
 
   /**
@@ -575,31 +602,15 @@ export class RedisGovernor implements Governor {
   async #attempt(w: Waiter, mode: 0 | 1 | 2): Promise<boolean> {
     const v = w.view;
     const keys = v.keys;
-    const g = v.group;
     const leaseId = w.leaseId;
-    const keyList = [keys.slots, keys.eff, keys.line, keys.lineExp, keys.rate, keys.pause];
-    const args = [
-      leaseId,
-      String(w.termMs),
-      String(v.active ? v.limits.maxConcurrent : 0),
-      this.nodeId,
-      String(mode),
-      String(this.#lineTtlMs),
-      mode === 2 && v.queue.size > 1 ? '1' : '0',
-    ];
-    if (g !== null && g.budgetMax !== null) {
-      args.push(String(g.budgetMax), String(v.limits.reservedConcurrent));
-      for (const m of g.members) {
-        if (m === v) continue;
-        keyList.push(m.keys.slots);
-        args.push(String(m.limits.reservedConcurrent));
-      }
-    }
-    let reply: AcquireReply;
+    let answer: number;
     w.attempting = true;
     try {
-      reply = (await this.#eval(ACQUIRE, keyList, args)) as AcquireReply;
-    } catch (err) {
+      answer = await new Promise<number>((settle, fail) => {
+        this.#acquires.add(v, { w, mode, more: mode === 2 && v.queue.size > 1, settle, fail });
+        this.#scheduleTurn();
+      });
+    } catch {
       w.attempting = false;
       // The answer is unknown: the lease may exist. Release it once Redis is back; refuse or fall back.
       this.#unsent.set(leaseId, { keys, leaseId });
@@ -607,29 +618,27 @@ export class RedisGovernor implements Governor {
       return true;
     }
     w.attempting = false;
-    const [ok, count, limit, deadline, gate] = reply;
-    if (v.keys === keys) {
-      v.count = Math.max(0, count - v.unacked);
-      v.stored = limit;
-    }
+    const ok = answer > 0;
+    const deadline = answer;
+    const gate = answer < 0 ? -answer : 0;
     // The wait ended while this attempt was out (giveUp deferred it). Refused: the refusal stands now. Granted
     // after a timeout: the slot is the caller's (the deciding round trip was already on its way). Granted
     // after an abort: the slot goes straight back.
     const ended = w.ended;
     if (ended !== null && !w.settled) {
       w.ended = null;
-      if (ok !== 1 || ended !== 'queue_timeout') {
-        if (ok === 1) {
+      if (!ok || ended !== 'queue_timeout') {
+        if (ok) {
           // Counted as this node's release, like a permit's: the reply's count already includes the lease.
           const current = v.keys === keys ? v : undefined;
           if (current && current.count > 0) current.count--;
-          this.#sendRelease(keys, leaseId, g, current);
+          this.#sendRelease(keys, leaseId, current);
         }
         this.giveUp(w, ended);
         return true;
       }
     }
-    if (ok !== 1) {
+    if (!ok) {
       if (!(gate > 0)) return false;
       const at = performance.now();
       v.gateUntil = at + gate;
@@ -640,7 +649,7 @@ export class RedisGovernor implements Governor {
       return true;
     }
     if (w.settled || this.#closed) {
-      this.#sendRelease(keys, leaseId, g);
+      this.#sendRelease(keys, leaseId);
       return true;
     }
     if (w.linked) v.queue.remove(w);
@@ -650,9 +659,9 @@ export class RedisGovernor implements Governor {
       let set = this.#held.get(keys.slots);
       if (!set) this.#held.set(keys.slots, (set = new Set()));
       set.add(permit);
-      this.#settle(w, { ok: true, permit, queuedMs: mode === 0 || mode === 1 ? 0 : queuedMs });
+      this.#settle(w, { ok: true, permit, queuedMs: w.queued ? queuedMs : 0, queued: w.queued });
     } else {
-      this.#settle(w, { ok: true, lease: { poolId: v.limits.poolId, leaseId, deadline, key: keys.lease + leaseId, requestDeadline: null }, queuedMs: mode === 2 ? queuedMs : 0 });
+      this.#settle(w, { ok: true, lease: { poolId: v.limits.poolId, leaseId, deadline, key: keys.lease + leaseId, requestDeadline: null }, queuedMs: w.queued ? queuedMs : 0, queued: w.queued });
     }
     return true;
   }
@@ -671,6 +680,8 @@ export class RedisGovernor implements Governor {
     w.timer = null;
     w.signal?.removeEventListener('abort', w);
     if (w.linked) w.view.queue.remove(w);
+    // Whatever the answer (a slot, a refusal, the fail-open fallback's), a caller that sat in the queue waited.
+    if (w.queued) a.queued = true;
     w.resolve(a);
   }
 
@@ -728,28 +739,94 @@ export class RedisGovernor implements Governor {
       if (current.count > 0) current.count--;
       current.avgHoldMs = current.avgHoldMs === 0 ? held : current.avgHoldMs + HOLD_WEIGHT * (held - current.avgHoldMs);
     }
-    if (this.#closed) return;
-    this.#sendRelease(p.keys, p.leaseId, current?.group ?? null, current);
+    // While close() runs, a lease it has not taken over yet is released here; after that, close() did it.
+    if (this.#closed && set === undefined) return;
+    this.#sendRelease(p.keys, p.leaseId, current);
   }
 
-  #sendRelease(keys: PoolKeys, leaseId: string, g: Group | null, v?: PoolView): void {
+  #sendRelease(keys: PoolKeys, leaseId: string, v?: PoolView): void {
     if (!this.connected) {
       this.#unsent.set(leaseId, { keys, leaseId });
       return;
     }
     if (v) v.unacked++;
-    this.#eval(RELEASE, [keys.slots, keys.line], this.#releaseArgs(keys, leaseId, g)).then(
+    this.#releases.add(keys, { leaseId, v, done: null, fail: null });
+    this.#scheduleTurn();
+  }
+
+  /** Sends this turn's calls at the end of the turn (every caller of the turn is in by then). */
+  #scheduleTurn(): void {
+    if (this.#turnScheduled) return;
+    this.#turnScheduled = true;
+    setImmediate(() => {
+      this.#turnScheduled = false;
+      this.#sendTurn();
+    });
+  }
+
+  /** Releases first: a slot freed in this turn is free for the acquires of the same turn. */
+  #sendTurn(): void {
+    this.#releases.flush();
+    this.#acquires.flush();
+  }
+
+  /** One ACQUIRE call for a pool's callers of this turn, in arrival order. */
+  #sendAcquires(v: PoolView, calls: AcquireCall[]): void {
+    const keys = v.keys;
+    const g = v.group;
+    const keyList = [keys.slots, keys.eff, keys.line, keys.lineExp, keys.rate, keys.pause];
+    const args = [this.nodeId, String(this.#lineTtlMs), String(v.active ? v.limits.maxConcurrent : 0), String(calls.length)];
+    for (const c of calls) args.push(c.w.leaseId, String(c.w.termMs), String(c.mode), c.more ? '1' : '0');
+    if (g !== null && g.budgetMax !== null) {
+      args.push(String(g.budgetMax), String(v.limits.reservedConcurrent));
+      for (const m of g.members) {
+        if (m === v) continue;
+        keyList.push(m.keys.slots);
+        args.push(String(m.limits.reservedConcurrent));
+      }
+    }
+    this.#eval(ACQUIRE, keyList, args).then(
       (r) => {
-        const [, count] = r as [number, number];
-        if (v) {
-          v.unacked--;
-          if (v.keys === keys) v.count = Math.max(0, count - v.unacked);
+        const reply = r as number[];
+        // Replies come in order on one connection: this count reflects every release answered before it.
+        if (v.keys === keys) {
+          v.count = Math.max(0, reply[0]! - v.unacked);
+          v.stored = reply[1]!;
         }
-        if (g) this.#pump(g);
+        for (let i = 0; i < calls.length; i++) calls[i]!.settle(reply[i + 2]!);
       },
-      () => {
-        if (v) v.unacked--;
-        this.#unsent.set(leaseId, { keys, leaseId });
+      (err: unknown) => {
+        for (const c of calls) c.fail(err);
+      },
+    );
+  }
+
+  /** One RELEASE call for the leases of one pool's keys released in this turn. */
+  #sendReleases(keys: PoolKeys, calls: ReleaseCall[]): void {
+    const g = this.#groups.get(keys.tag);
+    const args = [this.#channel, keys.tag, g !== undefined && g.budgetMax !== null ? '1' : '0'];
+    for (const c of calls) args.push(c.leaseId);
+    this.#eval(RELEASE, [keys.slots, keys.line], args).then(
+      (r) => {
+        const reply = r as number[];
+        for (let i = 0; i < calls.length; i++) {
+          const c = calls[i]!;
+          if (c.v) {
+            c.v.unacked--;
+            if (c.v.keys === keys) c.v.count = Math.max(0, reply[0]! - c.v.unacked);
+          }
+          c.done?.(reply[i + 1] === 1);
+        }
+        const now = this.#groups.get(keys.tag);
+        if (now) this.#pump(now);
+      },
+      (err: unknown) => {
+        for (const c of calls) {
+          if (c.v) c.v.unacked--;
+          // The lock API answers the failure itself (503); a permit's release is sent again after the reconnect.
+          if (c.fail) c.fail(err);
+          else this.#unsent.set(c.leaseId, { keys, leaseId: c.leaseId });
+        }
       },
     );
   }
@@ -790,7 +867,12 @@ export class RedisGovernor implements Governor {
       if ((best === null || head.seq < best.seq) && m.count < m.effectiveLimit()) best = head;
     }
     best ??= oldest;
-    if (best === null) return;
+    if (best === null) {
+      // Nobody queued yet, but a newcomer's refused first answer may still be on its way (the wake-up came on
+      // the other connection first): it tries again as soon as it queues, not a timed retry later.
+      if (g.members.some((m) => m.pending > 0)) g.dirty = true;
+      return;
+    }
     if (!this.connected) {
       this.#schedule(g);
       return;
@@ -833,7 +915,7 @@ export class RedisGovernor implements Governor {
     this.#refreshAll();
     for (const [id, u] of this.#unsent) {
       this.#unsent.delete(id);
-      this.#sendRelease(u.keys, u.leaseId, this.#groups.get(u.keys.tag) ?? null);
+      this.#sendRelease(u.keys, u.leaseId);
     }
     for (const g of this.#groups.values()) this.#pump(g);
   }
@@ -861,6 +943,12 @@ export class RedisGovernor implements Governor {
     }
   }
 
+  /** This node's adaptive controller of a pool (diagnostics and tests); null when unknown or adaptive is off. */
+  learned(poolId: number): { adaptiveLimit: number; shortRttMs: number; longRttMs: number } | null {
+    const a = this.#views.get(poolId)?.adaptive;
+    return a ? { adaptiveLimit: a.limit, shortRttMs: a.shortRtt, longRttMs: a.longRtt } : null;
+  }
+
   state(poolId: number): PoolState {
     const v = this.#views.get(poolId);
     if (v === undefined) return EMPTY_STATE;
@@ -885,14 +973,18 @@ export class RedisGovernor implements Governor {
     for (const g of this.#groups.values()) if (g.timer) clearTimeout(g.timer);
     for (const v of this.#views.values()) this.#refuseAll(v, 'unavailable');
     await this.#fallback?.close();
+    // Calls of this turn go out; once they are answered, a slot granted to a caller that is gone is released.
+    this.#sendTurn();
+    if (this.connected) await this.redis.ping().catch(() => {});
     // Leases still held are released so the slots do not wait out a term.
     const sends: Promise<unknown>[] = [];
     if (this.connected) {
       for (const set of this.#held.values()) {
-        for (const p of set) sends.push(this.#eval(RELEASE, [p.keys.slots, p.keys.line], this.#releaseArgs(p.keys, p.leaseId, null)).catch(() => {}));
+        for (const p of set) sends.push(this.#eval(RELEASE, [p.keys.slots, p.keys.line], [this.#channel, p.keys.tag, '0', p.leaseId]).catch(() => {}));
       }
     }
     this.#held.clear();
+    this.#sendTurn();
     await Promise.all(sends);
     this.#sub.disconnect();
     await this.redis.quit().catch(() => this.redis.disconnect());

@@ -7,18 +7,24 @@ import type { RequestBody } from '../dataplane/request-body.js';
 import type { Settlement } from '../dataplane/release.js';
 import type { PoolEntry } from '../dataplane/snapshot.js';
 import type { Logger } from '../log.js';
-import type { Sql } from '../store/sql.js';
+import type { Queryable } from '../store/sql.js';
 import type { JobReason } from './job-event.js';
 import { newJobId } from './job-id.js';
-import { spillJob, type StoredRequest } from './job-store.js';
+import { spillJob, type NewJob, type StoredRequest } from './job-store.js';
 import { JOB_BODY_CAP } from './limits.js';
 import { pollUrl } from './result-view.js';
 
 export interface JobIntake {
-  sql: Sql;
+  /** Stores the job (its INSERT): on the store here, or through the main thread from a worker thread. */
+  spill: (job: NewJob) => Promise<void>;
   log: Logger;
   /** Public address of the lock/pool API, where jobs are polled. */
   lockApiUrl: () => string;
+}
+
+/** The intake of a process that holds the store: one INSERT per job. */
+export function storeIntake(sql: Queryable, log: Logger, lockApiUrl: () => string): JobIntake {
+  return { spill: (job) => spillJob(sql, job), log, lockApiUrl };
 }
 
 /** Async is on for the pool and it has at least one active destination (spec rule 5). */
@@ -117,7 +123,7 @@ export async function spillAndAnswer(intake: JobIntake, ex: Exchange, client: Cl
     body: bytes,
   };
   try {
-    await spillJob(intake.sql, { id, poolId: pool.id, reason, ttlMs: pool.settings.jobTtlMs, request });
+    await intake.spill({ id, poolId: pool.id, reason, ttlMs: pool.settings.jobTtlMs, request });
   } catch (err) {
     intake.log.error({ err, poolId: pool.id }, 'spilling an async job failed');
     return fail(reply(503, 'unavailable', 'the job could not be stored; retry later'));

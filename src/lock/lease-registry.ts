@@ -22,7 +22,7 @@ export interface LeaseTerms {
 }
 
 /** The governor's answer to a lock acquire: a held lease, or its refusal as is. */
-export type LeaseAdmission = { ok: true; lease: Lease; queuedMs: number } | Extract<Admission, { ok: false }>;
+export type LeaseAdmission = { ok: true; lease: Lease; queuedMs: number; queued: boolean } | Extract<Admission, { ok: false }>;
 
 export type RenewResult =
   | { ok: true; leaseDeadline: number }
@@ -42,8 +42,11 @@ export interface LeaseRegistry {
   acquire(req: AdmitRequest, terms: LeaseTerms): LeaseAdmission | Promise<LeaseAdmission>;
   /** Extends a held lease of `poolId` by one term, never beyond its requestDeadline. */
   renew(poolId: number, slotId: string): RenewResult | Promise<RenewResult>;
-  /** Frees a held lease of `poolId` with the caller's outcome; false when it was already gone. */
-  release(poolId: number, slotId: string, outcome: Outcome): boolean | Promise<boolean>;
+  /**
+   * Frees a held lease of `poolId` with the caller's outcome; false when it was already gone. `terms` (the
+   * pool's) let a registry shared by nodes time a lease granted elsewhere.
+   */
+  release(poolId: number, slotId: string, outcome: Outcome, terms?: LeaseTerms): boolean | Promise<boolean>;
   /** Leases held now (all pools, or one). */
   held(poolId?: number): number;
   /** Stops reclaiming and settles every held permit (as dropped work). */

@@ -81,7 +81,7 @@ export class MemoryLeaseRegistry implements LeaseRegistry {
     if (this.#closed) {
       // Granted while shutting down: nobody will renew it.
       a.permit.release({ dropped: true });
-      return { ok: false, reason: 'unavailable', queuedMs: a.queuedMs };
+      return { ok: false, reason: 'unavailable', queuedMs: a.queuedMs, queued: a.queued };
     }
     let slotId = newSlotId();
     while (this.#leases.has(slotId)) slotId = newSlotId();
@@ -89,7 +89,7 @@ export class MemoryLeaseRegistry implements LeaseRegistry {
     this.#leases.set(slotId, lease);
     this.#perPool.set(lease.poolId, (this.#perPool.get(lease.poolId) ?? 0) + 1);
     this.#watch(lease);
-    return { ok: true, lease, queuedMs: a.queuedMs };
+    return { ok: true, lease, queuedMs: a.queuedMs, queued: a.queued };
   }
 
   renew(poolId: number, slotId: string): RenewResult {

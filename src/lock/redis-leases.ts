@@ -36,6 +36,7 @@ export class RedisLeaseRegistry implements LeaseRegistry {
     return {
       ok: true,
       queuedMs: a.queuedMs,
+      queued: a.queued,
       lease: {
         slotId,
         poolId: lease.poolId,
@@ -59,11 +60,12 @@ export class RedisLeaseRegistry implements LeaseRegistry {
    * Rejects while Redis is unreachable (the lock API answers 503; the lease then ends with its term).
    * The outcome feeds this node's RPM learner and adaptive limit, which share what they learn via Redis.
    */
-  async release(poolId: number, slotId: string, outcome: Outcome): Promise<boolean> {
-    // The hold time is a latency sample only when this node granted the lease (it knows when).
+  async release(poolId: number, slotId: string, outcome: Outcome, terms?: LeaseTerms): Promise<boolean> {
+    // The hold time: this node's clock when it granted the lease, else Redis's (from the lease's cap and the
+    // pool's request timeout).
     const mine = this.#local.get(slotId);
     const report = mine !== undefined && outcome.latencyMs === undefined ? { ...outcome, latencyMs: performance.now() - mine.grantedAt } : outcome;
-    const released = await this.#governor.releaseLease(poolId, slotId, report);
+    const released = await this.#governor.releaseLease(poolId, slotId, report, terms?.requestTimeoutMs);
     this.#local.delete(slotId);
     return released;
   }

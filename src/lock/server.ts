@@ -10,11 +10,11 @@ import { governorHeaders, refusalReply } from '../dataplane/admit.js';
 import { authenticateGate } from '../dataplane/authenticate.js';
 import { ClientResponse } from '../dataplane/client-response.js';
 import { readRequestHeaders, type Exchange, type Gate, type OutcomeName } from '../dataplane/exchange.js';
-import type { PoolEntry, SnapshotSource } from '../dataplane/snapshot.js';
+import type { PoolEntry, SnapshotFeed } from '../dataplane/snapshot.js';
 import { acquireWait } from './acquire-wait.js';
 import { readBody } from './body.js';
 import type { LockAcquireRecord } from '../dataplane/pool-metrics.js';
-import type { LeaseAdmission, LeaseRegistry } from './lease-registry.js';
+import type { LeaseAdmission, LeaseRegistry, LeaseTerms } from './lease-registry.js';
 import { MemoryLeaseRegistry } from './memory-leases.js';
 import { parseJsonObject, parseOutcome } from './outcome.js';
 import { sendError, sendJson } from './respond.js';
@@ -32,7 +32,7 @@ export interface LockServerOptions {
   port: number;
   governor: Governor;
   /** The data plane's snapshot source: one view of pools and keys for both listeners. */
-  snapshots: SnapshotSource;
+  snapshots: SnapshotFeed;
   log: Logger;
   /** The pool access log (acquire attempts are written there; renew and release are not). */
   accessLog: AccessLog | null;
@@ -46,6 +46,11 @@ export interface LockServerOptions {
   policies?: PoliciesGate | null;
   /** Counts each acquire attempt (Prometheus and the metrics summary); absent counts nothing. */
   metrics?: { recordLockAcquire(r: LockAcquireRecord): void } | null;
+}
+
+/** A pool's lease settings, as the registry takes them on acquire and release. */
+function leaseTerms(pool: PoolEntry): LeaseTerms {
+  return { termMs: pool.settings.leaseTermMs, requestTimeoutMs: pool.settings.requestTimeoutMs };
 }
 
 /** One lock call as the stages see it: the data plane's Exchange plus the matched route. */
@@ -226,10 +231,8 @@ export class LockServer {
     }
     const abort = new AbortController();
     client.onAbort(() => abort.abort());
-    const terms = { termMs: pool.settings.leaseTermMs, requestTimeoutMs: pool.settings.requestTimeoutMs };
-    let pending = this.leases.acquire({ poolId: pool.id, waitMs: wait.value, signal: abort.signal }, terms);
+    let pending = this.leases.acquire({ poolId: pool.id, waitMs: wait.value, signal: abort.signal }, leaseTerms(pool));
     if (pending instanceof Promise) {
-      ex.waited = true;
       pending = await pending.catch((err: unknown): LeaseAdmission => {
         this.#opts.log.error({ err }, 'lease acquire failed');
         return { ok: false, reason: 'unavailable', queuedMs: 0 };
@@ -237,6 +240,8 @@ export class LockServer {
     }
     const a = pending;
     ex.queuedMs = a.queuedMs;
+    // Queued only when the governor really put it in its queue (the Redis registry always answers later).
+    ex.waited = a.queued === true;
     call.governed = a.ok ? { ok: true, queuedMs: a.queuedMs } : { ok: false, reason: a.reason, queuedMs: a.queuedMs };
     if (!a.ok) {
       if (a.reason === 'aborted' || !client.open) return this.#log(call, 'client_aborted', 0);
@@ -279,7 +284,7 @@ export class LockServer {
     const outcome = parsed.ok ? parseOutcome(parsed.value) : parsed;
     // Validated before anything changes: a refused report leaves the slot held (docs/decisions/lock.md).
     if (!outcome.ok) return sendError(call.client, call.head, 400, 'bad_request', outcome.message);
-    const released = await Promise.resolve(this.leases.release(pool.id, call.route.slotId!, outcome.value)).catch((err: unknown) =>
+    const released = await Promise.resolve(this.leases.release(pool.id, call.route.slotId!, outcome.value, leaseTerms(pool))).catch((err: unknown) =>
       this.#storeDown(call, err),
     );
     if (released === null) return;

@@ -1,6 +1,6 @@
 // Every Prometheus metric of poolgate, defined once, with per-pool handles bound to their labels.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { Admission, PoolState, RefusalReason } from '../governor/governor.js';
+import type { PoolState, RefusalReason } from '../governor/governor.js';
 
 /**
  * The final outcome of one pool request; each request is counted once in poolgate_pool_requests_total.
@@ -233,10 +233,13 @@ export class PoolMetrics {
 
 /**
  * Counts one governor answer: admitted (+ its queue wait) or refused (by reason). `waited` is whether the
- * request entered the queue (acquire returned a promise). A refusal is also the request's final outcome;
+ * request entered the queue (Admission.queued). A refusal is also the request's final outcome;
  * an admission's final outcome is counted when the upstream answers.
  */
-export function recordAdmission(h: PoolHandles, a: Admission, waited: boolean): void {
+/** What the metrics read of a governor answer (a worker thread sends just this). */
+export type AdmissionSummary = { ok: true; queuedMs: number } | { ok: false; reason: RefusalReason; queuedMs: number };
+
+export function recordAdmission(h: PoolHandles, a: AdmissionSummary, waited: boolean): void {
   if (waited) h.queued.inc();
   if (a.ok) {
     h.admitted.inc();

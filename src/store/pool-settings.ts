@@ -75,6 +75,8 @@ export const PoolSettingsSchema = Type.Object(
     jwt: Type.Union([JwtPolicySchema, Type.Null()], { default: null }),
     /** Access-proxy policy; null is off. */
     accessProxy: Type.Union([AccessProxyPolicySchema, Type.Null()], { default: null }),
+    /** PostgreSQL wire listener: a slot and server connection per transaction, or held for the whole client session. */
+    wirePoolMode: Type.Union([Type.Literal('transaction'), Type.Literal('session')], { default: 'transaction' }),
   },
   { additionalProperties: false },
 );

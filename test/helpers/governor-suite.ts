@@ -1,8 +1,16 @@
 // The Governor contract as tests: every implementation (memory, redis) runs this same suite through a factory.
 import type { Test } from 'tap';
 import type { Admission, BudgetLimits, Governor, Permit, PoolLimits } from '../../src/governor/governor.js';
+import { MemoryGovernor, type MemoryGovernorOptions } from '../../src/governor/memory.js';
+import { SharedMemoryGovernor } from '../../src/governor/shared-memory.js';
 
 export type GovernorFactory = () => Governor | Promise<Governor>;
+
+/** The single-process governors (same rules, one in this thread, one in shared memory), for tests that hold for both. */
+export const SINGLE_PROCESS_GOVERNORS = [
+  ['memory', (o: MemoryGovernorOptions = {}) => new MemoryGovernor(o)],
+  ['shared-memory', (o: MemoryGovernorOptions = {}) => new SharedMemoryGovernor(o)],
+] as const;
 
 export function pool(poolId: number, over: Partial<PoolLimits> = {}): PoolLimits {
   return { poolId, maxConcurrent: 1, queueLength: 10, queueTimeoutMs: 10_000, budgetId: null, reservedConcurrent: 0, ...over };
@@ -106,6 +114,22 @@ export function governorSuite(t: Test, factory: GovernorFactory): void {
     t.equal(gov.state(1).queued, 0);
     held.release();
     t.equal(gov.state(1).inFlight, 0, 'the timed-out waiter took no slot');
+  });
+
+  t.test('queued: false when answered at once (even when a wait was allowed), true when the caller sat in the queue', async (t) => {
+    const gov = await make(t, [pool(1)]);
+    const first = await gov.acquire({ poolId: 1, waitMs: 5000 });
+    t.match(first, { ok: true, queued: false, queuedMs: 0 }, 'a free slot: not queued, though the caller would have waited');
+    const waits = gov.acquire({ poolId: 1, waitMs: 5000 });
+    const timesOut = await gov.acquire({ poolId: 1, waitMs: 150 });
+    t.match(timesOut, { ok: false, reason: 'queue_timeout', queued: true }, 'refused after waiting: queued');
+    const failsFast = await gov.acquire({ poolId: 1, waitMs: 0 });
+    t.match(failsFast, { ok: false, reason: 'no_slot' });
+    t.notOk(!failsFast.ok && failsFast.queued, 'a fail-fast refusal never queued');
+    permitOf(t, first).release();
+    const second = await waits;
+    t.match(second, { ok: true, queued: true }, 'admitted after waiting for a release: queued');
+    permitOf(t, second).release();
   });
 
   t.test("waitMs is clamped to the pool's queue timeout", async (t) => {

@@ -27,6 +27,13 @@ export interface Origin {
   /** Requests being served now, the most at once since the last reset, and the total seen. */
   readonly active: number;
   readonly peak: number;
+  /**
+   * Requests the origin is working on, counted from arrival until it starts its answer (a JSON answer:
+   * before the first byte goes out), and the most at once since the last reset. Unlike `active` it never
+   * lags behind a proxy in another thread that already has the answer and sends the next request.
+   */
+  readonly working: number;
+  readonly workingPeak: number;
   readonly count: number;
   /** Every request seen since the last reset (bodies are counted, not kept). */
   readonly requests: readonly SeenRequest[];
@@ -70,16 +77,19 @@ function streamBytes(res: ServerResponse, total: number): void {
 export async function startOrigin(): Promise<Origin> {
   const cert = selfSignedCert();
   let active = 0;
+  let working = 0;
+  let workingPeak = 0;
   let peak = 0;
   let count = 0;
   let seen: SeenRequest[] = [];
   const sockets = new Set<Socket>();
 
-  const handle = (req: IncomingMessage, res: ServerResponse, bodyBytes: number) => {
+  const handle = (req: IncomingMessage, res: ServerResponse, bodyBytes: number, answering: () => void) => {
     const url = new URL(req.url ?? '/', 'https://origin.test');
     const parts = url.pathname.split('/');
     const json = (status: number, value: unknown, headers: Record<string, string> = {}) => {
       const text = JSON.stringify(value);
+      answering();
       res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers });
       res.end(text);
     };
@@ -120,8 +130,17 @@ export async function startOrigin(): Promise<Origin> {
     active++;
     count++;
     if (active > peak) peak = active;
+    working++;
+    if (working > workingPeak) workingPeak = working;
+    let answered = false;
+    const answering = () => {
+      if (answered) return;
+      answered = true;
+      working--;
+    };
     let done = false;
     const finish = () => {
+      answering();
       if (done) return;
       done = true;
       active--;
@@ -134,7 +153,7 @@ export async function startOrigin(): Promise<Origin> {
     req.on('error', () => {});
     req.on('end', () => {
       seen.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers, bodyBytes });
-      handle(req, res, bodyBytes);
+      handle(req, res, bodyBytes, answering);
     });
   });
   server.keepAliveTimeout = 60_000;
@@ -157,6 +176,12 @@ export async function startOrigin(): Promise<Origin> {
     get peak() {
       return peak;
     },
+    get working() {
+      return working;
+    },
+    get workingPeak() {
+      return workingPeak;
+    },
     get count() {
       return count;
     },
@@ -165,6 +190,7 @@ export async function startOrigin(): Promise<Origin> {
     },
     reset() {
       peak = active;
+      workingPeak = working;
       count = 0;
       seen = [];
     },

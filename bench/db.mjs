@@ -1,0 +1,361 @@
+// Database wire listener benchmark: in one run, pgbench (select-only in simple and extended protocol, and the
+// simple-update read-write mix) against PostgreSQL directly, through a private PgBouncer in transaction mode
+// and through poolgate's PostgreSQL listener; sysbench oltp_read_only against MariaDB directly and through
+// poolgate's MySQL listener. Targets alternate within each round; the tables quote each target's median round.
+// Usage: npm run bench:db   (env BENCH_DURATION seconds per run, default 10; BENCH_ROUNDS, default 3;
+// BENCH_CLIENTS, default 16; BENCH_POOL_SIZE (PgBouncer pool size = poolgate max_concurrent), default 16;
+// BENCH_SCALE pgbench scale, default 10; BENCH_TARGETS=direct,pgbouncer,poolgate; BENCH_SUITES=pg,mysql;
+// BENCH_CPU_PROF=<dir> runs poolgate with --cpu-prof into dir; BENCH_NO_SECTION=1 leaves RESULTS.md alone;
+// BENCH_RENDER=bench/out/db-….json rewrites the section from a saved run).
+// Writes bench/out/db-*.json and the "## Database wire listeners" section of bench/RESULTS.md.
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import mysql from 'mysql2/promise';
+import { apiCaller, root, startPoolgate } from './lib/poolgate.mjs';
+import { machine, writeJson, writeSection, RESULTS_PATH } from './lib/results.mjs';
+import { ensureTool } from './lib/wrk.mjs';
+import { startPgbouncer } from './lib/pgbouncer.mjs';
+import { pgbench } from './lib/pgbench.mjs';
+import { sysbench } from './lib/sysbench.mjs';
+
+function intEnv(name, def, min) {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return def;
+  if (!/^\d+$/.test(raw) || Number(raw) < min) throw new Error(`${name} must be an integer ≥ ${min}, got ${JSON.stringify(raw)}`);
+  return Number(raw);
+}
+const listEnv = (name, def) => (process.env[name] || def).split(',').map((s) => s.trim()).filter(Boolean);
+
+const settings = {
+  duration_s: intEnv('BENCH_DURATION', 10, 1),
+  rounds: intEnv('BENCH_ROUNDS', 3, 1),
+  clients: intEnv('BENCH_CLIENTS', 16, 1),
+  pgbench_threads: 2,
+  pool_size: intEnv('BENCH_POOL_SIZE', 16, 1),
+  pgbench_scale: intEnv('BENCH_SCALE', 10, 1),
+  sysbench_tables: 4,
+  sysbench_table_size: 10_000,
+  targets: listEnv('BENCH_TARGETS', 'direct,pgbouncer,poolgate'),
+  suites: listEnv('BENCH_SUITES', 'pg,mysql'),
+  poolgate_store: 'embedded (PGlite, fresh data dir)',
+  poolgate_adaptive: false,
+};
+const PG = { host: '127.0.0.1', port: 5432, admin: 'postgres' };
+const MY = { host: '127.0.0.1', port: 3306, admin: 'root' };
+const suffix = randomBytes(3).toString('hex');
+const ROLE = `bench_db_${suffix}`;
+const PASSWORD = `bench-${randomBytes(6).toString('hex')}`;
+const log = (msg) => process.stderr.write(`bench:db: ${msg}\n`);
+
+/** pgbench workloads: select-only (simple and extended protocol) and the simple-update read-write mix. */
+const PG_WORKLOADS = [
+  { name: 'select-only, simple', args: ['-S', '-M', 'simple'] },
+  { name: 'select-only, extended', args: ['-S', '-M', 'extended'] },
+  { name: 'simple-update (read-write), simple', args: ['-N', '-M', 'simple'] },
+  // PgBouncer 1.18 (Debian 12) keeps no prepared statements in transaction mode: direct and poolgate only.
+  { name: 'select-only, prepared', args: ['-S', '-M', 'prepared'], skip: ['pgbouncer'] },
+];
+
+/** apt-get update once, then install what is missing (PgBouncer, sysbench). */
+function ensureTools() {
+  const need = [['pgbouncer', 'pgbouncer'], ['sysbench', 'sysbench']];
+  const missing = need.filter(([bin]) => !ensureTool(bin, bin, () => {}) );
+  if (missing.length) {
+    log(`apt-get update (missing: ${missing.map(([b]) => b).join(', ')})`);
+    try {
+      execFileSync('apt-get', ['update'], { stdio: 'ignore', timeout: 300_000 });
+    } catch (err) {
+      log(`apt-get update failed: ${String(err.message).split('\n')[0]}`);
+    }
+  }
+  return Object.fromEntries(need.map(([bin, pkg]) => [bin, ensureTool(bin, pkg, log)]));
+}
+
+async function preparePostgres() {
+  const admin = new pg.Client({ host: PG.host, port: PG.port, user: PG.admin, database: 'postgres' });
+  await admin.connect();
+  await admin.query(`CREATE ROLE ${ROLE} LOGIN PASSWORD '${PASSWORD}'`);
+  await admin.query(`CREATE DATABASE ${ROLE} OWNER ${ROLE}`);
+  await admin.end();
+  log(`pgbench -i -s ${settings.pgbench_scale} into ${ROLE}`);
+  execFileSync('pgbench', ['-h', PG.host, '-p', String(PG.port), '-U', ROLE, '-i', '-q', '-s', String(settings.pgbench_scale), ROLE], {
+    env: { ...process.env, PGPASSWORD: PASSWORD }, stdio: 'ignore', timeout: 600_000,
+  });
+  return async () => {
+    const c = new pg.Client({ host: PG.host, port: PG.port, user: PG.admin, database: 'postgres' });
+    await c.connect();
+    await c.query(`DROP DATABASE IF EXISTS ${ROLE} WITH (FORCE)`);
+    await c.query(`DROP ROLE IF EXISTS ${ROLE}`);
+    await c.end();
+  };
+}
+
+async function prepareMysql() {
+  const root = await mysql.createConnection({ host: MY.host, port: MY.port, user: MY.admin });
+  await root.query(`CREATE DATABASE ${ROLE}`);
+  for (const h of ['localhost', '127.0.0.1', '%']) {
+    await root.query(`CREATE USER '${ROLE}'@'${h}' IDENTIFIED BY '${PASSWORD}'`);
+    await root.query(`GRANT ALL ON ${ROLE}.* TO '${ROLE}'@'${h}'`);
+  }
+  await root.end();
+  log(`sysbench oltp_read_only prepare into ${ROLE}`);
+  const prep = await sysbench({ ...sysbenchBase(), host: MY.host, port: MY.port, user: ROLE, password: PASSWORD, command: 'prepare' });
+  if (!prep.ok) throw new Error(`sysbench prepare: ${prep.error}`);
+  return async () => {
+    const c = await mysql.createConnection({ host: MY.host, port: MY.port, user: MY.admin });
+    await c.query(`DROP DATABASE IF EXISTS ${ROLE}`);
+    for (const h of ['localhost', '127.0.0.1', '%']) await c.query(`DROP USER IF EXISTS '${ROLE}'@'${h}'`);
+    await c.end();
+  };
+}
+const sysbenchBase = () => ({ database: ROLE, tables: settings.sysbench_tables, tableSize: settings.sysbench_table_size });
+
+/**
+ * poolgate as a child process on its embedded store: a postgres and a mysql database pool made through the
+ * Control API, each given the bench role as its managed credential, a key, max_concurrent = the PgBouncer pool
+ * size and adaptive concurrency off (so the limit stays put and nothing queues unexpectedly).
+ */
+async function startPoolgateTarget(dir) {
+  const nodeArgs = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
+  const svc = await startPoolgate({
+    POOLGATE_ALLOW_PRIVATE_TARGETS: 'true',
+    POOLGATE_DB_ALLOW_INSECURE: 'true',
+    POOLGATE_LOG_LEVEL: 'warn',
+    POOLGATE_ACCESS_LOG_FILE: join(dir, 'poolgate-access.log'),
+  }, { nodeArgs });
+  try {
+    const boot = await svc.admin(['bootstrap', '--team', 'Bench', '--email', 'bench@bench.test', '--plan', 'business']);
+    const call = apiCaller(svc.controlUrl, boot.token);
+    const pools = {};
+    for (const [backend, port] of [['postgres', PG.port], ['mysql', MY.port]]) {
+      const pool = await call('POST', '/api/v1/pools/database', { db_host: 'localhost', db_port: port, db_name: ROLE, name: `bench-${backend}` }, 201);
+      await call('PUT', `/api/v1/pools/${pool.subdomain}/credential`, { method: 'postgres_role', username: ROLE, password: PASSWORD }, 200);
+      await call('PATCH', `/api/v1/pools/${pool.subdomain}/settings`, { max_concurrent: settings.pool_size, settings: { adaptive: false } }, 200);
+      const minted = await call('POST', `/api/v1/pools/${pool.subdomain}/keys`, { label: 'bench' }, 201);
+      pools[backend] = { sub: pool.subdomain, key: minted.key };
+    }
+    return { svc, pools, ports: { pg: svc.listening.pg, mysql: svc.listening.mysql } };
+  } catch (err) {
+    await svc.stop();
+    throw err;
+  }
+}
+
+/** Waits until a query works through the target (the data plane loads its snapshot asynchronously). */
+async function ready(name, probe) {
+  let last;
+  for (let i = 0; i < 100; i++) {
+    try {
+      await probe();
+      return;
+    } catch (err) {
+      last = err;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+  throw new Error(`${name}: no query got through: ${last?.message}`);
+}
+
+const median = (xs) => {
+  const s = xs.filter((x) => x !== null && x !== undefined && Number.isFinite(x)).sort((a, b) => a - b);
+  if (!s.length) return null;
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+const ratio = (a, b) => (a && b ? Math.round((a / b) * 100) / 100 : null);
+const fmt = (n, d = 0) => (n === null || n === undefined || !Number.isFinite(n) ? '—' : n.toFixed(d));
+
+/** The round whose TPS is the median of a target's rounds (so its latencies belong to the same run). */
+function medianRun(runs) {
+  const ok = runs.filter((r) => r.ok);
+  if (!ok.length) return runs.at(-1) ?? null;
+  const sorted = [...ok].sort((a, b) => a.tps - b.tps);
+  return { ...sorted[Math.floor((sorted.length - 1) / 2)], tps_median: median(ok.map((r) => r.tps)), tps_rounds: runs.map((r) => r.tps), ok_rounds: ok.length };
+}
+
+async function main() {
+  if (process.env.BENCH_RENDER) {
+    // Re-renders the section from a saved run (bench/out/db-*.json), e.g. after changing this layout.
+    const o = JSON.parse(readFileSync(process.env.BENCH_RENDER, 'utf8'));
+    o.ratios = ratiosOf(o.results);
+    writeSection('## Database wire listeners', section(o));
+    return;
+  }
+  const started = new Date();
+  const builtFrom = build();
+  const m = machine();
+  const load = { start: loadavg().map((x) => Math.round(x * 100) / 100) };
+  const tools = ensureTools();
+  log(`tools: ${JSON.stringify(tools)}; load ${load.start.join(' ')}`);
+  const dir = mkdtempSync(join(tmpdir(), 'poolgate-bench-db-'));
+  const cleanups = [];
+  const results = { pg: {}, mysql: {} };
+  const notes = [];
+  try {
+    const wantPg = settings.suites.includes('pg');
+    const wantMy = settings.suites.includes('mysql') && tools.sysbench;
+    if (wantPg) cleanups.push(await preparePostgres());
+    if (wantMy) cleanups.push(await prepareMysql());
+
+    const pgTargets = {};
+    if (wantPg && settings.targets.includes('direct')) pgTargets.direct = { host: PG.host, port: PG.port, user: ROLE, password: PASSWORD, database: ROLE };
+    if (wantPg && settings.targets.includes('pgbouncer') && tools.pgbouncer) {
+      const bouncer = await startPgbouncer({
+        upstream: { host: PG.host, port: PG.port, database: ROLE, user: ROLE }, alias: ROLE, user: ROLE, password: PASSWORD, poolSize: settings.pool_size,
+      });
+      cleanups.push(() => bouncer.stop());
+      settings.pgbouncer = { version: bouncer.version, ...bouncer.settings };
+      pgTargets.pgbouncer = { host: '127.0.0.1', port: bouncer.port, user: ROLE, password: PASSWORD, database: ROLE };
+    }
+    const myTargets = {};
+    if (wantMy && settings.targets.includes('direct')) myTargets.direct = { host: MY.host, port: MY.port, user: ROLE, password: PASSWORD };
+    if (settings.targets.includes('poolgate')) {
+      const pgt = await startPoolgateTarget(dir);
+      cleanups.push(() => pgt.svc.stop());
+      if (wantPg && pgt.ports.pg) {
+        pgTargets.poolgate = { host: '127.0.0.1', port: pgt.ports.pg, user: ROLE, password: pgt.pools.postgres.key, database: ROLE, options: `pool=${pgt.pools.postgres.sub}` };
+      } else if (wantPg) notes.push('poolgate printed no `pg` port: its PostgreSQL listener is not in this build.');
+      if (wantMy && pgt.ports.mysql) {
+        myTargets.poolgate = { host: '127.0.0.1', port: pgt.ports.mysql, user: pgt.pools.mysql.sub, password: pgt.pools.mysql.key };
+      } else if (wantMy) notes.push('poolgate printed no `mysql` port: its MySQL listener is not in this build.');
+    }
+    for (const [name, tg] of Object.entries(pgTargets)) {
+      await ready(`pg ${name}`, async () => {
+        const c = new pg.Client({ host: tg.host, port: tg.port, user: tg.user, password: tg.password, database: tg.database, options: tg.options });
+        await c.connect();
+        try {
+          await c.query('SELECT count(*) FROM pgbench_branches');
+        } finally {
+          await c.end();
+        }
+      });
+    }
+    for (const [name, tg] of Object.entries(myTargets)) {
+      await ready(`mysql ${name}`, async () => {
+        const c = await mysql.createConnection({ host: tg.host, port: tg.port, user: tg.user, password: tg.password, database: ROLE });
+        try {
+          await c.query('SELECT COUNT(*) FROM sbtest1');
+        } finally {
+          await c.end();
+        }
+      });
+    }
+
+    const runs = { pg: {}, mysql: {} };
+    for (let round = 1; round <= settings.rounds; round++) {
+      for (const w of PG_WORKLOADS) {
+        for (const [name, tg] of Object.entries(pgTargets)) {
+          if (w.skip?.includes(name)) continue;
+          const r = await pgbench({ ...tg, args: w.args, clients: settings.clients, threads: settings.pgbench_threads, duration: settings.duration_s });
+          log(`round ${round} pgbench ${w.name} ${name}: ${r.ok ? `${r.tps} tps, p95 ${r.latency_ms?.p95} ms` : r.error}`);
+          ((runs.pg[w.name] ??= {})[name] ??= []).push({ round, ...r });
+        }
+      }
+      for (const [name, tg] of Object.entries(myTargets)) {
+        const r = await sysbench({ ...sysbenchBase(), ...tg, threads: settings.clients, duration: settings.duration_s });
+        log(`round ${round} sysbench oltp_read_only ${name}: ${r.ok ? `${r.tps} tps, p95 ${r.latency_ms?.p95} ms` : r.error}`);
+        ((runs.mysql['oltp_read_only'] ??= {})[name] ??= []).push({ round, ...r });
+      }
+    }
+    for (const suite of ['pg', 'mysql']) {
+      for (const [w, byTarget] of Object.entries(runs[suite])) {
+        results[suite][w] = Object.fromEntries(Object.entries(byTarget).map(([name, rs]) => [name, { median: medianRun(rs), rounds: rs }]));
+      }
+    }
+  } finally {
+    for (const c of cleanups.reverse()) {
+      try {
+        await c();
+      } catch (err) {
+        log(`cleanup: ${err.message}`);
+      }
+    }
+    rmSync(dir, { recursive: true, force: true });
+  }
+  load.end = loadavg().map((x) => Math.round(x * 100) / 100);
+
+  const out = { started: started.toISOString(), machine: m, load, settings, build: builtFrom, results, ratios: ratiosOf(results), notes };
+  const jsonPath = writeJson(`db-${started.toISOString().replace(/[:.]/g, '-')}.json`, out);
+  log(`raw results: ${jsonPath}`);
+  if (!process.env.BENCH_NO_SECTION) {
+    writeSection('## Database wire listeners', section(out));
+    log(`wrote ${RESULTS_PATH}`);
+  }
+  for (const r of out.ratios) log(`${r.suite} ${r.workload}: poolgate/pgbouncer ${r.poolgate_over_pgbouncer ?? '—'}, poolgate/direct ${r.poolgate_over_direct ?? '—'}`);
+}
+
+/** Ratios of median TPS, and the median of the per-round ratios (runs next to each other in time, less exposed to drifting load). */
+function ratiosOf(results) {
+  const ratios = [];
+  for (const [suite, byWorkload] of Object.entries(results)) {
+    for (const [w, t] of Object.entries(byWorkload)) {
+      const tps = (k) => t[k]?.median?.tps_median ?? null;
+      const perRound = (a, b) => median((t[a]?.rounds ?? []).map((r, i) => ratio(r.tps, t[b]?.rounds[i]?.tps)));
+      ratios.push({
+        suite, workload: w,
+        poolgate_over_pgbouncer: ratio(tps('poolgate'), tps('pgbouncer')), poolgate_over_pgbouncer_per_round: perRound('poolgate', 'pgbouncer'),
+        poolgate_over_direct: ratio(tps('poolgate'), tps('direct')), poolgate_over_direct_per_round: perRound('poolgate', 'direct'),
+        pgbouncer_over_direct: ratio(tps('pgbouncer'), tps('direct')),
+      });
+    }
+  }
+  return ratios;
+}
+
+/** The commit measured (and whether the tree had changes on top). */
+function build() {
+  try {
+    const head = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: root }).toString().trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--untracked-files=no', 'src'], { cwd: root }).toString().trim() !== '';
+    return `${head}${dirty ? ' + uncommitted src changes' : ''}`;
+  } catch {
+    return 'unknown';
+  }
+}
+
+function section(o) {
+  const lines = [];
+  lines.push(`Measured ${o.started.slice(0, 16).replace('T', ' ')} UTC by \`npm run bench:db\` (poolgate at ${o.build ?? 'unknown'}) on ${o.machine.nproc} × ${o.machine.cpu}, ${o.machine.memory_gib} GiB, Node ${o.machine.node}.`);
+  lines.push(`Load average (1/5/15 min) at start ${o.load.start.join(' / ')}, at end ${o.load.end.join(' / ')}. The machine is shared with other`);
+  lines.push('work and has 2 cores for the database server, the proxy under test and the load generator together: figures are');
+  lines.push('noisy and a lower bound; compare the targets side by side (they alternate within each round), not with other runs.');
+  lines.push('');
+  lines.push(`Settings: ${o.settings.clients} clients, ${o.settings.duration_s} s per run, ${o.settings.rounds} rounds (each cell is the round with the`);
+  lines.push(`median TPS; every round's TPS in the JSON). pgbench scale ${o.settings.pgbench_scale}, \`-j ${o.settings.pgbench_threads} -n\`; PgBouncer`);
+  lines.push(`${o.settings.pgbouncer ? `(${o.settings.pgbouncer.version}) pool_mode=transaction, default_pool_size=${o.settings.pgbouncer.default_pool_size}` : '(not run)'}; poolgate max_concurrent=${o.settings.pool_size},`);
+  lines.push(`adaptive off, one process with every role on its embedded store, access log to a file. sysbench oltp_read_only with`);
+  lines.push(`${o.settings.sysbench_tables} tables × ${o.settings.sysbench_table_size} rows, prepared statements (\`--db-ps-mode=auto\`).`);
+  lines.push('');
+  lines.push('| suite | workload | target | TPS (median) | TPS per round | latency avg ms | p95 ms | failed |');
+  lines.push('| --- | --- | --- | ---: | --- | ---: | ---: | ---: |');
+  for (const [suite, byWorkload] of Object.entries(o.results)) {
+    for (const [w, t] of Object.entries(byWorkload)) {
+      for (const [name, r] of Object.entries(t)) {
+        const md = r.median;
+        const failed = suite === 'pg' ? r.rounds.reduce((a, x) => a + (x.failed || 0), 0) : r.rounds.reduce((a, x) => a + (x.errors || 0), 0);
+        const tool = suite === 'pg' ? 'pgbench' : 'sysbench';
+        lines.push(`| ${tool} | ${w} | ${name} | ${md?.ok ? fmt(md.tps_median) : `error: ${String(md?.error ?? '').slice(0, 80).replace(/\|/g, '/')}`} | ${r.rounds.map((x) => fmt(x.tps)).join(', ')} | ${fmt(md?.latency_ms?.avg, 2)} | ${fmt(md?.latency_ms?.p95, 2)} | ${failed} |`);
+      }
+    }
+  }
+  lines.push('');
+  lines.push('Ratios of the median TPS; in brackets the median of the per-round ratios (targets measured back to back).');
+  lines.push('');
+  lines.push('| suite | workload | poolgate / PgBouncer TPS (target ≥ 0.8) | poolgate / direct TPS | PgBouncer / direct TPS |');
+  lines.push('| --- | --- | ---: | ---: | ---: |');
+  const both = (a, b) => (a === null || a === undefined ? '—' : `${fmt(a, 2)} (${fmt(b, 2)})`);
+  for (const r of o.ratios) lines.push(`| ${r.suite} | ${r.workload} | ${both(r.poolgate_over_pgbouncer, r.poolgate_over_pgbouncer_per_round)} | ${both(r.poolgate_over_direct, r.poolgate_over_direct_per_round)} | ${fmt(r.pgbouncer_over_direct, 2)} |`);
+  if (o.notes.length) {
+    lines.push('');
+    for (const n of o.notes) lines.push(`- ${n}`);
+  }
+  return lines.join('\n');
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exitCode = 1;
+});

@@ -1,0 +1,543 @@
+// One MySQL client connection: the handshake (pool named by the user, the pool key as the password,
+// checked with caching_sha2_password), then its commands one at a time. Each statement outside a
+// transaction takes a governor slot and a server connection and gives both back when it ends; a
+// transaction keeps both until the server reports it closed.
+import { TLSSocket, type SecureContext } from 'node:tls';
+import { Duplex } from 'node:stream';
+import type { Socket } from 'node:net';
+import type { Admission, Governor, Permit } from '../../governor/governor.js';
+import type { Logger } from '../../log.js';
+import type { KeyEntry, PoolEntry, SnapshotFeed } from '../../dataplane/snapshot.js';
+import { liveKey } from '../../dataplane/authenticate.js';
+import { refusalOutcome } from '../../dataplane/admit.js';
+import type { DataplaneMetrics } from '../../dataplane/release.js';
+import type { Policies } from '../../policies/index.js';
+import type { OutcomeName } from '../../dataplane/exchange.js';
+import { FrameReader, type Packet } from './frame-reader.js';
+import { BASE_CAPABILITIES, CLIENT, COM, STATUS, VARIANT_CAPABILITIES, authSwitchPacket, eofPacket, frame, handshakePacket, okPacket } from './packets.js';
+import { parseHandshakeResponse, type HandshakeResponse } from './client-handshake.js';
+import { makeNonce, scrambleMatches } from './scramble.js';
+import { refusalError, wireError, type WireError } from './wire-errors.js';
+import { poolSignature, type ServerPool } from './server-pool.js';
+import { ServerLost, type Answer, type ServerConn } from './server-conn.js';
+import { ClientStatement, LONG_DATA_LIMIT, longDataFor, prepareOk, remember } from './statements.js';
+import type { ResponseKind } from './response-scanner.js';
+import { changesSession } from './session-state.js';
+
+/** Largest client packet: statements and execute packets up to 16 MiB - 1 (no split packets). */
+export const MAX_CLIENT_PACKET = 0xffffff - 1;
+/** Largest login packet (a handshake response with connection attributes is well under this). */
+const MAX_LOGIN_PACKET = 64 * 1024;
+/** Handshake packets are small; a client must finish logging in within this. */
+const LOGIN_TIMEOUT_MS = 10_000;
+export const SERVER_VERSION = '8.0.36-poolgate';
+
+export interface SessionDeps {
+  snapshots: SnapshotFeed;
+  governor: Governor;
+  servers: ServerPool;
+  policies: Policies | null;
+  metrics: DataplaneMetrics | null;
+  clock: () => number;
+  log: Logger;
+  tls: SecureContext | null;
+}
+
+type Phase = 'handshake' | 'switch' | 'command' | 'closed';
+
+export class ClientSession {
+  readonly #deps: SessionDeps;
+  readonly #onClose: (s: ClientSession) => void;
+  #socket: Socket;
+  readonly #frames = new FrameReader(MAX_LOGIN_PACKET);
+  readonly #nonce = makeNonce();
+  #phase: Phase = 'handshake';
+  #busy = false;
+  #hello: HandshakeResponse | null = null;
+  #loginTimer: NodeJS.Timeout | null;
+  #pool: PoolEntry | null = null;
+  #keyHash: string | null = null;
+  #variant = 0;
+  #collation = 45;
+  /** The transaction this client is in: its server connection and slot, kept between statements. */
+  #conn: ServerConn | null = null;
+  #permit: Permit | null = null;
+  /** The governor's grant behind #permit, recorded with the statement or transaction it admitted. */
+  #admission: Admission | null = null;
+  #heldSince = 0;
+  #queuedMs = 0;
+  #waited = false;
+  /** The server connection a command is running on right now. */
+  #running: ServerConn | null = null;
+  /** Ends a transaction left idle longer than the pool's request timeout. */
+  #idleTimer: NodeJS.Timeout | null = null;
+  readonly #statements = new Map<number, ClientStatement>();
+  #nextStatement = 1;
+  readonly #abort = new AbortController();
+
+  constructor(socket: Socket, id: number, deps: SessionDeps, onClose: (s: ClientSession) => void) {
+    this.#deps = deps;
+    this.#onClose = onClose;
+    this.#socket = socket;
+    socket.setNoDelay(true);
+    this.#attach(socket);
+    this.#loginTimer = setTimeout(() => this.close(), LOGIN_TIMEOUT_MS);
+    const caps = BASE_CAPABILITIES | VARIANT_CAPABILITIES | CLIENT.CONNECT_ATTRS | (deps.tls ? CLIENT.SSL : 0);
+    socket.write(handshakePacket(SERVER_VERSION, id, this.#nonce, caps, STATUS.AUTOCOMMIT));
+  }
+
+  /** In a transaction (holding a slot and a server connection between statements). */
+  get pinned(): boolean {
+    return this.#conn !== null;
+  }
+
+  #attach(socket: Socket): void {
+    socket.on('data', (c: Buffer) => {
+      this.#frames.push(c);
+      this.#pump();
+    });
+    socket.on('error', () => this.close());
+    socket.on('close', () => this.close());
+  }
+
+  #pump(): void {
+    while (!this.#busy && this.#phase !== 'closed') {
+      const p = this.#frames.next();
+      if (!p) {
+        if (this.#frames.oversized) {
+          if (this.#phase === 'command') this.#fail(0, 'packetTooLarge', `packet larger than ${MAX_CLIENT_PACKET} bytes`);
+          else this.#fail(0, 'badHandshake', 'bad handshake');
+        }
+        return;
+      }
+      let r: void | Promise<void>;
+      try {
+        r = this.#packet(p);
+      } catch (err) {
+        // A bug must cost this one connection, never the process.
+        this.#deps.log.error({ err }, 'mysql listener: packet handling failed');
+        this.close();
+        return;
+      }
+      if (r instanceof Promise) {
+        this.#busy = true;
+        r.catch((err: unknown) => {
+          this.#deps.log.error({ err }, 'mysql listener: command failed unexpectedly');
+          this.close();
+        }).finally(() => {
+          this.#busy = false;
+          this.#pump();
+        });
+      }
+    }
+  }
+
+  #send(b: Buffer): void {
+    if (this.#phase !== 'closed') this.#socket.write(b);
+  }
+
+  /** An ERR, then the connection is closed (login failures, protocol errors). */
+  #fail(seq: number, e: WireError, message: string): void {
+    if (this.#phase === 'closed') return;
+    this.#socket.end(wireError(seq, e, message));
+    this.close();
+  }
+
+  #packet(p: Packet): void | Promise<void> {
+    if (this.#phase === 'handshake') return this.#handshake(p);
+    if (this.#phase === 'switch') return this.#authenticate(p.seq, p.payload);
+    // Every command starts a new exchange at sequence 0. Anything else is a desynchronised client (MariaDB
+    // answers 1156 too): running it could execute bytes the client meant as something else, e.g. a
+    // START TRANSACTION that commits the open transaction. The session is closed and its transaction rolled back.
+    if (p.seq !== 0) return this.#fail((p.seq + 1) & 0xff, 'packetsOutOfOrder', 'Got packets out of order');
+    return this.#command(p.payload);
+  }
+
+  // ------------------------------------------------------------------------------------ login
+
+  #handshake(p: Packet): void {
+    const h = parseHandshakeResponse(p.payload);
+    if (!h) return this.#fail(p.seq + 1, 'badHandshake', 'bad handshake');
+    if (h.sslRequest) {
+      if (!this.#deps.tls || this.#socket instanceof TLSSocket) return this.#fail(p.seq + 1, 'badHandshake', 'TLS is not offered');
+      this.#upgrade();
+      return;
+    }
+    this.#hello = h;
+    this.#variant = h.capabilities & VARIANT_CAPABILITIES;
+    this.#collation = h.collation;
+    if (h.plugin === 'caching_sha2_password' || h.auth.length === 0) return this.#authenticate(p.seq, h.auth);
+    // Any other plugin: ask for caching_sha2_password, the one a key known by its hash can verify.
+    this.#phase = 'switch';
+    this.#send(authSwitchPacket(p.seq + 1, 'caching_sha2_password', this.#nonce));
+  }
+
+  #upgrade(): void {
+    const raw = this.#socket;
+    raw.removeAllListeners('data');
+    raw.removeAllListeners('error');
+    raw.removeAllListeners('close');
+    // The TLS ClientHello may have come in the same read as the SSLRequest (mysql2 sends both at once):
+    // then TLS runs over a stream that replays those bytes first, since a socket wrapped directly is read
+    // below JavaScript and would never see them.
+    const rest = this.#frames.drain();
+    const secure = new TLSSocket(rest ? replaying(raw, rest) : raw, { isServer: true, secureContext: this.#deps.tls! });
+    this.#socket = secure;
+    this.#attach(secure);
+  }
+
+  #authenticate(seq: number, scramble: Buffer): void {
+    const h = this.#hello!;
+    const snap = this.#deps.snapshots.current;
+    const name = h.user.toLowerCase();
+    const pool = snap.pools.get(name);
+    const denied = (why: string) => this.#fail(seq + 1, 'accessDenied', `Access denied for user '${h.user}' (${why})`);
+    if (!pool || pool.backend !== 'mysql') return denied('unknown pool or invalid key');
+    if (pool.status !== 'active') return denied('the pool is suspended');
+    if (!pool.database || poolSignature(pool) === null) return denied('the pool has no database or no role attached');
+    let keyHash: string | null = null;
+    let key: KeyEntry | null = null;
+    if (scramble.length > 0) {
+      const now = this.#deps.clock();
+      for (const [hash, entry] of snap.keys) {
+        if (entry.poolId !== pool.id || (entry.expiresAt !== null && entry.expiresAt <= now)) continue;
+        if (scrambleMatches(scramble, this.#nonce, hash, entry)) {
+          keyHash = hash;
+          key = entry;
+          break;
+        }
+      }
+      if (!key) return denied('unknown pool or invalid key');
+    } else if (pool.requireKey) return denied('the pool key is the password');
+    if (h.database && h.database !== pool.database.name) {
+      return this.#fail(seq + 1, 'dbAccessDenied', `Access denied for user '${h.user}' to database '${h.database}' (the pool's database is '${pool.database.name}')`);
+    }
+    const refused = this.#policyRefusal(pool, key);
+    if (refused) return this.#fail(seq + 1, refused[0], refused[1]);
+    this.#pool = pool;
+    this.#keyHash = keyHash;
+    this.#phase = 'command';
+    this.#frames.limit = MAX_CLIENT_PACKET;
+    if (this.#loginTimer) clearTimeout(this.#loginTimer);
+    this.#loginTimer = null;
+    // fast_auth_success, then OK.
+    this.#send(frame(seq + 1, Buffer.from([0x01, 0x03])));
+    this.#send(okPacket(seq + 2, STATUS.AUTOCOMMIT));
+  }
+
+  /** The IP allowlist applies at login; HTTP-shaped policies (HMAC, JWT, access proxy) refuse wire clients. */
+  #policyRefusal(pool: PoolEntry, key: KeyEntry | null): [WireError, string] | null {
+    const policies = this.#deps.policies;
+    if (!policies) return null;
+    const compiled = policies.forPool(pool);
+    if (compiled.policies.length === 0) return null;
+    const other = compiled.policies.find((p) => p.name !== 'ip_allowlist');
+    if (other) return ['accessDenied', `the pool's ${other.name} policy needs HTTP requests; it cannot admit MySQL clients`];
+    const peer = this.#socket.remoteAddress ?? '';
+    const verdict = policies.run(compiled, {
+      pool,
+      key,
+      keyInAuthorization: false,
+      method: 'MYSQL',
+      path: '/',
+      query: '',
+      headers: {},
+      peer,
+      client: peer,
+    }, null);
+    if (verdict instanceof Promise || verdict !== null) return ['hostNotAllowed', `Host '${peer}' is not allowed to use this pool`];
+    return null;
+  }
+
+  // --------------------------------------------------------------------------------- commands
+
+  #command(p: Buffer): void | Promise<void> {
+    if (this.#idleTimer) {
+      clearTimeout(this.#idleTimer);
+      this.#idleTimer = null;
+    }
+    if (p.length === 0) return this.#fail(0, 'unknownCommand', 'empty command packet');
+    switch (p[0]) {
+      case COM.QUIT:
+        this.close();
+        return;
+      case COM.PING:
+        this.#send(okPacket(1, this.#status()));
+        return;
+      case COM.INIT_DB: {
+        const db = p.toString('utf8', 1);
+        if (db === this.#pool!.database!.name) this.#send(okPacket(1, this.#status()));
+        else this.#send(wireError(1, 'dbAccessDenied', `Access denied to database '${db}' (the pool's database is '${this.#pool!.database!.name}')`));
+        return;
+      }
+      case COM.QUERY:
+        return this.#forward(p, 'result', changesSession(p));
+      case COM.FIELD_LIST:
+        return this.#forward(p, 'fields');
+      case COM.STATISTICS:
+        return this.#forward(p, 'single');
+      case COM.STMT_PREPARE:
+        return this.#prepare(p);
+      case COM.STMT_EXECUTE:
+        return this.#execute(p);
+      case COM.STMT_SEND_LONG_DATA: {
+        const st = p.length >= 7 ? this.#statements.get(p.readUInt32LE(1)) : undefined;
+        // No answer is ever sent to long data; a bad one is reported by the execute.
+        if (st) {
+          st.longBytes += p.length;
+          if (st.longBytes <= LONG_DATA_LIMIT) st.longData.push(Buffer.from(p));
+        }
+        return;
+      }
+      case COM.STMT_CLOSE:
+        if (p.length >= 5) this.#statements.delete(p.readUInt32LE(1));
+        return;
+      case COM.STMT_RESET: {
+        const st = p.length >= 5 ? this.#statements.get(p.readUInt32LE(1)) : undefined;
+        if (!st) return this.#send(wireError(1, 'unknownStatement', 'Unknown prepared statement handler given to mysqld_stmt_reset'));
+        st.longData = [];
+        st.longBytes = 0;
+        this.#send(okPacket(1, this.#status()));
+        return;
+      }
+      case COM.SET_OPTION: {
+        if (p.length < 3) return this.#send(wireError(1, 'unknownCommand', 'malformed COM_SET_OPTION'));
+        if (this.#conn) return this.#send(wireError(1, 'notSupported', 'COM_SET_OPTION inside a transaction is not supported by poolgate'));
+        const on = p.readUInt16LE(1) === 0;
+        this.#variant = on ? this.#variant | CLIENT.MULTI_STATEMENTS : this.#variant & ~CLIENT.MULTI_STATEMENTS;
+        this.#send(eofPacket(1, this.#status()));
+        return;
+      }
+      case COM.RESET_CONNECTION:
+        return this.#resetSession();
+      case COM.CHANGE_USER:
+        return this.#send(wireError(1, 'notSupported', 'COM_CHANGE_USER is not supported by poolgate: connect again as the other pool'));
+      case COM.STMT_FETCH:
+        return this.#send(wireError(1, 'notSupported', 'cursors (COM_STMT_FETCH) are not supported by poolgate'));
+      default:
+        // Binlog and replication commands, shutdown, process kill/info, debug, ...: refused without closing.
+        return this.#send(wireError(1, p[0]! <= 0x1f ? 'notSupported' : 'unknownCommand', `command 0x${p[0]!.toString(16)} is not supported by poolgate`));
+    }
+  }
+
+  #status(): number {
+    return this.#conn ? this.#conn.status : STATUS.AUTOCOMMIT;
+  }
+
+  #forward(p: Buffer, kind: ResponseKind, dirties = false): Promise<void> {
+    const cmd = frame(0, p);
+    return this.#withServer((conn) => {
+      if (dirties) conn.dirty = true;
+      return conn.run(cmd, kind, this.#socket);
+    });
+  }
+
+  async #prepare(p: Buffer): Promise<void> {
+    const payload = Buffer.from(p);
+    await this.#withServer(async (conn) => {
+      const a = await conn.run(frame(0, payload), 'prepare', null);
+      const ok = a.error ? null : prepareOk(a.bytes!);
+      if (ok) {
+        const st = new ClientStatement(payload, ok.params);
+        remember(conn, st.key, { id: ok.id, params: ok.params });
+        const id = this.#nextStatement++;
+        this.#statements.set(id, st);
+        // The answer as the server sent it, with poolgate's statement id.
+        a.bytes!.writeUInt32LE(id, 5);
+      }
+      this.#send(a.bytes!);
+      return a;
+    });
+  }
+
+  async #execute(p: Buffer): Promise<void> {
+    const st = p.length >= 10 ? this.#statements.get(p.readUInt32LE(1)) : undefined;
+    if (!st) return this.#send(wireError(1, 'unknownStatement', 'Unknown prepared statement handler given to mysqld_stmt_execute'));
+    if ((p[5]! & 0x07) !== 0) return this.#send(wireError(1, 'notSupported', 'cursors are not supported by poolgate: execute without a cursor type'));
+    if (st.longBytes > LONG_DATA_LIMIT) {
+      st.longData = [];
+      st.longBytes = 0;
+      return this.#send(wireError(1, 'packetTooLarge', `long data over ${LONG_DATA_LIMIT} bytes`));
+    }
+    const payload = Buffer.from(p);
+    await this.#withServer(async (conn) => {
+      let server = conn.statements.get(st.key);
+      if (!server) {
+        const a = await conn.run(frame(0, st.prepare), 'prepare', null);
+        const ok = a.error ? null : prepareOk(a.bytes!);
+        if (!ok) {
+          this.#send(a.bytes!);
+          return a;
+        }
+        server = { id: ok.id, params: ok.params };
+        remember(conn, st.key, server);
+      }
+      const exec = st.executeFor(payload, server.id);
+      if (!exec) {
+        this.#send(wireError(1, 'unknownCommand', 'malformed COM_STMT_EXECUTE'));
+        return { error: true, status: conn.status, bytes: null };
+      }
+      for (const d of st.longData) conn.send(longDataFor(d, server.id));
+      st.longData = [];
+      st.longBytes = 0;
+      return conn.run(frame(0, exec), 'result', this.#socket);
+    });
+  }
+
+  #resetSession(): void {
+    this.#statements.clear();
+    const conn = this.#conn;
+    if (conn) {
+      this.#conn = null;
+      this.#deps.servers.reset(this.#pool ?? undefined, conn);
+      this.#settle('proxied', 200);
+    }
+    this.#send(okPacket(1, STATUS.AUTOCOMMIT));
+  }
+
+  /** The pool as the current snapshot has it, checked again on every admission (suspension, key revocation). */
+  #livePool(): PoolEntry | string {
+    const snap = this.#deps.snapshots.current;
+    const pool = snap.pools.get(this.#pool!.subdomain.toLowerCase());
+    if (!pool || pool.id !== this.#pool!.id || pool.backend !== 'mysql') return 'the pool no longer exists';
+    if (pool.status !== 'active') return 'the pool is suspended';
+    if (this.#keyHash !== null) {
+      if (liveKey(snap.keys, this.#keyHash, pool.id, this.#deps.clock()) === null) return 'the pool key was revoked or has expired';
+    } else if (pool.requireKey) return 'the pool now requires a key';
+    this.#pool = pool;
+    return pool;
+  }
+
+  /**
+   * Runs one command on a server connection: the transaction's own, or one taken (with a slot) for it.
+   * Afterwards both are kept while the server reports a transaction (or autocommit off), else given back.
+   */
+  async #withServer(work: (conn: ServerConn) => Promise<Answer>): Promise<void> {
+    let conn = this.#conn;
+    if (!conn) {
+      const pool = this.#livePool();
+      if (typeof pool === 'string') return this.#fail(1, 'accessDenied', pool);
+      const signature = poolSignature(pool);
+      if (signature === null) return this.#send(wireError(1, 'cannotConnect', 'the pool has no database role attached'));
+      const started = performance.now();
+      let admission = this.#deps.governor.acquire({ poolId: pool.id, waitMs: pool.settings.queueTimeoutMs, signal: this.#abort.signal });
+      if (admission instanceof Promise) admission = await admission;
+      // Counted as queued only when the governor really queued it (a Redis answer is always a promise).
+      this.#waited = admission.queued === true;
+      this.#queuedMs = admission.queuedMs;
+      if (!admission.ok) {
+        this.#record(pool, refusalOutcome(admission.reason), 429, admission);
+        return this.#send(refusalError(1, admission.reason, pool.subdomain, performance.now() - started));
+      }
+      if ((this.#phase as Phase) === 'closed') {
+        admission.permit.release({ dropped: true });
+        return;
+      }
+      this.#permit = admission.permit;
+      this.#admission = admission;
+      this.#heldSince = performance.now();
+      try {
+        conn = await this.#deps.servers.checkout(pool, signature, this.#variant, this.#collation);
+      } catch (err) {
+        this.#settle('upstream_unreachable', 502);
+        return this.#send(wireError(1, 'cannotConnect', `cannot reach the database: ${(err as Error).message}`));
+      }
+      if ((this.#phase as Phase) === 'closed') {
+        this.#deps.servers.checkin(this.#pool ?? undefined, conn, true);
+        this.#settle('client_aborted', 0);
+        return;
+      }
+      this.#conn = conn;
+    }
+    this.#running = conn;
+    // Each command must end within the pool's request timeout; then it is killed upstream.
+    const pool = this.#pool!;
+    const deadline = setTimeout(() => void this.#deps.servers.killQuery(pool, conn), pool.settings.requestTimeoutMs);
+    try {
+      await work(conn);
+    } catch (err) {
+      clearTimeout(deadline);
+      if (!(err instanceof ServerLost)) throw err;
+      this.#running = null;
+      this.#conn = null;
+      this.#settle('upstream_aborted', 502);
+      // Bytes of a result already went out: no clean ERR can follow them.
+      if (err.forwarded) this.close();
+      else this.#send(wireError(1, 'lostConnection', 'Lost connection to the database during the command; any open transaction was rolled back'));
+      return;
+    }
+    clearTimeout(deadline);
+    this.#running = null;
+    if ((this.#phase as Phase) === 'closed') return;
+    if (conn.clean || !conn.alive) {
+      this.#conn = null;
+      this.#deps.servers.checkin(this.#pool ?? undefined, conn, true);
+      this.#settle('proxied', 200);
+    } else {
+      // A transaction holds a slot: it may wait for its next statement at most the pool's request timeout.
+      const ms = this.#pool!.settings.requestTimeoutMs;
+      this.#idleTimer = setTimeout(() => {
+        this.#idleTimer = null;
+        this.#fail(0, 'idleInTransaction', `the transaction was idle for over ${ms} ms (the pool's request timeout) and was rolled back`);
+      }, ms);
+    }
+  }
+
+  /** Gives the slot back (once) and counts the statement or transaction. */
+  #settle(outcome: OutcomeName, status: number): void {
+    const permit = this.#permit;
+    if (!permit) return;
+    this.#permit = null;
+    const latencyMs = performance.now() - this.#heldSince;
+    permit.release(outcome === 'proxied' ? { latencyMs } : { dropped: true });
+    if (this.#pool) this.#record(this.#pool, outcome, status, this.#admission, latencyMs);
+  }
+
+  #record(pool: PoolEntry, outcome: OutcomeName, status: number, admission: Parameters<DataplaneMetrics['record']>[0]['admission'], upstreamMs: number | null = null): void {
+    this.#deps.metrics?.record({ poolId: pool.id, pool: pool.subdomain, status, outcome, admission, waited: this.#waited, queuedMs: this.#queuedMs, upstreamMs });
+  }
+
+  /** Ends the session: a running command's server connection is cut; a transaction is rolled back and its connection reset. */
+  close(): void {
+    if (this.#phase === 'closed') return;
+    this.#phase = 'closed';
+    if (this.#loginTimer) clearTimeout(this.#loginTimer);
+    if (this.#idleTimer) clearTimeout(this.#idleTimer);
+    this.#abort.abort();
+    this.#socket.destroy();
+    const running = this.#running;
+    const conn = this.#conn;
+    this.#conn = null;
+    if (running) {
+      running.destroy();
+    } else if (conn) {
+      this.#deps.servers.reset(this.#pool ?? undefined, conn);
+    }
+    this.#settle('client_aborted', 0);
+    this.#onClose(this);
+  }
+}
+
+/** A duplex over `raw` that first yields `head` (bytes already read off it). */
+function replaying(raw: Socket, head: Buffer): Duplex {
+  const d = new Duplex({
+    read: () => void raw.resume(),
+    write: (chunk: Buffer, _enc, cb) => void raw.write(chunk, cb),
+    final: (cb) => {
+      raw.end();
+      cb();
+    },
+    destroy: (err, cb) => {
+      raw.destroy();
+      cb(err);
+    },
+  });
+  d.push(head);
+  raw.on('data', (c: Buffer) => {
+    if (!d.push(c)) raw.pause();
+  });
+  raw.on('end', () => d.push(null));
+  raw.on('error', (err) => d.destroy(err));
+  raw.on('close', () => d.destroy());
+  return d;
+}

@@ -1,0 +1,100 @@
+// The MySQL wire listener (config mysqlPort): accepts client connections, keeps every session in one
+// set, shares the data plane's snapshot, governor, policies and metrics, and owns the upstream
+// connections. Live counts are exposed for tests and diagnostics.
+import { createServer, type Server, type Socket } from 'node:net';
+import { readFileSync } from 'node:fs';
+import { createSecureContext, type SecureContext } from 'node:tls';
+import type { Governor } from '../../governor/governor.js';
+import type { Logger } from '../../log.js';
+import type { SnapshotFeed } from '../../dataplane/snapshot.js';
+import type { DataplaneMetrics } from '../../dataplane/release.js';
+import type { Policies } from '../../policies/index.js';
+import { ClientSession } from './client-session.js';
+import { ServerPool } from './server-pool.js';
+
+export interface MysqlListenerOptions {
+  host: string;
+  port: number;
+  snapshots: SnapshotFeed;
+  governor: Governor;
+  policies?: Policies | null;
+  metrics?: DataplaneMetrics | null;
+  log: Logger;
+  clock?: () => number;
+  /** Plaintext to the database when it offers no TLS (config dbAllowInsecure). */
+  allowInsecure: boolean;
+  /** Loopback/private database hosts allowed (config allowPrivateTargets). */
+  allowPrivate: boolean;
+  /** PEM files; both null: TLS is not offered to clients. */
+  tlsCertFile?: string | null;
+  tlsKeyFile?: string | null;
+}
+
+export class MysqlListener {
+  readonly servers: ServerPool;
+  readonly #server: Server;
+  readonly #sessions = new Set<ClientSession>();
+  #nextId = 1;
+  #port = 0;
+  #closing: Promise<void> | null = null;
+
+  private constructor(opts: MysqlListenerOptions) {
+    this.servers = new ServerPool({ allowInsecure: opts.allowInsecure, allowPrivate: opts.allowPrivate });
+    let tls: SecureContext | null = null;
+    if (opts.tlsCertFile && opts.tlsKeyFile) {
+      tls = createSecureContext({ cert: readFileSync(opts.tlsCertFile), key: readFileSync(opts.tlsKeyFile) });
+    }
+    const deps = {
+      snapshots: opts.snapshots,
+      governor: opts.governor,
+      servers: this.servers,
+      policies: opts.policies ?? null,
+      metrics: opts.metrics ?? null,
+      clock: opts.clock ?? Date.now,
+      log: opts.log,
+      tls,
+    };
+    this.#server = createServer((socket: Socket) => {
+      if (this.#closing) {
+        socket.destroy();
+        return;
+      }
+      const id = this.#nextId++;
+      if (this.#nextId > 0x7fffffff) this.#nextId = 1;
+      this.#sessions.add(new ClientSession(socket, id, deps, (s) => this.#sessions.delete(s)));
+    });
+  }
+
+  static async start(opts: MysqlListenerOptions): Promise<MysqlListener> {
+    const l = new MysqlListener(opts);
+    await new Promise<void>((resolve, reject) => {
+      l.#server.once('error', reject);
+      l.#server.listen(opts.port, opts.host, () => resolve());
+    });
+    const addr = l.#server.address();
+    l.#port = typeof addr === 'object' && addr ? addr.port : opts.port;
+    return l;
+  }
+
+  get port(): number {
+    return this.#port;
+  }
+
+  /** Client sessions, those in a transaction, and upstream connections open (for tests and diagnostics). */
+  counts(poolId?: number): { clients: number; inTransaction: number; serverConnections: number } {
+    let inTransaction = 0;
+    for (const s of this.#sessions) if (s.pinned) inTransaction++;
+    return { clients: this.#sessions.size, inTransaction, serverConnections: this.servers.openCount(poolId) };
+  }
+
+  /** Stops accepting, ends every session (transactions roll back), closes the upstream connections. */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
+      for (const s of [...this.#sessions]) s.close();
+      await closed;
+      this.servers.close();
+    })();
+    return this.#closing;
+  }
+}

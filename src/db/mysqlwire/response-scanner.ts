@@ -1,0 +1,150 @@
+// Finds where a server's answer to one command ends while its bytes stream through untouched: it reads
+// the 4-byte header and at most the first 24 payload bytes of each packet, and follows the response
+// grammar (OK / ERR / result sets with classic EOF packets, multi-results, prepare answers).
+import { STATUS, okStatus } from './packets.js';
+
+/** `result`: COM_QUERY / COM_STMT_EXECUTE; `single`: one packet (ping, reset, init db, set option); `fields`: COM_FIELD_LIST. */
+export type ResponseKind = 'result' | 'single' | 'fields' | 'prepare';
+
+const PEEK = 24;
+const SPLIT = 0xffffff;
+
+type State = 'first' | 'cols' | 'coleof' | 'rows' | 'defs' | 'defeof';
+
+export class ResponseScanner {
+  #kind: ResponseKind = 'single';
+  #state: State = 'first';
+  #count = 0;
+  /** Prepare answers: the definition blocks still to come (params, then columns). */
+  #sections: number[] = [];
+  readonly #hdr = Buffer.alloc(4);
+  #hdrHave = 0;
+  #inPayload = false;
+  #len = 0;
+  #remaining = 0;
+  readonly #peek = Buffer.alloc(PEEK);
+  #peekHave = 0;
+  #continued = false;
+  /** The server status flags last seen (ERR packets carry none: the previous flags stand). */
+  status = 0;
+  /** The answer ended with an ERR packet. */
+  error = false;
+
+  start(kind: ResponseKind): void {
+    this.#kind = kind;
+    this.#state = kind === 'fields' ? 'defs' : 'first';
+    this.#count = 0;
+    this.#sections = [];
+    this.error = false;
+    this.#hdrHave = 0;
+    this.#inPayload = false;
+    this.#continued = false;
+  }
+
+  /** Feeds bytes from `at`; returns the offset just after the answer's last byte, or -1 when it has not ended. */
+  feed(chunk: Buffer, at: number): number {
+    while (at < chunk.length) {
+      if (!this.#inPayload) {
+        const n = Math.min(4 - this.#hdrHave, chunk.length - at);
+        chunk.copy(this.#hdr, this.#hdrHave, at, at + n);
+        this.#hdrHave += n;
+        at += n;
+        if (this.#hdrHave < 4) return -1;
+        this.#len = this.#hdr.readUIntLE(0, 3);
+        this.#remaining = this.#len;
+        this.#peekHave = 0;
+        this.#inPayload = true;
+      }
+      const n = Math.min(this.#remaining, chunk.length - at);
+      if (this.#peekHave < PEEK && n > 0) {
+        const p = Math.min(PEEK - this.#peekHave, n);
+        chunk.copy(this.#peek, this.#peekHave, at, at + p);
+        this.#peekHave += p;
+      }
+      at += n;
+      this.#remaining -= n;
+      if (this.#remaining > 0) return -1;
+      this.#inPayload = false;
+      this.#hdrHave = 0;
+      if (this.#packet()) return at;
+    }
+    return -1;
+  }
+
+  /** One whole packet seen; true when it ends the answer. */
+  #packet(): boolean {
+    const len = this.#len;
+    if (this.#continued) {
+      // The tail of a packet split at 16 MiB: data, not a new packet.
+      this.#continued = len === SPLIT;
+      return false;
+    }
+    this.#continued = len === SPLIT;
+    const p = this.#peek.subarray(0, this.#peekHave);
+    const first = len > 0 ? p[0]! : -1;
+    const isEof = first === 0xfe && len < 9;
+    if (first === 0xff) {
+      this.error = true;
+      return true;
+    }
+    switch (this.#state) {
+      case 'first': {
+        if (this.#kind === 'single') {
+          if (first === 0x00) this.status = okStatus(p) ?? this.status;
+          else if (isEof && len >= 5) this.status = p.readUInt16LE(3);
+          return true;
+        }
+        if (this.#kind === 'prepare') {
+          if (first !== 0x00 || len < 9) return true;
+          const cols = p.readUInt16LE(5);
+          const params = p.readUInt16LE(7);
+          if (params > 0) this.#sections.push(params);
+          if (cols > 0) this.#sections.push(cols);
+          return this.#nextSection();
+        }
+        if (first === 0x00) {
+          this.status = okStatus(p) ?? this.status;
+          return (this.status & STATUS.MORE_RESULTS) === 0;
+        }
+        if (first === 0xfb) {
+          // LOCAL INFILE is never negotiated; a server asking for it anyway ends the exchange as an error.
+          this.error = true;
+          return true;
+        }
+        this.#count = p[0]! < 0xfb ? p[0]! : p[0] === 0xfc ? p.readUInt16LE(1) : 0xffff;
+        this.#state = 'cols';
+        return false;
+      }
+      case 'cols':
+        if (--this.#count <= 0) this.#state = 'coleof';
+        return false;
+      case 'coleof':
+        if (isEof && len >= 5) this.status = p.readUInt16LE(3);
+        if ((this.status & STATUS.CURSOR_EXISTS) !== 0) return true;
+        this.#state = 'rows';
+        return false;
+      case 'rows':
+        if (!isEof) return false;
+        if (len >= 5) this.status = p.readUInt16LE(3);
+        if ((this.status & STATUS.MORE_RESULTS) !== 0) {
+          this.#state = 'first';
+          return false;
+        }
+        return true;
+      case 'defs':
+        if (this.#kind === 'fields') return isEof;
+        if (--this.#count <= 0) this.#state = 'defeof';
+        return false;
+      case 'defeof':
+        return this.#nextSection();
+    }
+  }
+
+  #nextSection(): boolean {
+    const n = this.#sections.shift();
+    if (n === undefined) return true;
+    this.#count = n;
+    this.#state = 'defs';
+    return false;
+  }
+}

@@ -1,0 +1,153 @@
+// One logged-in upstream connection driven at the packet level: a command goes out as the client's
+// bytes, and the answer streams back to the client socket untouched (or is collected, for poolgate's own
+// commands) while a ResponseScanner finds its end and the server status flags.
+import type { Socket } from 'node:net';
+import type { LoggedIn } from './upstream-login.js';
+import { ResponseScanner, type ResponseKind } from './response-scanner.js';
+import { STATUS } from './packets.js';
+
+export interface Answer {
+  /** It ended with an ERR packet. */
+  error: boolean;
+  /** Server status flags after the answer. */
+  status: number;
+  /** The whole answer, when it was collected rather than forwarded. */
+  bytes: Buffer | null;
+}
+
+/** The connection broke (closed, killed, desynchronised) before the answer ended. */
+export class ServerLost extends Error {
+  constructor(readonly forwarded: boolean) {
+    super('lost the connection to the database during the command');
+  }
+}
+
+interface Job {
+  resolve(a: Answer): void;
+  reject(e: ServerLost): void;
+  sink: Socket | null;
+  chunks: Buffer[];
+  forwarded: boolean;
+}
+
+/** A server-side prepared statement of this connection. */
+export interface ServerStatement {
+  id: number;
+  params: number;
+}
+
+export class ServerConn {
+  readonly threadId: number;
+  /** The client capabilities (FOUND_ROWS, MULTI_STATEMENTS) this session was opened with. */
+  readonly variant: number;
+  collation: number;
+  /** The collation the session was opened with (a reset goes back to it). */
+  readonly initialCollation: number;
+  /** A statement may have changed session state (USE, SET, ...): reset before another client gets it. */
+  dirty = false;
+  /** A KILL QUERY was sent at it: it may still land, so the connection is not handed out again. */
+  doomed = false;
+  /** Commands sent so far (tells a late timer whether the command it meant is still the one running). */
+  commands = 0;
+  /** Pool signature (target and role) the connection was opened for. */
+  readonly signature: string;
+  status: number;
+  /** SQL text → this connection's prepared statement; bounded (oldest closed first). */
+  readonly statements = new Map<string, ServerStatement>();
+  idleSince = 0;
+  #socket: Socket;
+  readonly #scanner = new ResponseScanner();
+  #job: Job | null = null;
+  #gone = false;
+  #onGone: Array<() => void> = [];
+
+  constructor(login: LoggedIn, variant: number, collation: number, signature: string) {
+    this.threadId = login.threadId;
+    this.variant = variant;
+    this.collation = collation;
+    this.initialCollation = collation;
+    this.signature = signature;
+    this.status = login.status || STATUS.AUTOCOMMIT;
+    this.#socket = login.socket;
+    this.#socket.on('data', (c: Buffer) => this.#onData(c));
+    this.#socket.on('error', () => this.destroy());
+    this.#socket.on('close', () => this.destroy());
+  }
+
+  get alive(): boolean {
+    return !this.#gone;
+  }
+
+  get busy(): boolean {
+    return this.#job !== null;
+  }
+
+  /** Outside any transaction, with autocommit on: safe to hand to another client. */
+  get clean(): boolean {
+    return (this.status & STATUS.IN_TRANS) === 0 && (this.status & STATUS.AUTOCOMMIT) !== 0;
+  }
+
+  onGone(f: () => void): void {
+    if (this.#gone) f();
+    else this.#onGone.push(f);
+  }
+
+  /** Sends a command and follows its answer; forwarded to `sink` as it comes, or collected when sink is null. */
+  run(cmd: Buffer, kind: ResponseKind, sink: Socket | null): Promise<Answer> {
+    if (this.#gone) return Promise.reject(new ServerLost(false));
+    if (this.#job) return Promise.reject(new Error('server connection busy'));
+    this.#scanner.start(kind);
+    this.commands++;
+    return new Promise((resolve, reject) => {
+      this.#job = { resolve, reject, sink, chunks: [], forwarded: false };
+      this.#socket.write(cmd);
+    });
+  }
+
+  /** A command that has no answer (COM_STMT_CLOSE, COM_STMT_SEND_LONG_DATA). */
+  send(cmd: Buffer): void {
+    if (!this.#gone) this.#socket.write(cmd);
+  }
+
+  #onData(chunk: Buffer): void {
+    const job = this.#job;
+    if (!job) {
+      // Unasked-for bytes (a kill notice, a shutdown ERR): the session is over.
+      this.destroy();
+      return;
+    }
+    let end: number;
+    try {
+      end = this.#scanner.feed(chunk, 0);
+    } catch {
+      // A packet too short for its own type byte: the server is not speaking the protocol.
+      this.destroy();
+      return;
+    }
+    const part = end < 0 || end === chunk.length ? chunk : chunk.subarray(0, end);
+    if (job.sink) {
+      job.forwarded = true;
+      if (!job.sink.write(part) && end < 0) {
+        // Backpressure: stop reading the server until the client has taken what it got.
+        this.#socket.pause();
+        job.sink.once('drain', () => this.#socket.resume());
+      }
+    } else job.chunks.push(part);
+    if (end < 0) return;
+    this.#job = null;
+    this.status = this.#scanner.status;
+    job.resolve({ error: this.#scanner.error, status: this.status, bytes: job.sink ? null : Buffer.concat(job.chunks) });
+    // Bytes past the answer: the two sides no longer agree where packets are.
+    if (end < chunk.length) this.destroy();
+  }
+
+  destroy(): void {
+    if (this.#gone) return;
+    this.#gone = true;
+    this.#socket.destroy();
+    const job = this.#job;
+    this.#job = null;
+    job?.reject(new ServerLost(job.forwarded));
+    for (const f of this.#onGone.splice(0)) f();
+  }
+}

@@ -1,0 +1,246 @@
+// Each database pool's upstream connections for the MySQL listener: idle ones kept per client variant,
+// at most max_concurrent open, opened as the pool's role on demand, closed when idle too long, when the
+// pool's target or role changes, or when they come back unclean.
+import mysql from 'mysql2';
+import type { PoolEntry } from '../../dataplane/snapshot.js';
+import { COM, frame } from './packets.js';
+import { ServerConn } from './server-conn.js';
+import { upstreamLogin, type LoginTarget } from './upstream-login.js';
+
+/** Idle upstream connections are closed after this. */
+export const SERVER_IDLE_MS = 60_000;
+const CONNECT_TIMEOUT_MS = 10_000;
+/** After KILL QUERY, how long the statement gets to stop before its connection is cut. */
+const KILL_GRACE_MS = 2_000;
+
+/** Collation id → [charset, collation] names, for SET NAMES when a connection changes hands. */
+const COLLATIONS = new Map<number, [string, string]>();
+for (const [name, id] of Object.entries((mysql as unknown as { Charsets: Record<string, number> }).Charsets)) {
+  const lower = name.toLowerCase();
+  if (typeof id === 'number' && !COLLATIONS.has(id)) COLLATIONS.set(id, [lower.split('_')[0]!, lower]);
+}
+
+export interface PoolOptions {
+  allowInsecure: boolean;
+  allowPrivate: boolean;
+}
+
+class PoolConns {
+  signature = '';
+  readonly idle: ServerConn[] = [];
+  /** Every open connection, idle or in use (closed together when the listener closes). */
+  readonly all = new Set<ServerConn>();
+  open = 0;
+  readonly waiters: Array<() => void> = [];
+
+  wakeOne(): void {
+    this.waiters.shift()?.();
+  }
+}
+
+export function poolSignature(pool: PoolEntry): string | null {
+  const cred = pool.credential?.method === 'postgres_role' ? pool.credential : null;
+  const db = pool.database;
+  if (!cred || !db) return null;
+  return JSON.stringify([db.host, db.port, db.name, db.sslmode, cred.username, cred.password]);
+}
+
+export class ServerPool {
+  readonly #opts: PoolOptions;
+  readonly #byPool = new Map<number, PoolConns>();
+  readonly #timer: NodeJS.Timeout;
+  #closed = false;
+
+  constructor(opts: PoolOptions) {
+    this.#opts = opts;
+    this.#timer = setInterval(() => this.#sweep(), 10_000);
+    this.#timer.unref();
+  }
+
+  /** A connection for one command or transaction of `pool`; the caller holds a governor slot. */
+  async checkout(pool: PoolEntry, signature: string, variant: number, collation: number): Promise<ServerConn> {
+    let pc = this.#byPool.get(pool.id);
+    if (!pc) {
+      pc = new PoolConns();
+      this.#byPool.set(pool.id, pc);
+    }
+    if (pc.signature !== signature) {
+      pc.signature = signature;
+      for (const c of pc.idle.splice(0)) c.destroy();
+    }
+    for (;;) {
+      if (this.#closed) throw new Error('the MySQL listener is closing');
+      let i = -1;
+      for (let j = pc.idle.length - 1; j >= 0; j--) {
+        const c = pc.idle[j]!;
+        if (c.variant !== variant) continue;
+        i = j;
+        if (c.collation === collation) break;
+      }
+      if (i >= 0) {
+        const c = pc.idle.splice(i, 1)[0]!;
+        if (c.collation !== collation) await this.#setNames(c, collation);
+        return c;
+      }
+      if (pc.open < pool.maxConcurrent) return this.#open(pool, pc, variant, collation);
+      if (pc.idle.length > 0) {
+        // Full of connections opened for another variant: swap one.
+        pc.idle.shift()!.destroy();
+        continue;
+      }
+      await new Promise<void>((resolve) => pc.waiters.push(resolve));
+    }
+  }
+
+  #target(pool: PoolEntry, variant: number, collation: number): LoginTarget {
+    const cred = pool.credential as { username: string; password: string };
+    const db = pool.database!;
+    return {
+      host: db.host,
+      port: db.port ?? 3306,
+      database: db.name,
+      user: cred.username,
+      password: cred.password,
+      sslmode: db.sslmode,
+      allowInsecure: this.#opts.allowInsecure,
+      allowPrivate: this.#opts.allowPrivate,
+      variant,
+      collation: COLLATIONS.has(collation) && collation < 256 ? collation : 45,
+      timeoutMs: CONNECT_TIMEOUT_MS,
+    };
+  }
+
+  async #open(pool: PoolEntry, pc: PoolConns, variant: number, collation: number): Promise<ServerConn> {
+    const target = this.#target(pool, variant, collation);
+    const signature = pc.signature;
+    pc.open++;
+    let conn: ServerConn;
+    try {
+      conn = new ServerConn(await upstreamLogin(target), variant, target.collation, signature);
+    } catch (err) {
+      pc.open--;
+      pc.wakeOne();
+      throw err;
+    }
+    pc.all.add(conn);
+    conn.onGone(() => {
+      pc.all.delete(conn);
+      pc.open--;
+      const at = pc.idle.indexOf(conn);
+      if (at >= 0) pc.idle.splice(at, 1);
+      pc.wakeOne();
+    });
+    if (target.collation !== collation) await this.#setNames(conn, collation);
+    return conn;
+  }
+
+  async #setNames(conn: ServerConn, collation: number): Promise<void> {
+    const names = COLLATIONS.get(collation);
+    if (!names) return;
+    const a = await conn.run(frame(0, Buffer.from(`\x03SET NAMES ${names[0]} COLLATE ${names[1]}`, 'latin1')), 'single', null);
+    if (!a.error) conn.collation = collation;
+  }
+
+  /** Back from a client: kept when clean and still wanted (after a reset if it may carry session state), else closed. */
+  checkin(pool: PoolEntry | undefined, conn: ServerConn, reusable: boolean): void {
+    if (!conn.alive) return;
+    const pc = pool ? this.#byPool.get(pool.id) : undefined;
+    if (!pool || !pc || !reusable || conn.busy || conn.doomed || conn.signature !== pc.signature || pc.open > pool.maxConcurrent || this.#closed) {
+      conn.destroy();
+      return;
+    }
+    if (conn.dirty || !conn.clean) {
+      void this.#scrub(pool, pc, conn);
+      return;
+    }
+    this.#idle(pc, conn);
+  }
+
+  #idle(pc: PoolConns, conn: ServerConn): void {
+    conn.idleSince = Date.now();
+    pc.idle.push(conn);
+    pc.wakeOne();
+  }
+
+  /**
+   * COM_RESET_CONNECTION (rolls back, drops variables, temporary tables, locks and prepared statements),
+   * then COM_INIT_DB of the pool's database; a connection that fails either is closed.
+   */
+  async #scrub(pool: PoolEntry, pc: PoolConns, conn: ServerConn): Promise<void> {
+    try {
+      const reset = await conn.run(frame(0, Buffer.from([COM.RESET_CONNECTION])), 'single', null);
+      conn.statements.clear();
+      conn.collation = conn.initialCollation;
+      const db = Buffer.concat([Buffer.from([COM.INIT_DB]), Buffer.from(pool.database?.name ?? '', 'utf8')]);
+      const use = reset.error ? reset : await conn.run(frame(0, db), 'single', null);
+      if (reset.error || use.error || !conn.clean || this.#closed) {
+        conn.destroy();
+        return;
+      }
+      conn.dirty = false;
+      this.#idle(pc, conn);
+    } catch {
+      conn.destroy();
+    }
+  }
+
+  /** A connection whose client left inside a transaction: rolled back and reset, then checked in. */
+  reset(pool: PoolEntry | undefined, conn: ServerConn): void {
+    conn.dirty = true;
+    this.checkin(pool, conn, true);
+  }
+
+  /**
+   * Stops the statement running on `conn` (its deadline passed): `KILL QUERY` from a separate session of
+   * the same role, outside the pool's count; if that fails or the statement has not stopped within the
+   * grace, the connection is cut. The client then gets the server's ERR (or ERR 2013).
+   */
+  async killQuery(pool: PoolEntry, conn: ServerConn): Promise<void> {
+    const command = conn.commands;
+    if (!conn.busy) return;
+    conn.doomed = true;
+    const cut = () => {
+      if (conn.busy && conn.commands === command) conn.destroy();
+    };
+    const grace = setTimeout(cut, KILL_GRACE_MS);
+    grace.unref();
+    let killer: ServerConn | null = null;
+    try {
+      killer = new ServerConn(await upstreamLogin(this.#target(pool, 0, 45)), 0, 45, '');
+      const a = await killer.run(frame(0, Buffer.from(`\x03KILL QUERY ${conn.threadId}`, 'latin1')), 'single', null);
+      if (a.error) cut();
+    } catch {
+      cut();
+    } finally {
+      killer?.destroy();
+    }
+  }
+
+  /** Upstream connections open (idle and in use), per pool or in all. */
+  openCount(poolId?: number): number {
+    if (poolId !== undefined) return this.#byPool.get(poolId)?.open ?? 0;
+    let n = 0;
+    for (const pc of this.#byPool.values()) n += pc.open;
+    return n;
+  }
+
+  idleCount(poolId: number): number {
+    return this.#byPool.get(poolId)?.idle.length ?? 0;
+  }
+
+  #sweep(): void {
+    const cutoff = Date.now() - SERVER_IDLE_MS;
+    for (const pc of this.#byPool.values()) {
+      for (const c of pc.idle.filter((c) => c.idleSince < cutoff)) c.destroy();
+    }
+  }
+
+  close(): void {
+    this.#closed = true;
+    clearInterval(this.#timer);
+    for (const pc of this.#byPool.values()) {
+      for (const c of [...pc.all]) c.destroy();
+      for (const w of pc.waiters.splice(0)) w();
+    }
+  }
+}

@@ -1,0 +1,689 @@
+// One client connection of the PostgreSQL listener: the login (SSLRequest/TLS, startup, the pool key as a
+// cleartext password), then pooling. In transaction mode a governor slot and a server connection are linked
+// from the client's first message of a transaction until ReadyForQuery idle; in session mode, for the whole
+// session. Frames pass through as received, except named prepared statements, which are renamed per query
+// text and replayed on server connections that have not seen them (see statements.ts).
+import { TLSSocket, type SecureContext } from 'node:tls';
+import type { Socket } from 'node:net';
+import type { Admission, Governor, Permit } from '../../governor/governor.js';
+import type { Logger } from '../../log.js';
+import type { RequestRecord } from '../../dataplane/release.js';
+import { liveKey } from '../../dataplane/authenticate.js';
+import { refusalOutcome } from '../../dataplane/admit.js';
+import type { PoolEntry, Snapshot } from '../../dataplane/snapshot.js';
+import { sha256Hex } from '../../security/tokens.js';
+import { CidrList } from '../../policies/cidr.js';
+import { cstring, FrameReader, type FrameError } from './frames.js';
+import { AUTH_CLEARTEXT, AUTH_OK, backendKeyData, parameterStatus, readyForQuery, SSL_NO, SSL_YES } from './messages.js';
+import { error, fatal, refusal, SQLSTATE } from './errors.js';
+import { MAX_STARTUP_BYTES, poolFromOptions, poolFromServerName, readFirstPacket } from './startup.js';
+import type { ServerConn, ServerLink } from './server-conn.js';
+import type { ServerPool, ServerPools } from './server-pool.js';
+import { ClientStatements, type Expect, QUERY_END, SYNC } from './statements.js';
+import { Outbox } from './outbox.js';
+
+/** What the listener gives each client connection. */
+export interface WireContext {
+  snapshot(): Snapshot;
+  governor: Governor;
+  servers: ServerPools;
+  poolDomain: string;
+  /** The certificate offered on SSLRequest; null answers 'N'. */
+  tls: SecureContext | null;
+  maxMessageBytes: number;
+  /** A login (startup to ReadyForQuery) must finish within this. */
+  loginTimeoutMs: number;
+  clock(): number;
+  metrics: { record(r: RequestRecord): void } | null;
+  /** Gives the client its BackendKeyData, and forgets it when it leaves. */
+  register(client: ClientConn): { pid: number; secret: number };
+  unregister(client: ClientConn): void;
+  /** A CancelRequest arrived on this connection. */
+  cancel(pid: number, secret: number): void;
+  log: Logger;
+}
+
+// Frame types (client → server).
+const Q = 0x51, F = 0x46, P = 0x50, B = 0x42, D = 0x44, C = 0x43, S = 0x53, H = 0x48, X = 0x58, CD = 0x64, CC = 0x63, CF = 0x66, PW = 0x70;
+// Frame types (server → client).
+const PARSE_COMPLETE = 0x31, CLOSE_COMPLETE = 0x33, READY = 0x5a, ERROR = 0x45, COPY_IN = 0x47, COMMAND_COMPLETE = 0x43;
+
+const PAUSE_ACQUIRE = 1;
+const PAUSE_SERVER_FULL = 2;
+
+/** Pools that sign or authenticate each HTTP request cannot be reached by a wire client (docs/decisions/pgwire.md). */
+function requestShapedPolicy(pool: PoolEntry): string | null {
+  if (pool.settings.originSigning) return 'HMAC request signing';
+  if (pool.settings.jwt) return 'a JWT policy';
+  if (pool.settings.accessProxy) return 'an access-proxy policy';
+  return null;
+}
+
+const allowlists = new WeakMap<readonly string[], CidrList>();
+function allowed(pool: PoolEntry, address: string): boolean {
+  const cidrs = pool.settings.ipAllowlist;
+  if (cidrs.length === 0) return true;
+  let list = allowlists.get(cidrs);
+  if (!list) allowlists.set(cidrs, (list = new CidrList(cidrs)));
+  return list.hasText(address);
+}
+
+type Phase = 'first' | 'tls' | 'password' | 'ready' | 'closed';
+
+export class ClientConn implements ServerLink {
+  readonly #ctx: WireContext;
+  readonly address: string;
+  #socket: Socket;
+  readonly #reader: FrameReader;
+  #phase: Phase = 'first';
+  #servername: string | null = null;
+  #loginTimer: NodeJS.Timeout | null;
+  pid = 0;
+  secret = 0;
+
+  // Who the client is, once logged in.
+  #pool: PoolEntry | null = null;
+  #keyHash = '';
+  #session = false;
+  #servers: ServerPool | null = null;
+
+  // The link: a slot and a server connection.
+  #permit: Permit | null = null;
+  #server: ServerConn | null = null;
+  #linkedAt = 0;
+  #admission: Admission | null = null;
+  #waited = false;
+  /** A link is being waited for (slot or server connection). */
+  #acquiring = false;
+  /** Aborts a slot wait when the client leaves (one per client: the governor drops its listener after each wait). */
+  #abort: AbortController | null = null;
+  #linkStarted = 0;
+  #queuedMs = 0;
+  /** Client frames waiting for a link. */
+  #queue: Array<{ type: number; frame: Buffer }> = [];
+  /** Responses still to come from the server: one entry per Parse/Close forwarded, and SYNC per Sync/Query. */
+  #expect: Expect[] = [];
+  #syncs = 0;
+  /** The last frame forwarded left an extended-protocol batch open (no Sync yet). */
+  #midBatch = false;
+  /** The server sent CopyInResponse and the client has not ended the copy yet. */
+  #copyIn = false;
+  /** After a refusal inside a batch: drop client frames until its Sync. */
+  #skipping = false;
+  /** The server connection was lost while the client sat in a transaction: its next batch gets the error. */
+  #lostTransaction = false;
+  #pause = 0;
+  readonly #statements = new ClientStatements();
+  readonly #toClient = new Outbox((bytes) => this.#socket.write(bytes));
+  readonly #toServer = new Outbox((bytes) => this.#server?.write(bytes) ?? true);
+  readonly #out = (bytes: Buffer) => this.#toServer.add(bytes);
+
+  constructor(socket: Socket, ctx: WireContext) {
+    this.#ctx = ctx;
+    this.#socket = socket;
+    this.address = socket.remoteAddress ?? '';
+    this.#reader = new FrameReader(MAX_STARTUP_BYTES, true);
+    socket.setNoDelay(true);
+    this.#attach(socket);
+    this.#loginTimer = setTimeout(() => this.#fatal(SQLSTATE.protocolViolation, 'login timed out'), ctx.loginTimeoutMs);
+    this.#loginTimer.unref();
+  }
+
+  /** The client has gone (read through a getter: it changes across awaits). */
+  get #gone(): boolean {
+    return this.#phase === 'closed';
+  }
+
+  get linked(): boolean {
+    return this.#server !== null;
+  }
+
+  get poolId(): number | null {
+    return this.#pool?.id ?? null;
+  }
+
+  #attach(socket: Socket): void {
+    socket.on('data', (chunk: Buffer) => this.#onData(chunk));
+    socket.on('drain', () => this.#server?.resume());
+    socket.on('error', () => this.#closed());
+    socket.on('close', () => this.#closed());
+  }
+
+  #onData(chunk: Buffer): void {
+    if (this.#gone) return;
+    const err = this.#reader.push(chunk, this.#onFrame);
+    this.#flushToServer();
+    if (err) this.#frameError(err);
+  }
+
+  /** Writes to the client, after the forwarded frames gathered before it. */
+  #send(bytes: Buffer): boolean {
+    this.#toClient.add(bytes);
+    return this.#toClient.flush();
+  }
+
+  #flushToServer(): void {
+    if (!this.#toServer.flush() && this.#server && !this.#server.closed) {
+      // The server is not reading fast enough: stop reading the client until it drains.
+      this.#pause |= PAUSE_SERVER_FULL;
+      this.#socket.pause();
+    }
+  }
+
+  onServerChunkEnd(): void {
+    // The client is not reading fast enough: stop reading the server until the client drains.
+    if (!this.#toClient.flush()) this.#server?.pause();
+  }
+
+  #frameError(err: FrameError): void {
+    const message =
+      err.kind === 'too_large'
+        ? `message of ${err.declared} bytes exceeds the limit of ${this.#reader.maxFrameBytes} bytes`
+        : `invalid message length ${err.declared}`;
+    this.#fatal(SQLSTATE.protocolViolation, message);
+  }
+
+  readonly #onFrame = (type: number, frame: Buffer): void => {
+    switch (this.#phase) {
+      case 'first':
+        return this.#onFirst(frame);
+      case 'password':
+        return this.#onPassword(type, frame);
+      case 'ready':
+        return this.#onMessage(type, frame);
+      default:
+        // TLS handshake under way or closed: nothing else may arrive.
+        return this.#fatal(SQLSTATE.protocolViolation, 'unexpected data');
+    }
+  };
+
+  // ------------------------------------------------------------------------------------------- login
+
+  #onFirst(packet: Buffer): void {
+    const p = readFirstPacket(packet);
+    switch (p.kind) {
+      case 'bad':
+        return this.#fatal(p.message.startsWith('unsupported') ? SQLSTATE.featureNotSupported : SQLSTATE.protocolViolation, p.message);
+      case 'gssenc':
+        this.#send(SSL_NO);
+        return;
+      case 'cancel':
+        this.#ctx.cancel(p.pid, p.secret);
+        return this.#end();
+      case 'ssl':
+        if (!this.#ctx.tls || this.#socket instanceof TLSSocket) {
+          this.#send(SSL_NO);
+          return;
+        }
+        return this.#startTls();
+      case 'startup':
+        return this.#onStartup(p.params);
+    }
+  }
+
+  #startTls(): void {
+    this.#phase = 'tls';
+    const raw = this.#socket;
+    raw.removeAllListeners('data');
+    raw.write(SSL_YES);
+    const tls = new TLSSocket(raw, { isServer: true, secureContext: this.#ctx.tls! });
+    tls.on('secure', () => {
+      const name = (tls as TLSSocket & { servername?: string | false }).servername;
+      this.#servername = typeof name === 'string' ? name : null;
+      this.#phase = 'first';
+    });
+    this.#socket = tls;
+    this.#attach(tls);
+  }
+
+  #onStartup(params: Map<string, string>): void {
+    if (params.get('replication') && params.get('replication') !== 'false' && params.get('replication') !== 'off') {
+      return this.#fatal(SQLSTATE.featureNotSupported, 'replication connections are not supported by poolgate');
+    }
+    const fromOptions = poolFromOptions(params.get('options'));
+    if ('error' in fromOptions) return this.#fatal(SQLSTATE.featureNotSupported, fromOptions.error);
+    const sub = poolFromServerName(this.#servername, this.#ctx.poolDomain) ?? fromOptions.pool;
+    if (!sub) {
+      return this.#fatal(
+        SQLSTATE.rejectedEstablishment,
+        `no pool named: connect to <subdomain>.${this.#ctx.poolDomain} with TLS, or set options=pool=<subdomain> (PGOPTIONS='pool=<subdomain>')`,
+      );
+    }
+    const pool = this.#ctx.snapshot().pools.get(sub.toLowerCase());
+    if (!pool) return this.#fatal(SQLSTATE.unknownPool, `pool ${JSON.stringify(sub)} does not exist`);
+    if (pool.backend !== 'postgres') return this.#fatal(SQLSTATE.rejectedEstablishment, `pool ${pool.subdomain} is not a PostgreSQL pool`);
+    this.#pool = pool;
+    // The rest of this chunk may already hold the password: the same reader goes on, typed from here.
+    this.#reader.untyped = false;
+    this.#reader.maxFrameBytes = this.#ctx.maxMessageBytes;
+    this.#phase = 'password';
+    this.#send(AUTH_CLEARTEXT);
+  }
+
+  #onPassword(type: number, frame: Buffer): void {
+    if (type !== PW) return this.#fatal(SQLSTATE.protocolViolation, 'expected a password message');
+    const pw = cstring(frame, 5);
+    if (!pw || pw.next !== frame.length) return this.#fatal(SQLSTATE.protocolViolation, 'malformed password message');
+    const pool = this.#pool!;
+    this.#keyHash = sha256Hex(pw.value);
+    const refusal = this.#admissible(pool, this.#ctx.snapshot());
+    if (refusal) return this.#fatalRaw(refusal);
+    const servers = this.#ctx.servers.forPool(pool);
+    if (typeof servers === 'string') return this.#fatal(SQLSTATE.rejectedEstablishment, `pool ${pool.subdomain}: ${servers}`);
+    this.#servers = servers;
+    this.#session = pool.settings.wirePoolMode === 'session';
+    this.#phase = 'ready';
+    this.#pause |= PAUSE_ACQUIRE;
+    this.#socket.pause();
+    this.#finishLogin(servers).catch(this.#crashed);
+  }
+
+  /** Why this client may not use the pool now (a FATAL to send), or null. Checked at login and at every link. */
+  #admissible(pool: PoolEntry, snap: Snapshot): Buffer | null {
+    const key = liveKey(snap.keys, this.#keyHash, pool.id, this.#ctx.clock());
+    if (key === null) {
+      return fatal(SQLSTATE.invalidPassword, `password authentication failed for pool ${pool.subdomain}: the password must be a live key of this pool`);
+    }
+    if (key.access !== 'write') return fatal(SQLSTATE.invalidAuthorization, 'read keys cannot open wire connections; use a write key');
+    if (pool.status !== 'active') return fatal(SQLSTATE.rejectedEstablishment, `pool ${pool.subdomain} is suspended`);
+    const policy = requestShapedPolicy(pool);
+    if (policy) return fatal(SQLSTATE.invalidAuthorization, `pool ${pool.subdomain} requires ${policy}, which wire connections cannot carry`);
+    if (!allowed(pool, this.address)) return fatal(SQLSTATE.invalidAuthorization, 'this client address is not allowed on this pool');
+    return null;
+  }
+
+  async #finishLogin(servers: ServerPool): Promise<void> {
+    // The first login of a pool opens a server connection: it proves the upstream works and gives the parameters.
+    if (!servers.params) {
+      try {
+        const conn = await servers.acquire();
+        servers.release(conn, 'none');
+      } catch (err) {
+        return this.#fatal(SQLSTATE.upstreamUnavailable, `cannot connect to the database of pool ${this.#pool!.subdomain}: ${(err as Error).message}`);
+      }
+      if (this.#gone) return;
+    }
+    if (this.#session) {
+      const ok = await this.#link();
+      if (!ok) return;
+    }
+    if (this.#gone) return;
+    const keys = this.#ctx.register(this);
+    this.pid = keys.pid;
+    this.secret = keys.secret;
+    const out = [AUTH_OK];
+    for (const [k, v] of servers.params ?? []) out.push(parameterStatus(k, v));
+    out.push(backendKeyData(this.pid, this.secret), readyForQuery('I'));
+    this.#send(Buffer.concat(out));
+    if (this.#loginTimer) clearTimeout(this.#loginTimer);
+    this.#loginTimer = null;
+    this.#unpause(PAUSE_ACQUIRE);
+  }
+
+  // ----------------------------------------------------------------------------------------- pooling
+
+  #onMessage(type: number, frame: Buffer): void {
+    if (this.#skipping) {
+      if (type === S) {
+        this.#skipping = false;
+        this.#send(readyForQuery('I'));
+      } else if (type === X) this.#end();
+      return;
+    }
+    if (this.#server && this.#queue.length === 0) return this.#forward(type, frame);
+    if (this.#queue.length === 0 && !this.#acquiring) {
+      // Messages that need no server while unlinked.
+      if (type === X) return this.#end();
+      if (type === CD || type === CC || type === CF || type === H) return;
+      if (type === S && !this.#lostTransaction) {
+        this.#send(readyForQuery('I'));
+        return;
+      }
+    }
+    this.#queue.push({ type, frame });
+    if (!this.#acquiring && !this.#server) this.#linkAndDrain();
+  }
+
+  /**
+   * Links and forwards the queued frames. A refused batch is answered and dropped, and the next queued
+   * batch (if any) tries again: nothing is left queued without a link under way.
+   */
+  #linkAndDrain(): void {
+    while (this.#queue.length > 0 && !this.#server && !this.#acquiring && !this.#gone) {
+      if (this.#lostTransaction) {
+        this.#lostTransaction = false;
+        this.#failBatch(error(SQLSTATE.upstreamLost, 'the server connection was lost; the transaction was rolled back'));
+        continue;
+      }
+      const linked = this.#link();
+      if (linked === true) return this.#drain();
+      if (linked !== false) {
+        linked.then((ok) => (ok ? this.#drain() : this.#linkAndDrain())).catch(this.#crashed);
+        return;
+      }
+    }
+  }
+
+  #drain(): void {
+    const server = this.#server;
+    if (!server || this.#gone) return;
+    while (this.#queue.length > 0 && this.#server === server) {
+      const { type, frame } = this.#queue.shift()!;
+      if (type === X) return this.#end();
+      this.#forward(type, frame);
+    }
+    this.#flushToServer();
+  }
+
+  /**
+   * Takes a slot and a server connection: synchronously when both are free (the common case), else a
+   * promise, with the client paused meanwhile. On a refusal the pending batch gets the error and the client
+   * stays connected (transaction mode) or is told FATAL (session mode, at login). True when linked.
+   */
+  #link(): boolean | Promise<boolean> {
+    const pool = this.#currentPool();
+    if (!pool) return false;
+    this.#linkStarted = performance.now();
+    this.#abort ??= new AbortController();
+    const admission = this.#ctx.governor.acquire({ poolId: pool.id, waitMs: pool.settings.queueTimeoutMs, signal: this.#abort.signal });
+    const linked = admission instanceof Promise ? admission.then((a) => this.#admitted(pool, a)) : this.#admitted(pool, admission);
+    if (!(linked instanceof Promise)) return linked;
+    this.#acquiring = true;
+    this.#pause |= PAUSE_ACQUIRE;
+    this.#socket.pause();
+    return linked.finally(() => {
+      this.#acquiring = false;
+      if (!this.#gone) this.#unpause(PAUSE_ACQUIRE);
+    });
+  }
+
+  #admitted(pool: PoolEntry, admission: Admission): boolean | Promise<boolean> {
+    this.#admission = admission;
+    // Queued only when the governor really queued it (a Redis answer is always a promise).
+    this.#waited = admission.queued === true;
+    if (!admission.ok) {
+      this.#record(pool, refusalOutcome(admission.reason), 429, null);
+      if (this.#gone) return false;
+      const r = refusal(admission.reason, pool.subdomain, pool.settings.queueTimeoutMs);
+      if (this.#session) this.#fatal(r.code, r.message);
+      else this.#failBatch(error(r.code, r.message));
+      return false;
+    }
+    const permit = admission.permit;
+    if (this.#gone) {
+      permit.release({ dropped: true });
+      return false;
+    }
+    const got = this.#servers!.acquire();
+    if (!(got instanceof Promise)) return this.#attachServer(pool, permit, got);
+    return got.then(
+      (server) => this.#attachServer(pool, permit, server),
+      (err: unknown) => {
+        permit.release({ dropped: true });
+        this.#record(pool, 'upstream_unreachable', 503, null);
+        if (this.#gone) return false;
+        const message = `cannot connect to the database of pool ${pool.subdomain}: ${(err as Error).message}`;
+        if (this.#session) this.#fatal(SQLSTATE.upstreamUnavailable, message);
+        else this.#failBatch(error(SQLSTATE.upstreamUnavailable, message));
+        return false;
+      },
+    );
+  }
+
+  #attachServer(pool: PoolEntry, permit: Permit, server: ServerConn): boolean {
+    if (this.#gone || server.closed) {
+      permit.release({ dropped: true });
+      if (!server.closed) this.#servers!.release(server, 'none');
+      else if (!this.#gone) this.#failBatch(error(SQLSTATE.upstreamLost, 'the server connection was lost before the transaction started'));
+      return false;
+    }
+    this.#pool = pool;
+    this.#permit = permit;
+    this.#server = server;
+    this.#linkedAt = performance.now();
+    this.#queuedMs = this.#linkedAt - this.#linkStarted;
+    server.link = this;
+    this.#copyIn = false;
+    this.#expect.length = 0;
+    this.#syncs = 0;
+    return true;
+  }
+
+  /** The pool as the current snapshot has it, after checking this client may still use it; null (and closed) if not. */
+  #currentPool(): PoolEntry | null {
+    const snap = this.#ctx.snapshot();
+    const pool = snap.pools.get(this.#pool!.subdomain.toLowerCase());
+    if (!pool || pool.id !== this.#pool!.id) {
+      this.#fatal(SQLSTATE.unknownPool, `pool ${this.#pool!.subdomain} no longer exists`);
+      return null;
+    }
+    const refusal = this.#admissible(pool, snap);
+    if (refusal) {
+      this.#fatalRaw(refusal);
+      return null;
+    }
+    this.#pool = pool;
+    return pool;
+  }
+
+  /**
+   * Answers the first pending batch with `err` without running it: a simple Query gets the error and
+   * ReadyForQuery; an extended batch gets the error once and everything up to its Sync is dropped.
+   */
+  #failBatch(err: Buffer): void {
+    const first = this.#queue[0];
+    if (!first) return;
+    if (first.type === Q) {
+      this.#queue.shift();
+      this.#send(Buffer.concat([err, readyForQuery('I')]));
+      return;
+    }
+    this.#send(err);
+    while (this.#queue.length > 0) {
+      const { type } = this.#queue.shift()!;
+      if (type === S) {
+        this.#send(readyForQuery('I'));
+        return;
+      }
+      if (type === X) return this.#end();
+    }
+    this.#skipping = true;
+  }
+
+  /** Passes one client frame on to the linked server, renaming named prepared statements. */
+  #forward(type: number, frame: Buffer): void {
+    switch (type) {
+      case S:
+        this.#midBatch = false;
+        // In copy-in the server ignores Sync (and answers nothing to it).
+        if (!this.#copyIn) {
+          this.#expect.push(SYNC);
+          this.#syncs++;
+        }
+        return this.#toServer.add(frame);
+      case Q:
+      case F:
+        this.#expect.push(QUERY_END);
+        this.#syncs++;
+        this.#midBatch = false;
+        return this.#toServer.add(frame);
+      case CC:
+      case CF:
+        this.#copyIn = false;
+        return this.#toServer.add(frame);
+      case P:
+      case B:
+      case D:
+      case C:
+        this.#midBatch = true;
+        return this.#statements.forward(type, frame, this.#server!, this.#expect, this.#out);
+      default:
+        if (type !== H && type !== CD) this.#midBatch = true;
+        return this.#toServer.add(frame);
+    }
+  }
+
+  onServerDrain(): void {
+    this.#unpause(PAUSE_SERVER_FULL);
+  }
+
+  #unpause(bit: number): void {
+    this.#pause &= ~bit;
+    if (this.#pause === 0 && !this.#gone) this.#socket.resume();
+  }
+
+  onServerFrame(type: number, frame: Buffer): void {
+    if (type === PARSE_COMPLETE || type === CLOSE_COMPLETE) {
+      const e = this.#expect[0];
+      if (typeof e === 'object') {
+        this.#expect.shift();
+        if (e.drop) return;
+      }
+    } else if (type === READY) {
+      // Entries before this Sync never answered (an error skipped them): their statements were not prepared.
+      while (this.#expect.length > 0) {
+        const e = this.#expect.shift()!;
+        if (typeof e !== 'object') break;
+        if (e.name) this.#server?.prepared.delete(e.name);
+      }
+      this.#copyIn = false;
+      if (this.#syncs > 0) this.#syncs--;
+    } else if (type === COPY_IN) {
+      this.#copyIn = true;
+      // An extended-protocol COPY: the Sync sent right after its Execute reaches the server in copy-in, which ignores it.
+      const i = this.#expect.findIndex((e) => typeof e !== 'object');
+      if (i >= 0 && this.#expect[i] === SYNC) {
+        this.#expect.splice(i, 1);
+        this.#syncs--;
+      }
+    } else if (type === COMMAND_COMPLETE) {
+      this.#copyIn = false;
+    } else if (type === ERROR) {
+      this.#copyIn = false;
+      // The server is going away (terminated, shutting down): the close that follows tells the client.
+      if (isFatal(frame)) return;
+    }
+    this.#toClient.add(frame);
+    if (type !== READY) return;
+    this.onServerChunkEnd();
+    // Not while an extended batch is open (Parse/Bind/… forwarded after the last Query or Sync, its Sync still
+    // to come): that server connection has work of this client's in it, and after an error in it PostgreSQL
+    // skips everything until a Sync — handed to another client, it would swallow that client's messages.
+    if (this.#syncs === 0 && !this.#midBatch && frame[5] === 0x49 /* I */ && !this.#session) this.#unlink();
+  }
+
+  /** The transaction is over: the server connection goes back idle and the slot is freed. */
+  #unlink(): void {
+    const server = this.#server!;
+    const permit = this.#permit!;
+    this.#server = null;
+    this.#permit = null;
+    server.link = null;
+    server.resume();
+    this.#unpause(PAUSE_SERVER_FULL);
+    this.#servers!.release(server, 'none');
+    const latencyMs = performance.now() - this.#linkedAt;
+    permit.release({ latencyMs });
+    this.#record(this.#pool!, 'proxied', 200, latencyMs);
+    if (this.#queue.length > 0) this.#linkAndDrain();
+  }
+
+  onServerClosed(): void {
+    this.#toServer.clear();
+    const permit = this.#permit;
+    this.#server = null;
+    this.#permit = null;
+    permit?.release({ dropped: true });
+    if (this.#gone) return;
+    this.#record(this.#pool!, 'upstream_aborted', 502, null);
+    this.#unpause(PAUSE_SERVER_FULL);
+    if (this.#session) return this.#fatal(SQLSTATE.upstreamLost, 'the server connection was lost; the session ended');
+    const waiting = this.#syncs > 0 || this.#midBatch;
+    this.#expect.length = 0;
+    this.#syncs = 0;
+    this.#midBatch = false;
+    // A client waiting for answers cannot be told which of its statements ran: it is closed, as PostgreSQL would.
+    if (waiting) return this.#fatal(SQLSTATE.upstreamLost, 'the server connection was lost while running this request; its transaction was rolled back');
+    // The client sits inside a transaction and is not waiting: its next batch learns of the loss.
+    this.#lostTransaction = true;
+  }
+
+  #record(pool: PoolEntry, outcome: RequestRecord['outcome'], status: number, upstreamMs: number | null): void {
+    this.#ctx.metrics?.record({
+      poolId: pool.id,
+      pool: pool.subdomain,
+      status,
+      outcome,
+      admission: this.#admission,
+      waited: this.#waited,
+      queuedMs: this.#queuedMs,
+      upstreamMs,
+    });
+  }
+
+  /** Cancels the query running for this client (a CancelRequest naming its BackendKeyData). */
+  cancelRunning(): void {
+    this.#server?.cancel();
+  }
+
+  // --------------------------------------------------------------------------------------- teardown
+
+  /** A fault of ours while serving this client: it ends this one connection (logged), never the process. */
+  readonly #crashed = (err: unknown): void => {
+    this.#ctx.log.error({ err }, 'pgwire: unexpected error; closing this client connection');
+    this.#fatal(SQLSTATE.internalError, 'internal error in the PostgreSQL listener; the connection is closed');
+  };
+
+  #fatal(code: string, message: string): void {
+    this.#fatalRaw(fatal(code, message));
+  }
+
+  #fatalRaw(frame: Buffer): void {
+    if (this.#gone) return;
+    this.#toClient.flush();
+    this.#socket.end(frame);
+    this.#closed();
+  }
+
+  #end(): void {
+    this.#socket.end();
+    this.#closed();
+  }
+
+  /** The client is gone: its server connection is cleaned (or closed) and its slot freed. Runs once. */
+  #closed(): void {
+    if (this.#gone) return;
+    this.#phase = 'closed';
+    if (this.#loginTimer) clearTimeout(this.#loginTimer);
+    this.#ctx.unregister(this);
+    this.#abort?.abort();
+    this.#queue.length = 0;
+    const server = this.#server;
+    const permit = this.#permit;
+    this.#server = null;
+    this.#permit = null;
+    if (server) {
+      server.link = null;
+      server.resume();
+      // Work still owed (a batch without its answer, or a COPY FROM STDIN the server waits on): never reusable.
+      if (this.#syncs > 0 || this.#midBatch || this.#copyIn) this.#servers!.destroy(server);
+      else this.#servers!.release(server, this.#session ? 'discard' : 'rollback');
+    }
+    if (permit) {
+      permit.release({ dropped: true });
+      this.#record(this.#pool!, 'client_aborted', 499, null);
+    }
+    if (!this.#socket.destroyed) this.#socket.destroySoon();
+  }
+
+  /** Closes the connection now (listener shutdown). */
+  terminate(message: string): void {
+    this.#fatal(SQLSTATE.cannotConnectNow, message);
+  }
+}
+
+function isFatal(frame: Buffer): boolean {
+  // Severity fields come first: 'S' then 'V' (non-localized); FATAL and PANIC end the connection.
+  const text = frame.toString('latin1', 5, Math.min(frame.length, 40));
+  return /\0?[SV](FATAL|PANIC)\0/.test(`\0${text}`);
+}

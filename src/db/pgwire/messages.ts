@@ -1,0 +1,103 @@
+// Encoders of the few messages the listener writes itself (backend messages to clients, and the frames it
+// injects upstream: a replayed Parse, a Close, a query); everything else is forwarded as received.
+
+function frame(type: string, body: Buffer): Buffer {
+  const out = Buffer.allocUnsafe(5 + body.length);
+  out[0] = type.charCodeAt(0);
+  out.writeInt32BE(4 + body.length, 1);
+  body.copy(out, 5);
+  return out;
+}
+
+function cstr(s: string): Buffer {
+  return Buffer.from(`${s}\0`, 'utf8');
+}
+
+function int32(n: number): Buffer {
+  const b = Buffer.allocUnsafe(4);
+  b.writeInt32BE(n, 0);
+  return b;
+}
+
+/** ErrorResponse (or NoticeResponse with type 'N'): severity, SQLSTATE and message, as libpq expects them. */
+export function errorResponse(code: string, message: string, severity: 'ERROR' | 'FATAL' = 'ERROR', type: 'E' | 'N' = 'E'): Buffer {
+  return frame(
+    type,
+    Buffer.concat([cstr(`S${severity}`), cstr(`V${severity}`), cstr(`C${code}`), cstr(`M${message}`), Buffer.from([0])]),
+  );
+}
+
+export const AUTH_OK = frame('R', int32(0));
+export const AUTH_CLEARTEXT = frame('R', int32(3));
+/** The one-byte answers to SSLRequest and GSSENCRequest. */
+export const SSL_YES = Buffer.from('S');
+export const SSL_NO = Buffer.from('N');
+
+export function parameterStatus(name: string, value: string): Buffer {
+  return frame('S', Buffer.concat([cstr(name), cstr(value)]));
+}
+
+export function backendKeyData(pid: number, secret: number): Buffer {
+  return frame('K', Buffer.concat([int32(pid), int32(secret)]));
+}
+
+const RFQ = { I: frame('Z', Buffer.from('I')), T: frame('Z', Buffer.from('T')), E: frame('Z', Buffer.from('E')) };
+export function readyForQuery(status: 'I' | 'T' | 'E'): Buffer {
+  return RFQ[status];
+}
+
+/** A simple Query. */
+export function query(sql: string): Buffer {
+  return frame('Q', cstr(sql));
+}
+
+/** Parse of a named statement: `rest` is the client's Parse body after its own name (query text and parameter types). */
+export function parseNamed(name: string, rest: Buffer): Buffer {
+  return frame('P', Buffer.concat([cstr(name), rest]));
+}
+
+/** Close of a prepared statement ('S') by name. */
+export function closeStatement(name: string): Buffer {
+  return frame('C', Buffer.concat([Buffer.from('S'), cstr(name)]));
+}
+
+/** Describe of a prepared statement ('S') by name. */
+export function describeStatement(name: string): Buffer {
+  return frame('D', Buffer.concat([Buffer.from('S'), cstr(name)]));
+}
+
+/** Bind with the statement name replaced: `portal` (with its NUL) and `rest` (after the statement name) are the client's. */
+export function bindRenamed(portal: Buffer, statement: Buffer, rest: Buffer): Buffer {
+  const len = 4 + portal.length + statement.length + rest.length;
+  const out = Buffer.allocUnsafe(1 + len);
+  out[0] = 0x42;
+  out.writeInt32BE(len, 1);
+  portal.copy(out, 5);
+  statement.copy(out, 5 + portal.length);
+  rest.copy(out, 5 + portal.length + statement.length);
+  return out;
+}
+
+/** A CancelRequest packet for a server's process id and secret key. */
+export function cancelRequest(pid: number, secret: number): Buffer {
+  const b = Buffer.allocUnsafe(16);
+  b.writeInt32BE(16, 0);
+  b.writeInt32BE(80877102, 4);
+  b.writeInt32BE(pid, 8);
+  b.writeInt32BE(secret, 12);
+  return b;
+}
+
+/** Fields of an ErrorResponse/NoticeResponse frame, by field code (S, V, C, M...). */
+export function errorFields(f: Buffer): Map<string, string> {
+  const out = new Map<string, string>();
+  let at = 5;
+  while (at < f.length && f[at] !== 0) {
+    const code = String.fromCharCode(f[at]!);
+    const nul = f.indexOf(0, at + 1);
+    if (nul < 0) break;
+    out.set(code, f.toString('utf8', at + 1, nul));
+    at = nul + 1;
+  }
+  return out;
+}

@@ -1,0 +1,175 @@
+// One upstream server connection: logged in as the pool's managed role by node-postgres (TLS per sslmode,
+// SCRAM/md5/cleartext), then its socket is taken over and spoken to frame by frame. The client linked to
+// it (a transaction, or a whole session) receives every frame; an unlinked connection only waits.
+import { isIP, type Socket } from 'node:net';
+import pg from 'pg';
+import type { DatabaseTarget } from '../../dataplane/snapshot.js';
+import { guardedConnect, guardedSocket } from '../connect-guard.js';
+import { FrameReader } from './frames.js';
+import { cancelRequest } from './messages.js';
+
+/** Whoever is using the connection: a client's link, or the pool's reset. */
+export interface ServerLink {
+  onServerFrame(type: number, frame: Buffer): void;
+  onServerClosed(conn: ServerConn): void;
+  /** The linked client can take more bytes again. */
+  onServerDrain?(): void;
+  /** Every frame of one received chunk was handed over: time to write them on. */
+  onServerChunkEnd?(): void;
+}
+
+export interface ServerLogin {
+  target: DatabaseTarget;
+  username: string;
+  password: string;
+  tls: boolean;
+  allowPrivate: boolean;
+  connectTimeoutMs: number;
+}
+
+/** Server-to-client frames are trusted, but still bounded (PostgreSQL's own message limit is 1 GiB). */
+const MAX_SERVER_FRAME = 1024 * 1024 * 1024;
+const Z = 0x5a;
+
+let nextId = 1;
+
+type PgInternals = pg.Client & {
+  processID: number;
+  secretKey: number;
+  connection: NodeJS.EventEmitter & { stream: Socket };
+};
+
+export class ServerConn {
+  /** Server connections open in this process (for leak checks). */
+  static live = 0;
+  readonly id = nextId++;
+  /** The backend's process id and secret key, for CancelRequest. */
+  readonly pid: number;
+  readonly secret: number;
+  readonly host: string;
+  readonly port: number;
+  /** The server's ParameterStatus values at login (relayed to clients at their login). */
+  readonly params: ReadonlyMap<string, string>;
+  /** Server-side names of the prepared statements this connection holds. */
+  readonly prepared = new Set<string>();
+  /** Transaction status from the last ReadyForQuery: I idle, T in a transaction, E failed transaction. */
+  status: 'I' | 'T' | 'E' = 'I';
+  link: ServerLink | null = null;
+  closed = false;
+  /** Called once when the connection is gone (the pool forgets it). */
+  onClose: ((conn: ServerConn) => void) | null = null;
+  readonly #socket: Socket;
+  readonly #reader = new FrameReader(MAX_SERVER_FRAME);
+  readonly #sink = (type: number, frame: Buffer) => {
+    if (type === Z) this.status = String.fromCharCode(frame[5]!) as 'I' | 'T' | 'E';
+    if (this.link) this.link.onServerFrame(type, frame);
+    // Unlinked: a notice or parameter change is dropped; a FATAL error is followed by the close.
+  };
+
+  readonly #allowPrivate: boolean;
+
+  private constructor(socket: Socket, pid: number, secret: number, params: Map<string, string>, host: string, port: number, allowPrivate: boolean) {
+    this.#allowPrivate = allowPrivate;
+    this.#socket = socket;
+    this.pid = pid;
+    this.secret = secret;
+    this.params = params;
+    this.host = host;
+    this.port = port;
+    ServerConn.live++;
+    socket.on('data', (chunk: Buffer) => {
+      if (this.#reader.push(chunk, this.#sink)) return this.close();
+      this.link?.onServerChunkEnd?.();
+    });
+    socket.on('drain', () => this.link?.onServerDrain?.());
+    socket.on('error', () => this.close());
+    socket.on('close', () => this.close());
+  }
+
+  /** Logs in with node-postgres, then takes its socket: pg's parser and handlers are detached. */
+  static async open(login: ServerLogin): Promise<ServerConn> {
+    const t = login.target;
+    const port = t.port ?? 5432;
+    const client = new pg.Client({
+      host: t.host,
+      port,
+      database: t.name,
+      user: login.username,
+      password: login.password,
+      ssl: login.tls
+        ? t.sslmode === 'verify-full'
+          ? { rejectUnauthorized: true, ...(isIP(t.host) ? {} : { servername: t.host }) }
+          : { rejectUnauthorized: false }
+        : false,
+      client_encoding: 'UTF8',
+      application_name: 'poolgate',
+      connectionTimeoutMillis: login.connectTimeoutMs,
+      // Every connection re-checks the addresses it dials (DNS may have changed since the pool was created).
+      stream: () => guardedSocket(login.allowPrivate),
+    } as pg.ClientConfig) as PgInternals;
+    const params = new Map<string, string>();
+    client.connection.on('parameterStatus', (m: { parameterName: string; parameterValue: string }) => params.set(m.parameterName, m.parameterValue));
+    client.on('error', () => {});
+    await client.connect();
+    const conn = client.connection;
+    const socket = conn.stream;
+    // pg's own listeners must never see the stream again; its emitter keeps a sink for errors only.
+    socket.removeAllListeners('data');
+    socket.removeAllListeners('end');
+    socket.removeAllListeners('error');
+    socket.removeAllListeners('close');
+    conn.removeAllListeners();
+    conn.on('error', () => {});
+    client.removeAllListeners();
+    client.on('error', () => {});
+    socket.setNoDelay(true);
+    const server = new ServerConn(socket, client.processID, client.secretKey, params, t.host, port, login.allowPrivate);
+    if (socket.destroyed) server.close();
+    return server;
+  }
+
+  write(bytes: Buffer): boolean {
+    if (this.closed) return false;
+    return this.#socket.write(bytes);
+  }
+
+  cork(): void {
+    this.#socket.cork();
+  }
+
+  uncork(): void {
+    this.#socket.uncork();
+  }
+
+  pause(): void {
+    this.#socket.pause();
+  }
+
+  resume(): void {
+    this.#socket.resume();
+  }
+
+  get writable(): boolean {
+    return !this.closed && !this.#socket.writableNeedDrain;
+  }
+
+  /** Asks the server to stop the statement this connection is running (a CancelRequest on a new connection). */
+  cancel(): void {
+    const s = guardedConnect(this.host, this.port, this.#allowPrivate);
+    s.on('error', () => {});
+    s.setTimeout(10_000, () => s.destroy());
+    s.once('connect', () => s.end(cancelRequest(this.pid, this.secret)));
+  }
+
+  /** Closes the connection (PostgreSQL rolls back whatever transaction it had open). */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    ServerConn.live--;
+    this.#socket.destroy();
+    const link = this.link;
+    this.link = null;
+    link?.onServerClosed(this);
+    this.onClose?.(this);
+  }
+}

@@ -1,0 +1,238 @@
+// The upstream server connections of one database pool: at most max_concurrent open, idle ones kept for
+// reuse (newest first), waiters served in order. A connection comes back clean or not at all: one left
+// inside a transaction is rolled back (and one used by a session is DISCARDed) before anyone reuses it.
+import type { Logger } from '../../log.js';
+import type { DatabaseTarget, PoolEntry, Snapshot } from '../../dataplane/snapshot.js';
+import { query } from './messages.js';
+import { ServerConn } from './server-conn.js';
+
+/** How a connection is handed back: as is, rolled back first, or rolled back and reset (session mode). */
+export type Reset = 'none' | 'rollback' | 'discard';
+
+export interface ServerPoolOptions {
+  target: DatabaseTarget;
+  username: string;
+  password: string;
+  max: number;
+  allowPrivate: boolean;
+  allowInsecure: boolean;
+  connectTimeoutMs: number;
+  /** Idle connections older than this (unused) are closed. */
+  idleTimeoutMs: number;
+  log: Logger;
+}
+
+const TLS_REFUSED = /does not support SSL/i;
+const ROLLBACK = query('ROLLBACK');
+const DISCARD = query('DISCARD ALL');
+
+export class ServerPool {
+  readonly signature: string;
+  readonly #opts: ServerPoolOptions;
+  readonly #idle: Array<{ conn: ServerConn; since: number }> = [];
+  readonly #waiters: Array<{ resolve: (c: ServerConn) => void; reject: (e: Error) => void }> = [];
+  /** Connections open or being opened (linked, idle, resetting). */
+  #open = 0;
+  #opening = 0;
+  #tls = true;
+  #retired = false;
+  /** The ParameterStatus values of the first connection, relayed to each client at login. */
+  params: ReadonlyMap<string, string> | null = null;
+
+  constructor(signature: string, opts: ServerPoolOptions) {
+    this.signature = signature;
+    this.#opts = opts;
+  }
+
+  get counts(): { open: number; idle: number; opening: number } {
+    return { open: this.#open, idle: this.#idle.length, opening: this.#opening };
+  }
+
+  /** An idle connection at once, else a new one (under max), else the next one handed back. */
+  acquire(): ServerConn | Promise<ServerConn> {
+    if (this.#retired) return Promise.reject(new Error('the pool changed; reconnect'));
+    while (this.#idle.length > 0) {
+      const { conn } = this.#idle.pop()!;
+      if (!conn.closed) return conn;
+    }
+    if (this.#open < this.#opts.max) return this.#openOne();
+    return new Promise((resolve, reject) => this.#waiters.push({ resolve, reject }));
+  }
+
+  async #openOne(): Promise<ServerConn> {
+    this.#open++;
+    this.#opening++;
+    try {
+      let conn: ServerConn;
+      const login = this.#login();
+      try {
+        conn = await ServerConn.open(login);
+      } catch (err) {
+        if (!(login.tls && this.#opts.allowInsecure && TLS_REFUSED.test(String((err as Error)?.message)))) throw err;
+        // The server has no TLS and the operator allowed plaintext (dbAllowInsecure): from now on connect without.
+        if (this.#tls) this.#opts.log.warn({ host: this.#opts.target.host }, 'database refused TLS; connecting without it (dbAllowInsecure)');
+        this.#tls = false;
+        conn = await ServerConn.open(this.#login());
+      }
+      this.params ??= conn.params;
+      conn.onClose = () => this.#forget(conn);
+      if (conn.closed) this.#forget(conn);
+      return conn;
+    } catch (err) {
+      this.#open--;
+      // A waiter queued behind this attempt gets a try of its own.
+      this.#serveWaiter();
+      throw err;
+    } finally {
+      this.#opening--;
+    }
+  }
+
+  #login() {
+    const o = this.#opts;
+    return { target: o.target, username: o.username, password: o.password, tls: this.#tls, allowPrivate: o.allowPrivate, connectTimeoutMs: o.connectTimeoutMs };
+  }
+
+  #forget(conn: ServerConn): void {
+    const i = this.#idle.findIndex((e) => e.conn === conn);
+    if (i >= 0) this.#idle.splice(i, 1);
+    this.#open--;
+    this.#serveWaiter();
+  }
+
+  /** A slot freed up (a connection closed): open one for the first waiter. */
+  #serveWaiter(): void {
+    if (this.#waiters.length === 0 || this.#open >= this.#opts.max || this.#retired) return;
+    const w = this.#waiters.shift()!;
+    this.#openOne().then(w.resolve, w.reject);
+  }
+
+  /** Hands a connection back (unlinked by the caller), after the reset it needs. */
+  release(conn: ServerConn, reset: Reset): void {
+    if (conn.closed) return;
+    conn.link = null;
+    if (reset === 'none' && conn.status === 'I') return this.#idleOrGive(conn);
+    // Each reset query answers with one ReadyForQuery; any error closes the connection instead.
+    const queries = reset === 'discard' ? [ROLLBACK, DISCARD] : [ROLLBACK];
+    let left = queries.length;
+    let failed = false;
+    // A reset that does not answer in time (a server in a state we did not foresee) closes the connection.
+    const stuck = setTimeout(() => conn.close(), this.#opts.connectTimeoutMs);
+    stuck.unref();
+    conn.link = {
+      onServerFrame: (type: number) => {
+        if (type === 0x45 /* E */) failed = true;
+        if (type !== 0x5a /* Z */ || --left > 0) return;
+        clearTimeout(stuck);
+        if (failed || conn.status !== 'I') return conn.close();
+        if (reset === 'discard') conn.prepared.clear();
+        conn.link = null;
+        this.#idleOrGive(conn);
+      },
+      onServerClosed: () => clearTimeout(stuck),
+    };
+    conn.cork();
+    for (const q of queries) conn.write(q);
+    conn.uncork();
+  }
+
+  #idleOrGive(conn: ServerConn): void {
+    if (this.#retired) return conn.close();
+    const w = this.#waiters.shift();
+    if (w) return w.resolve(conn);
+    this.#idle.push({ conn, since: Date.now() });
+  }
+
+  /**
+   * Closes a connection that cannot be reused: a statement still running for a client that left. It is
+   * cancelled first, since a backend busy in a statement does not notice its socket closing until it ends.
+   */
+  destroy(conn: ServerConn): void {
+    conn.link = null;
+    if (!conn.closed) conn.cancel();
+    conn.close();
+  }
+
+  /** Closes idle connections unused for idleTimeoutMs. */
+  sweep(now: number): void {
+    const cutoff = now - this.#opts.idleTimeoutMs;
+    // Oldest first at the front of the list.
+    while (this.#idle.length > 0 && this.#idle[0]!.since < cutoff) this.#idle.shift()!.conn.close();
+  }
+
+  /** No new acquires; idle connections close now, linked ones when handed back. */
+  retire(): void {
+    this.#retired = true;
+    for (const w of this.#waiters.splice(0)) w.reject(new Error('the pool changed; reconnect'));
+    for (const { conn } of this.#idle.splice(0)) conn.close();
+  }
+}
+
+/** The server pools of every database pool, by pool id; replaced when the pool's target, role or size changes. */
+export class ServerPools {
+  readonly #byPool = new Map<number, ServerPool>();
+  readonly #base: Omit<ServerPoolOptions, 'target' | 'username' | 'password' | 'max'>;
+
+  constructor(base: Omit<ServerPoolOptions, 'target' | 'username' | 'password' | 'max'>) {
+    this.#base = base;
+  }
+
+  static #signature(pool: PoolEntry, cred: { username: string; password: string }): string {
+    return JSON.stringify([pool.database, cred.username, cred.password, pool.maxConcurrent]);
+  }
+
+  /** The pool's server pool, or why it has none (no database target, no role attached). */
+  forPool(pool: PoolEntry): ServerPool | string {
+    const cred = pool.credential?.method === 'postgres_role' ? pool.credential : null;
+    if (!pool.database) return 'this pool has no database host';
+    if (!cred) return 'this pool has no database role attached';
+    const current = this.#byPool.get(pool.id);
+    const signature = ServerPools.#signature(pool, cred);
+    if (current?.signature === signature) return current;
+    current?.retire();
+    const fresh = new ServerPool(signature, {
+      ...this.#base,
+      target: pool.database,
+      username: cred.username,
+      password: cred.password,
+      max: Math.max(1, pool.maxConcurrent),
+    });
+    this.#byPool.set(pool.id, fresh);
+    return fresh;
+  }
+
+  /** After a snapshot reload: retire the server pools of pools deleted or changed. */
+  sync(snapshot: Snapshot): void {
+    const live = new Map<number, PoolEntry>();
+    for (const p of snapshot.pools.values()) live.set(p.id, p);
+    for (const [id, sp] of this.#byPool) {
+      const p = live.get(id);
+      const cred = p?.credential?.method === 'postgres_role' ? p.credential : null;
+      if (!p || !p.database || !cred || ServerPools.#signature(p, cred) !== sp.signature) {
+        this.#byPool.delete(id);
+        sp.retire();
+      }
+    }
+  }
+
+  sweep(now: number): void {
+    for (const sp of this.#byPool.values()) sp.sweep(now);
+  }
+
+  /** Open and idle server connections over every pool (a retired pool's linked connections are not counted). */
+  counts(): { open: number; idle: number } {
+    let open = 0;
+    let idle = 0;
+    for (const sp of this.#byPool.values()) {
+      const c = sp.counts;
+      open += c.open;
+      idle += c.idle;
+    }
+    return { open, idle };
+  }
+
+  retireAll(): void {
+    for (const sp of this.#byPool.values()) sp.retire();
+    this.#byPool.clear();
+  }
+}

@@ -1,0 +1,108 @@
+// Named prepared statements under transaction pooling (the scheme of pgbouncer 1.21): a client's statement
+// is known upstream by a name derived from its query text and parameter types, so clients preparing the
+// same query share it, and a server connection that has not seen it gets the client's Parse replayed
+// first, its ParseComplete swallowed. Unnamed statements and portals pass through untouched.
+import { createHash } from 'node:crypto';
+import { cstring } from './frames.js';
+import { bindRenamed, closeStatement, describeStatement, parseNamed } from './messages.js';
+import type { ServerConn } from './server-conn.js';
+
+/**
+ * A response the server still owes: a Parse or Close forwarded (its '1'/'3' is dropped when we injected
+ * it; `name` is the statement it prepares), or the end of a batch, answered by one ReadyForQuery: a Sync
+ * (SYNC), or a simple Query or FunctionCall (QUERY_END).
+ */
+export type Expect = { drop: boolean; name: string | null } | typeof SYNC | typeof QUERY_END;
+export const SYNC = 0 as const;
+export const QUERY_END = 1 as const;
+
+const PASS: Expect = { drop: false, name: null };
+const DROP: Expect = { drop: true, name: null };
+/** Closing a name no server statement has: a CloseComplete in the right place, with no effect. */
+const NO_STATEMENT = 'poolgate_none';
+
+interface Statement {
+  /** The upstream name: the same for every client preparing the same text and types. */
+  server: string;
+  /** The client's Parse body after its statement name: query text and parameter types. */
+  rest: Buffer;
+  /** `server` as a C string, ready to splice into each Bind. */
+  serverC: Buffer;
+}
+
+function serverName(rest: Buffer): string {
+  const digest = createHash('sha256').update(rest).digest('base64url').slice(0, 32);
+  return `pgw_${digest}`;
+}
+
+export class ClientStatements {
+  readonly #byName = new Map<string, Statement>();
+
+  get size(): number {
+    return this.#byName.size;
+  }
+
+  /** Passes Parse, Bind, Describe or Close on to `out` (bound for `server`), renamed and replayed as needed. */
+  forward(type: number, frame: Buffer, server: ServerConn, expect: Expect[], out: (bytes: Buffer) => void): void {
+    switch (type) {
+      case 0x50 /* P */: {
+        const name = cstring(frame, 5);
+        if (!name || name.value === '') {
+          expect.push(PASS);
+          return out(frame);
+        }
+        const rest = frame.subarray(name.next);
+        const upstream = serverName(rest);
+        const st: Statement = { server: upstream, rest: Buffer.from(rest), serverC: Buffer.from(`${upstream}\0`) };
+        this.#byName.set(name.value, st);
+        if (server.prepared.has(st.server)) {
+          // Already there (same text, same types): close and prepare again, so the client's ParseComplete comes in order.
+          expect.push(DROP);
+          out(closeStatement(st.server));
+        }
+        server.prepared.add(st.server);
+        expect.push({ drop: false, name: st.server });
+        return out(parseNamed(st.server, st.rest));
+      }
+      case 0x42 /* B */: {
+        const portal = cstring(frame, 5);
+        const stmt = portal && cstring(frame, portal.next);
+        const st = stmt && stmt.value !== '' ? this.#byName.get(stmt.value) : undefined;
+        if (!st) return out(frame);
+        this.#ensure(st, server, expect, out);
+        return out(bindRenamed(frame.subarray(5, portal!.next), st.serverC, frame.subarray(stmt!.next)));
+      }
+      case 0x44 /* D */: {
+        const st = frame[5] === 0x53 /* S */ ? this.#named(frame) : undefined;
+        if (!st) return out(frame);
+        this.#ensure(st, server, expect, out);
+        return out(describeStatement(st.server));
+      }
+      default: {
+        // Close: a named statement is forgotten by this client only (others may share it upstream).
+        expect.push(PASS);
+        if (frame[5] === 0x53 /* S */) {
+          const name = cstring(frame, 6);
+          if (name && name.value !== '') {
+            this.#byName.delete(name.value);
+            return out(closeStatement(NO_STATEMENT));
+          }
+        }
+        return out(frame);
+      }
+    }
+  }
+
+  #named(frame: Buffer): Statement | undefined {
+    const name = cstring(frame, 6);
+    return name && name.value !== '' ? this.#byName.get(name.value) : undefined;
+  }
+
+  /** Replays the statement's Parse on a server connection that does not have it. */
+  #ensure(st: Statement, server: ServerConn, expect: Expect[], out: (bytes: Buffer) => void): void {
+    if (server.prepared.has(st.server)) return;
+    server.prepared.add(st.server);
+    expect.push({ drop: true, name: st.server });
+    out(parseNamed(st.server, st.rest));
+  }
+}

@@ -1,0 +1,73 @@
+// What one released slot teaches a pool: the upstream's answer fed to its RPM learner and adaptive limit,
+// and the retry hint from hold times (shared by the memory and shared-memory governors).
+import type { Outcome } from './governor.js';
+import { type AdaptiveLimit, SampleKind } from './adaptive-limit.js';
+import { applyRateObject, clearRateInfo, emptyRateInfo, hasRateInfo, parseRateHeaders, type RateInfo } from './rate-headers.js';
+import type { RpmLearner } from './rpm-learner.js';
+
+/** Weight of the newest hold time in the moving average behind the retry hint. */
+const HOLD_WEIGHT = 0.1;
+/** The retry hint is whole seconds (Retry-After has second granularity), within these bounds. */
+const RETRY_MIN_MS = 1_000;
+const RETRY_MAX_MS = 60_000;
+/** Hold time assumed before a pool has released anything. */
+const DEFAULT_HOLD_MS = 1_000;
+
+/** Scratch for parsing one outcome: a thread runs one release at a time, so one object serves all. */
+const RATE: RateInfo = emptyRateInfo();
+
+/**
+ * Reads one upstream answer without touching any learner, so a caller holding a lock can parse first. A lock
+ * release's `rate` object wins over headers field by field. A retry hint counts only on a refusal (429 or
+ * 503, a throttled count, or no status, as a lock client reports it). A 429 the rate headers explain (the
+ * window's `remaining` is 0) is a rate signal, not a concurrency one; answers without a status, and 5xx
+ * answers, are not latency samples (an error's speed says nothing about the service time). The rate fields
+ * stay in this module's scratch for the applyOutcome that follows (no allocation per release).
+ */
+export function readOutcome(o: Outcome, wallClock: number): SampleKind {
+  const info = o.headers !== undefined ? parseRateHeaders(o.headers, wallClock, RATE) : clearRateInfo(RATE);
+  if (o.rate !== undefined && o.rate !== null && typeof o.rate === 'object') applyRateObject(o.rate, info);
+  const status = o.status;
+  const throttled = status === 429 || (o.throttled !== undefined && o.throttled > 0);
+  const hint = o.retryAfterMs !== undefined && o.retryAfterMs >= 0 ? o.retryAfterMs : info.retryAfterMs;
+  const refusal = throttled || status === undefined || status === 503;
+  info.retryAfterMs = refusal && hint >= 0 ? hint : NaN;
+  let kind: SampleKind = SampleKind.Ok;
+  if ((throttled || info.retryAfterMs >= 0) && info.remaining !== 0) kind = SampleKind.Throttled;
+  else if (o.dropped === true || status === undefined || status >= 500 || throttled) kind = SampleKind.Dropped;
+  return kind;
+}
+
+/**
+ * Feeds the last readOutcome to the RPM learner and the adaptive limit (null while adaptive is off), with
+ * nothing read in between. `inFlight` counts the released slot itself.
+ */
+export function applyOutcome(kind: SampleKind, latencyMs: number, now: number, rpm: RpmLearner, adaptive: AdaptiveLimit | null, inFlight: number): void {
+  if (hasRateInfo(RATE)) rpm.observe(now, RATE);
+  adaptive?.onSample(now, latencyMs, inFlight, kind);
+}
+
+/** readOutcome then applyOutcome, for callers with no lock to keep short. */
+export function learnOutcome(o: Outcome, held: number, now: number, wallClock: number, rpm: RpmLearner, adaptive: AdaptiveLimit | null, inFlight: number): void {
+  applyOutcome(readOutcome(o, wallClock), o.latencyMs ?? held, now, rpm, adaptive, inFlight);
+}
+
+/** The moving average of hold times after one more release. */
+export function nextAvgHold(avg: number, held: number): number {
+  return avg === 0 ? held : avg + HOLD_WEIGHT * (held - avg);
+}
+
+/**
+ * Seconds-granular hint for when a slot may free: the average hold time times the waiters ahead (plus
+ * this caller), spread over the pool's slots.
+ */
+export function retryHintMs(avgHoldMs: number, queued: number, limit: number): number {
+  const hold = avgHoldMs > 0 ? avgHoldMs : DEFAULT_HOLD_MS;
+  const ms = (hold * (queued + 1)) / Math.max(1, limit);
+  return Math.min(RETRY_MAX_MS, Math.max(RETRY_MIN_MS, Math.ceil(ms / 1000) * 1000));
+}
+
+/** Refusal hint while the RPM gate is shut: when it reopens, in whole seconds. */
+export function gateRetryHintMs(wait: number): number {
+  return Math.max(RETRY_MIN_MS, Math.ceil(wait / 1000) * 1000);
+}

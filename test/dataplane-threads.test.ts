@@ -1,0 +1,205 @@
+// The data plane in two worker threads (dataplaneThreads 2), each driven through its own port
+// (dataplaneThreadPorts each) so every test reaches every thread for sure: max_concurrent holds across
+// the threads under 500 clients, key mints and revocations reach every thread within 1 s, /metrics and
+// async job intake work from the threads, a nonce spent on one thread is a replay on another, aborts and
+// resets leave no slot behind. (Close and the shared
+// port: dataplane-threads-close.test.ts.)
+import t from 'tap';
+import { Pool, request } from 'undici';
+import { startTestService, type TestService } from './helpers/service.js';
+import { startOrigin, type Origin } from './helpers/origin.js';
+import { startReceiver, type Receiver } from './helpers/receiver.js';
+import { churn } from './helpers/churn.js';
+import { until } from './helpers/until.js';
+import { CHANGE_CHANNEL } from '../src/store/sql.js';
+import { signRequest } from '../src/index.js';
+
+const THREADS = 2;
+let origin: Origin;
+let svc: TestService;
+let token: string;
+let teamId: number;
+let receiver: Receiver;
+
+t.before(async () => {
+  origin = await startOrigin();
+  receiver = await startReceiver();
+  svc = await startTestService({
+    overrides: {
+      originCaFile: origin.caFile,
+      webhookCaFile: receiver.caFile,
+      dataplaneThreads: THREADS,
+      dataplaneThreadPorts: 'each',
+      accessLogSample: 0,
+      accessLogFile: '/dev/null',
+    },
+  });
+  const boot = await svc.bootstrap({ plan: 'team' });
+  token = boot.token;
+  teamId = boot.team.id;
+});
+t.teardown(async () => {
+  await svc?.close();
+  await receiver?.close();
+  await origin?.close();
+});
+
+const governor = () => svc.service.dataplane!.governor;
+const threadUrls = () => svc.service.ports.proxyThreads!.map((p) => `http://127.0.0.1:${p}`);
+
+async function get(url: string, host: string, headers: Record<string, string> = {}): Promise<{ status: number; headers: Record<string, unknown>; text: string }> {
+  const res = await request(`${url}/x`, { headers: { host, ...headers } });
+  return { status: res.statusCode, headers: res.headers, text: await res.body.text() };
+}
+
+/** A pool written to the store; resolves once every thread serves it (the snapshot reached each one). */
+async function createPool(sub: string, maxConcurrent: number, settings: Record<string, unknown> = {}, requireKey = false): Promise<number> {
+  const { rows } = await svc.service.sql.query<{ id: number }>(
+    `INSERT INTO pools (team_id, name, subdomain, backend, origin, origin_host, max_concurrent, require_key, settings)
+     VALUES ($1, $2, $2, 'http', $3, $4, $5, $6, $7::jsonb) RETURNING id`,
+    [teamId, sub, origin.url, new URL(origin.url).host, maxConcurrent, requireKey, JSON.stringify(settings)],
+  );
+  await svc.service.sql.notify(CHANGE_CHANNEL, `pool:${rows[0]!.id}`);
+  await svc.service.dataplane!.snapshots.reload();
+  for (const url of threadUrls()) {
+    const known = await until(async () => (await get(url, `${sub}.pools.localhost`)).status !== 404);
+    if (!known) throw new Error(`pool ${sub} never reached the thread at ${url}`);
+  }
+  return rows[0]!.id;
+}
+
+t.test('the threads listen on ports of their own and each serves pool traffic', async (t) => {
+  const ports = svc.service.ports.proxyThreads!;
+  t.equal(ports.length, THREADS);
+  t.equal(new Set(ports).size, THREADS, 'one port per thread');
+  t.equal(svc.service.ports.proxy, ports[0], 'the proxy port is the first thread');
+  await createPool('hello', 4);
+  for (const url of threadUrls()) {
+    const r = await get(url, 'hello.pools.localhost');
+    t.equal(r.status, 200, `${url} proxies`);
+    t.match(JSON.parse(r.text), { method: 'GET', url: '/x' });
+  }
+});
+
+t.test('max_concurrent holds across the threads under 500 concurrent clients', async (t) => {
+  const poolId = await createPool('crowd', 10, { queueTimeoutMs: 60_000, adaptive: false });
+  const clients = threadUrls().map((u) => new Pool(u, { connections: 250 }));
+  t.teardown(() => Promise.all(clients.map((c) => c.close())));
+  origin.reset();
+  // The shared governor's own count, sampled from the main thread while the crowd runs.
+  let heldPeak = 0;
+  const sampler = setInterval(() => {
+    heldPeak = Math.max(heldPeak, governor().state(poolId).inFlight);
+  }, 2);
+  t.teardown(() => clearInterval(sampler));
+  const statuses = await Promise.all(
+    Array.from({ length: 500 }, async (_, i) => {
+      const res = await clients[i % clients.length]!.request({ path: '/delay/20', method: 'GET', headers: { host: 'crowd.pools.localhost' } });
+      await res.body.dump();
+      return res.statusCode;
+    }),
+  );
+  t.equal(statuses.filter((s) => s === 200).length, 500, 'all 500 served from the shared queue');
+  t.equal(origin.count, 500);
+  clearInterval(sampler);
+  // Requests the origin worked on at once (arrival to answer): with a limit per thread this would reach 20.
+  t.ok(origin.workingPeak <= 10, `origin peak concurrency ${origin.workingPeak} ≤ max_concurrent 10 (not 10 per thread)`);
+  t.equal(origin.workingPeak, 10, 'and the pool used all of its slots');
+  t.ok(heldPeak <= 10, `slots held across the threads peaked at ${heldPeak}`);
+  t.comment(`origin connections-level peak (lags behind cross-thread hand-overs): ${origin.peak}`);
+  t.ok(await until(() => governor().state(poolId).inFlight === 0 && governor().state(poolId).queued === 0), 'nothing held or waiting afterwards');
+});
+
+t.test('a key mint and a revocation take effect in every thread within 1 s', async (t) => {
+  await createPool('keyed', 4, {}, true);
+  for (const url of threadUrls()) t.equal((await get(url, 'keyed.pools.localhost')).status, 401, 'no key: refused');
+  const minted = await svc.api('POST', '/api/v1/pools/keyed/keys', { token, body: {} });
+  t.equal(minted.status, 201);
+  const key = minted.body.data.key as string;
+  const mintedAt = performance.now();
+  for (const url of threadUrls()) {
+    const ok = await until(async () => (await get(url, 'keyed.pools.localhost', { 'x-service-key': key })).status === 200, 1000 - (performance.now() - mintedAt));
+    t.ok(ok, `${url} admits the new key within 1 s of the mint`);
+  }
+  const revoked = await svc.api('DELETE', `/api/v1/pools/keyed/keys/${minted.body.data.id}`, { token });
+  t.equal(revoked.status, 200);
+  const revokedAt = performance.now();
+  for (const url of threadUrls()) {
+    const gone = await until(async () => (await get(url, 'keyed.pools.localhost', { 'x-service-key': key })).status === 401, 1000 - (performance.now() - revokedAt));
+    t.ok(gone, `${url} refuses the revoked key within 1 s`);
+  }
+});
+
+/** A counter's value in the Prometheus text, 0 when absent. */
+function counter(text: string, line: string): number {
+  const m = text.split('\n').find((l) => l.startsWith(`${line} `));
+  return m ? Number(m.slice(line.length + 1)) : 0;
+}
+
+t.test('/metrics counts the requests served by every thread', async (t) => {
+  await createPool('counted', 8);
+  const scrape = async () => (await (await request(`${svc.metricsUrl}/metrics`)).body.text());
+  const admitted = 'poolgate_pool_requests_total{pool="counted",outcome="admitted"}';
+  // createPool's probe reached each thread once; its count arrives in the thread's next batch.
+  t.ok(await until(async () => counter(await scrape(), admitted) === THREADS, 3000), 'the probes are counted');
+  const before = THREADS;
+  const perThread = [7, 5];
+  for (const [i, url] of threadUrls().entries()) {
+    for (let n = 0; n < perThread[i]!; n++) t.equal((await get(url, 'counted.pools.localhost')).status, 200);
+  }
+  // Threads send their counts in batches (at most 50 ms apart).
+  const want = before + perThread[0]! + perThread[1]!;
+  t.ok(await until(async () => counter(await scrape(), admitted) === want, 3000), `admitted total is ${want}`);
+  t.equal(counter(await scrape(), admitted), want, 'and counted once');
+});
+
+t.test('async job intake works from a worker thread: 202, stored by the main thread, run, event delivered', async (t) => {
+  const id = await createPool('spill', 4);
+  const hook = await svc.api('POST', '/api/v1/webhooks', { token, body: { name: 'hook-spill', url: `${receiver.url}/hook`, pool_ids: [id] } });
+  t.equal(hook.status, 201);
+  await svc.service.dataplane!.snapshots.reload();
+  for (const url of threadUrls()) {
+    // Async turns on for the pool once the destination is in the thread's snapshot.
+    let r = await get(url, 'spill.pools.localhost', { 'x-service-async': 'true' });
+    await until(async () => {
+      if (r.status === 202) return true;
+      r = await get(url, 'spill.pools.localhost', { 'x-service-async': 'true' });
+      return r.status === 202;
+    });
+    t.equal(r.status, 202, `${url} accepts the job`);
+    const body = JSON.parse(r.text);
+    t.equal(body.poll_url, `http://127.0.0.1:${svc.service.ports.lock}/pools/spill/jobs/${body.id}`, 'poll URL on the lock API');
+    const { rows } = await svc.service.sql.query<{ id: string }>('SELECT id FROM jobs WHERE id = $1', [body.id]);
+    t.equal(rows.length, 1, 'the job row is in the store before the 202');
+    const delivered = () => receiver.received.some((r) => JSON.parse(r.rawBody.toString()).id === body.id && JSON.parse(r.rawBody.toString()).type === 'async.job.completed');
+    t.ok(await until(delivered, 20_000), 'the job ran and its event was delivered');
+  }
+});
+
+t.test('an HMAC nonce spent on one thread is a replay on the other (one nonce store for every thread)', async (t) => {
+  await createPool('signed', 4, { originSigning: true }, true);
+  const minted = await svc.api('POST', '/api/v1/pools/signed/keys', { token, body: {} });
+  t.equal(minted.status, 201);
+  const { key, signing_secret: secret } = minted.body.data as { key: string; signing_secret: string };
+  const [first, second] = threadUrls() as [string, string];
+  t.ok(await until(async () => (await get(first, 'signed.pools.localhost', { 'x-service-key': key })).status === 401 && (await get(second, 'signed.pools.localhost', { 'x-service-key': key })).status === 401), 'the key is known to both threads (unsigned: 401)');
+  const headers = { 'x-service-key': key, ...signRequest({ secret, method: 'GET', target: '/x' }) };
+  const ok = await get(first, 'signed.pools.localhost', headers);
+  t.equal(ok.status, 200, 'a signed request on the first thread');
+  const replay = await get(second, 'signed.pools.localhost', headers);
+  t.equal(replay.status, 401, 'the same nonce on the second thread');
+  t.equal(JSON.parse(replay.text).message, 'nonce replay');
+});
+
+t.test('random client aborts, upstream resets and timeouts over both threads leave zero slots and zero waiters', async (t) => {
+  const poolId = await createPool('churn', 20, { requestTimeoutMs: 300, queueTimeoutMs: 2000, queueLength: 400, adaptive: false });
+  const clients = threadUrls().map((u) => new Pool(u, { connections: 60 }));
+  t.teardown(() => Promise.all(clients.map((c) => c.close())));
+  const TOTAL = 2500;
+  const tally = await churn({ clients, host: 'churn.pools.localhost', total: TOTAL, workers: 120, seed: 7, slowShare: 0.02 });
+  t.comment(JSON.stringify(Object.fromEntries(tally)));
+  t.ok((tally.get('200') ?? 0) > TOTAL / 2, 'most were served');
+  t.ok((tally.get('502') ?? 0) > 0 && (tally.get('504') ?? 0) > 0 && (tally.get('aborted') ?? 0) > 0, 'resets, timeouts and aborts all happened');
+  t.ok(await until(() => governor().state(poolId).inFlight === 0, 5000), 'zero slots held');
+  t.equal(governor().state(poolId).queued, 0, 'zero waiters');
+});

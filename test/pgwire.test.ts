@@ -1,0 +1,115 @@
+// The PostgreSQL wire listener with real clients (psql, node-postgres) against the local PostgreSQL: login
+// with the pool key, transaction pooling, COPY, errors for bad logins, and no slot or connection left over.
+import t from 'tap';
+import pg from 'pg';
+import { needServer } from './helpers/servers.js';
+import { runTool, startWirePool, type WirePool } from './helpers/pgwire.js';
+
+const skip = await needServer('postgres');
+if (skip) {
+  t.skip(skip);
+} else {
+  const w: WirePool = await startWirePool({ maxConcurrent: 4 });
+  t.teardown(() => w.close());
+  const listener = () => w.svc.service.pgWire!;
+  const governor = () => w.svc.service.dataplane!.governor;
+  const psql = (args: string[], o: { input?: string; env?: Record<string, string>; conninfo?: string } = {}) =>
+    runTool('psql', ['-X', '-v', 'ON_ERROR_STOP=1', '-At', o.conninfo ?? w.conninfo(), ...args], { input: o.input, env: o.env });
+  /** Waits until the listener holds no slot and no linked or busy server connection. */
+  const settled = async () => {
+    for (let i = 0; i < 200; i++) {
+      const c = listener().counts();
+      if (c.linked === 0 && c.clients === 0 && governor().state(w.poolId).inFlight === 0 && c.serversOpen === c.serversIdle) return c;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    return listener().counts();
+  };
+
+  t.test('psql runs a query through the listener, the pool named by options=pool=<sub> and the key as password', async (t) => {
+    const r = await psql(['-c', "SELECT current_user, 40 + 2 AS answer"]);
+    t.equal(r.code, 0, r.stderr);
+    t.equal(r.stdout.trim(), `${w.role}|42`, 'the query ran upstream as the pool role');
+  });
+
+  t.test('PGOPTIONS names the pool for libpq programs', async (t) => {
+    const r = await runTool('psql', ['-X', '-At', '-c', 'SELECT 1'], {
+      env: { PGHOST: '127.0.0.1', PGPORT: String(w.port), PGUSER: 'x', PGDATABASE: 'y', PGPASSWORD: w.key, PGOPTIONS: `-c pool=${w.sub}`, PGSSLMODE: 'disable' },
+    });
+    t.equal(r.code, 0, r.stderr);
+    t.equal(r.stdout.trim(), '1');
+  });
+
+  t.test('a psql script with a transaction, COPY FROM STDIN and COPY TO STDOUT', async (t) => {
+    const script = [
+      'CREATE TABLE items (id int PRIMARY KEY, name text);',
+      'BEGIN;',
+      "INSERT INTO items VALUES (1, 'one');",
+      "INSERT INTO items VALUES (2, 'two');",
+      'COMMIT;',
+      'COPY items FROM STDIN;',
+      '3\tthree',
+      '4\tfour',
+      '\\.',
+      'COPY (SELECT id, name FROM items ORDER BY id) TO STDOUT;',
+      'SELECT count(*) FROM items;',
+    ].join('\n');
+    const r = await psql(['-f', '-'], { input: script });
+    t.equal(r.code, 0, r.stderr);
+    t.match(r.stdout, /1\tone\n2\ttwo\n3\tthree\n4\tfour\n4/, 'COPY out returned the rows copied in and inserted');
+    const direct = await w.direct.query('SELECT count(*)::int AS n FROM items');
+    t.equal(direct.rows[0].n, 4, 'the rows are committed upstream');
+  });
+
+  t.test('a wrong key, an unknown pool, no pool at all: clean errors with their SQLSTATEs', async (t) => {
+    const wrong = new pg.Client(w.clientConfig({ password: 'not-a-key' }));
+    const e1 = await wrong.connect().then(() => null, (e: { code?: string; message: string }) => e);
+    t.equal(e1?.code, '28P01', e1?.message);
+    const unknown = new pg.Client(w.clientConfig({ options: 'pool=nosuchpool' }));
+    const e2 = await unknown.connect().then(() => null, (e: { code?: string; message: string }) => e);
+    t.equal(e2?.code, '3D000', e2?.message);
+    const none = new pg.Client(w.clientConfig({ options: undefined }));
+    const e3 = await none.connect().then(() => null, (e: { code?: string; message: string }) => e);
+    t.equal(e3?.code, '08004', e3?.message);
+    const r = await psql(['-c', 'SELECT 1'], { conninfo: w.conninfo({ password: 'bad' }) });
+    t.not(r.code, 0);
+    t.match(r.stderr, /password authentication failed for pool/);
+  });
+
+  t.test('node-postgres: named prepared statements across transactions with fewer server connections than clients', async (t) => {
+    await w.direct.query(`CREATE TABLE IF NOT EXISTS counters (id int PRIMARY KEY, n int NOT NULL); GRANT ALL ON counters TO ${w.role}`);
+    await w.direct.query('INSERT INTO counters SELECT g, 0 FROM generate_series(1, 8) g ON CONFLICT DO NOTHING');
+    const clients = await Promise.all(
+      Array.from({ length: 8 }, async () => {
+        const c = new pg.Client(w.clientConfig());
+        await c.connect();
+        return c;
+      }),
+    );
+    await Promise.all(
+      clients.map(async (c, i) => {
+        for (let round = 0; round < 10; round++) {
+          await c.query('BEGIN');
+          const r = await c.query({ name: 'bump', text: 'UPDATE counters SET n = n + $1 WHERE id = $2 RETURNING n', values: [1, i + 1] });
+          await c.query({ name: 'read', text: 'SELECT n FROM counters WHERE id = $1', values: [i + 1] });
+          await c.query('COMMIT');
+          if (r.rows[0].n !== round + 1) throw new Error(`client ${i}: expected ${round + 1}, got ${r.rows[0].n}`);
+          // Outside a transaction too: each statement is its own transaction, possibly on another server connection.
+          const again = await c.query({ name: 'read', text: 'SELECT n FROM counters WHERE id = $1', values: [i + 1] });
+          if (again.rows[0].n !== round + 1) throw new Error(`client ${i}: read ${again.rows[0].n}`);
+        }
+      }),
+    );
+    const sum = await w.direct.query('SELECT sum(n)::int AS s FROM counters');
+    t.equal(sum.rows[0].s, 80, 'every increment landed once');
+    t.ok((await w.backends()) <= 4, 'never more server connections than max_concurrent');
+    await Promise.all(clients.map((c) => c.end()));
+  });
+
+  t.test('nothing is left held', async (t) => {
+    const c = await settled();
+    t.equal(c.clients, 0, 'no client connections');
+    t.equal(c.linked, 0, 'no linked server connections');
+    t.equal(c.serversOpen, c.serversIdle, 'every open server connection is idle');
+    t.equal(governor().state(w.poolId).inFlight, 0, 'no slot held');
+  });
+}
