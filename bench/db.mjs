@@ -5,7 +5,8 @@
 // Usage: npm run bench:db   (env BENCH_DURATION seconds per run, default 10; BENCH_ROUNDS, default 3;
 // BENCH_CLIENTS, default 16; BENCH_POOL_SIZE (PgBouncer pool size = poolgate max_concurrent), default 16;
 // BENCH_SCALE pgbench scale, default 10; BENCH_TARGETS=direct,pgbouncer,poolgate; BENCH_SUITES=pg,mysql;
-// BENCH_CPU_PROF=<dir> runs poolgate with --cpu-prof into dir; BENCH_NO_SECTION=1 leaves RESULTS.md alone;
+// BENCH_WORKLOADS='select-only, simple;select-only, extended' (names as in the table, ';'-separated) picks the
+// pgbench workloads; BENCH_CPU_PROF=<dir> runs poolgate with --cpu-prof into dir; BENCH_NO_SECTION=1 leaves RESULTS.md alone;
 // BENCH_RENDER=bench/out/db-….json rewrites the section from a saved run).
 // Writes bench/out/db-*.json and the "## Database wire listeners" section of bench/RESULTS.md.
 import { execFileSync } from 'node:child_process';
@@ -160,6 +161,31 @@ async function ready(name, probe) {
   throw new Error(`${name}: no query got through: ${last?.message}`);
 }
 
+/**
+ * CPU time (user + system) the proxy process spends per transaction during one run: the efficiency figure,
+ * much steadier than TPS on a shared machine, since it does not depend on how much CPU the proxy was given.
+ */
+function cpuMeter(pid) {
+  const ticks = () => {
+    try {
+      // Fields 14 and 15 of /proc/<pid>/stat (after the parenthesised command name): utime and stime, in clock ticks.
+      const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+      return Number(f[11]) + Number(f[12]);
+    } catch {
+      return null;
+    }
+  };
+  const hz = pid ? Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100 : 100;
+  const start = pid ? ticks() : null;
+  return {
+    perTransaction(transactions) {
+      const end = start === null ? null : ticks();
+      if (end === null || !transactions) return null;
+      return Math.round((((end - start) / hz) * 1e6) / transactions * 10) / 10;
+    },
+  };
+}
+
 const median = (xs) => {
   const s = xs.filter((x) => x !== null && x !== undefined && Number.isFinite(x)).sort((a, b) => a - b);
   if (!s.length) return null;
@@ -208,7 +234,7 @@ async function main() {
       });
       cleanups.push(() => bouncer.stop());
       settings.pgbouncer = { version: bouncer.version, ...bouncer.settings };
-      pgTargets.pgbouncer = { host: '127.0.0.1', port: bouncer.port, user: ROLE, password: PASSWORD, database: ROLE };
+      pgTargets.pgbouncer = { host: '127.0.0.1', port: bouncer.port, user: ROLE, password: PASSWORD, database: ROLE, pid: bouncer.pid };
     }
     const myTargets = {};
     if (wantMy && settings.targets.includes('direct')) myTargets.direct = { host: MY.host, port: MY.port, user: ROLE, password: PASSWORD };
@@ -216,10 +242,10 @@ async function main() {
       const pgt = await startPoolgateTarget(dir);
       cleanups.push(() => pgt.svc.stop());
       if (wantPg && pgt.ports.pg) {
-        pgTargets.poolgate = { host: '127.0.0.1', port: pgt.ports.pg, user: ROLE, password: pgt.pools.postgres.key, database: ROLE, options: `pool=${pgt.pools.postgres.sub}` };
+        pgTargets.poolgate = { host: '127.0.0.1', port: pgt.ports.pg, user: ROLE, password: pgt.pools.postgres.key, database: ROLE, options: `pool=${pgt.pools.postgres.sub}`, pid: pgt.svc.pid };
       } else if (wantPg) notes.push('poolgate printed no `pg` port: its PostgreSQL listener is not in this build.');
       if (wantMy && pgt.ports.mysql) {
-        myTargets.poolgate = { host: '127.0.0.1', port: pgt.ports.mysql, user: pgt.pools.mysql.sub, password: pgt.pools.mysql.key };
+        myTargets.poolgate = { host: '127.0.0.1', port: pgt.ports.mysql, user: pgt.pools.mysql.sub, password: pgt.pools.mysql.key, pid: pgt.svc.pid };
       } else if (wantMy) notes.push('poolgate printed no `mysql` port: its MySQL listener is not in this build.');
     }
     for (const [name, tg] of Object.entries(pgTargets)) {
@@ -246,16 +272,20 @@ async function main() {
 
     const runs = { pg: {}, mysql: {} };
     for (let round = 1; round <= settings.rounds; round++) {
-      for (const w of PG_WORKLOADS) {
+      for (const w of PG_WORKLOADS.filter((x) => !process.env.BENCH_WORKLOADS || process.env.BENCH_WORKLOADS.split(';').includes(x.name))) {
         for (const [name, tg] of Object.entries(pgTargets)) {
           if (w.skip?.includes(name)) continue;
+          const cpu = cpuMeter(tg.pid);
           const r = await pgbench({ ...tg, args: w.args, clients: settings.clients, threads: settings.pgbench_threads, duration: settings.duration_s });
-          log(`round ${round} pgbench ${w.name} ${name}: ${r.ok ? `${r.tps} tps, p95 ${r.latency_ms?.p95} ms` : r.error}`);
+          r.proxy_cpu_us_per_txn = cpu.perTransaction(r.transactions);
+          log(`round ${round} pgbench ${w.name} ${name}: ${r.ok ? `${r.tps} tps, p95 ${r.latency_ms?.p95} ms, proxy CPU ${r.proxy_cpu_us_per_txn ?? '—'} µs/txn` : r.error}`);
           ((runs.pg[w.name] ??= {})[name] ??= []).push({ round, ...r });
         }
       }
       for (const [name, tg] of Object.entries(myTargets)) {
+        const cpu = cpuMeter(tg.pid);
         const r = await sysbench({ ...sysbenchBase(), ...tg, threads: settings.clients, duration: settings.duration_s });
+        r.proxy_cpu_us_per_txn = cpu.perTransaction(r.transactions);
         log(`round ${round} sysbench oltp_read_only ${name}: ${r.ok ? `${r.tps} tps, p95 ${r.latency_ms?.p95} ms` : r.error}`);
         ((runs.mysql['oltp_read_only'] ??= {})[name] ??= []).push({ round, ...r });
       }
@@ -329,15 +359,15 @@ function section(o) {
   lines.push(`adaptive off, one process with every role on its embedded store, access log to a file. sysbench oltp_read_only with`);
   lines.push(`${o.settings.sysbench_tables} tables × ${o.settings.sysbench_table_size} rows, prepared statements (\`--db-ps-mode=auto\`).`);
   lines.push('');
-  lines.push('| suite | workload | target | TPS (median) | TPS per round | latency avg ms | p95 ms | failed |');
-  lines.push('| --- | --- | --- | ---: | --- | ---: | ---: | ---: |');
+  lines.push('| suite | workload | target | TPS (median) | TPS per round | latency avg ms | p95 ms | failed | proxy CPU µs/txn (median) |');
+  lines.push('| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: |');
   for (const [suite, byWorkload] of Object.entries(o.results)) {
     for (const [w, t] of Object.entries(byWorkload)) {
       for (const [name, r] of Object.entries(t)) {
         const md = r.median;
         const failed = suite === 'pg' ? r.rounds.reduce((a, x) => a + (x.failed || 0), 0) : r.rounds.reduce((a, x) => a + (x.errors || 0), 0);
         const tool = suite === 'pg' ? 'pgbench' : 'sysbench';
-        lines.push(`| ${tool} | ${w} | ${name} | ${md?.ok ? fmt(md.tps_median) : `error: ${String(md?.error ?? '').slice(0, 80).replace(/\|/g, '/')}`} | ${r.rounds.map((x) => fmt(x.tps)).join(', ')} | ${fmt(md?.latency_ms?.avg, 2)} | ${fmt(md?.latency_ms?.p95, 2)} | ${failed} |`);
+        lines.push(`| ${tool} | ${w} | ${name} | ${md?.ok ? fmt(md.tps_median) : `error: ${String(md?.error ?? '').slice(0, 80).replace(/\|/g, '/')}`} | ${r.rounds.map((x) => fmt(x.tps)).join(', ')} | ${fmt(md?.latency_ms?.avg, 2)} | ${fmt(md?.latency_ms?.p95, 2)} | ${failed} | ${fmt(median(r.rounds.map((x) => x.proxy_cpu_us_per_txn)), 1)} |`);
       }
     }
   }

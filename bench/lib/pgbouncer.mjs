@@ -1,7 +1,7 @@
 // Starts a private PgBouncer (transaction pooling, one database entry, md5 client auth from a plain auth file)
 // on a free loopback port, run as the postgres OS user because PgBouncer refuses to run as root.
 import { spawn, execFileSync } from 'node:child_process';
-import { chownSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chownSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createConnection } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
@@ -65,7 +65,8 @@ export async function startPgbouncer(o) {
   const version = execFileSync('pgbouncer', ['--version']).toString().split('\n')[0].trim();
   return {
     port,
-    pid: child.pid,
+    // PgBouncer's own pid (the spawned child may be runuser), for its CPU time.
+    pid: Number(readFileSync(join(dir, 'pgbouncer.pid'), 'utf8').trim()) || child.pid,
     version,
     settings: { pool_mode: 'transaction', default_pool_size: o.poolSize, auth_type: 'md5 (client), trust (server)' },
     async stop() {

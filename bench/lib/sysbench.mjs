@@ -22,6 +22,7 @@ export function sysbench(o) {
         ok,
         error: ok ? null : `${err?.message?.split('\n')[0] ?? 'no transactions line'}: ${(stdout + stderr).trim().split('\n').slice(-4).join(' | ')}`,
         tps: ok ? tps : null,
+        transactions: ok ? num(/transactions:\s+(\d+)\s+\(/) : null,
         qps: ok ? num(/queries:\s+\d+\s+\(([\d.]+) per sec/) : null,
         errors: num(/ignored errors:\s+(\d+)/),
         latency_ms: ok ? { avg: num(/avg:\s+([\d.]+)/), p95: num(/95th percentile:\s+([\d.]+)/), max: num(/max:\s+([\d.]+)/) } : null,

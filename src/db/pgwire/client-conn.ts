@@ -113,6 +113,8 @@ export class ClientConn implements ServerLink {
   /** The server connection was lost while the client sat in a transaction: its next batch gets the error. */
   #lostTransaction = false;
   #pause = 0;
+  /** The frames of one received chunk are being handled: what they forward is written once, after the chunk. */
+  #inChunk = false;
   readonly #statements = new ClientStatements();
   readonly #toClient = new Outbox((bytes) => this.#socket.write(bytes));
   readonly #toServer = new Outbox((bytes) => this.#server?.write(bytes) ?? true);
@@ -151,7 +153,9 @@ export class ClientConn implements ServerLink {
 
   #onData(chunk: Buffer): void {
     if (this.#gone) return;
+    this.#inChunk = true;
     const err = this.#reader.push(chunk, this.#onFrame);
+    this.#inChunk = false;
     this.#flushToServer();
     if (err) this.#frameError(err);
   }
@@ -372,7 +376,8 @@ export class ClientConn implements ServerLink {
       if (type === X) return this.#end();
       this.#forward(type, frame);
     }
-    this.#flushToServer();
+    // Linked while reading a chunk: the rest of it is forwarded too, then written in one go by #onData.
+    if (!this.#inChunk) this.#flushToServer();
   }
 
   /**
