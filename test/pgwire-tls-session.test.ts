@@ -1,5 +1,6 @@
 // The PostgreSQL wire listener with TLS (the pool named by SNI <subdomain>.{pool_domain}, the certificate
-// trusted by psql and node-postgres), and session mode against transaction mode (what SET survives).
+// trusted by psql and node-postgres), session mode against transaction mode (what SET survives), and the
+// session parameters a client gives at login, kept on every server connection it uses.
 import t from 'tap';
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -57,19 +58,23 @@ if (skip) {
     t.equal(r.stdout.trim(), '1');
   });
 
-  t.test('transaction mode: a SET stays on the server connection, not with the client', async (t) => {
+  t.test('transaction mode: tracked session parameters follow the client; other SETs stay on the server connection', async (t) => {
     const a = await connect();
     const b = await connect();
+    const show = async (c: pg.Client) =>
+      (await c.query("SELECT current_setting('application_name') AS app, current_setting('work_mem') AS mem")).rows[0] as { app: string; mem: string };
     await a.query("SET application_name = 'client-a'");
+    await a.query("SET work_mem = '7MB'");
     // b takes the idle connection a just used (newest first) and keeps it inside a transaction.
     await b.query('BEGIN');
-    const seenByB = await b.query('SELECT current_setting($1) AS v', ['application_name']);
-    t.equal(seenByB.rows[0].v, 'client-a', 'the setting is on the server connection b got');
-    const seenByA = await a.query('SELECT current_setting($1) AS v', ['application_name']);
-    t.not(seenByA.rows[0].v, 'client-a', 'a, now on another server connection, does not have its setting');
+    const seenByB = await show(b);
+    t.equal(seenByB.app, 'poolgate', "b has its own application_name, not a's, on a's old server connection");
+    t.equal(seenByB.mem, '7MB', 'an untracked setting (work_mem) is on the server connection b got (as with PgBouncer)');
+    const seenByA = await show(a);
+    t.equal(seenByA.app, 'client-a', 'a keeps the application_name it set, now on another server connection');
+    t.not(seenByA.mem, '7MB', 'but not its untracked setting');
+    await b.query('RESET work_mem');
     await b.query('COMMIT');
-    // Put the connection back as it was for the next test.
-    await b.query('RESET application_name');
     await a.end();
     await b.end();
   });
@@ -107,6 +112,32 @@ if (skip) {
     await c.end();
     await d.end();
     await w.patch({ settings: { wirePoolMode: null, queueTimeoutMs: null } });
+  });
+
+  t.test('session parameters given at login (startup packet, options=-c) are kept on every server connection', async (t) => {
+    // Two clients on the one server connection of a pool of one, each with its own TimeZone and application_name.
+    await w.patch({ max_concurrent: 1 });
+    const tokyo = await connect({ options: `pool=${w.sub} -c TimeZone=Asia/Tokyo`, application_name: 'tokyo-app' });
+    const plain = await connect({ application_name: 'plain-app' });
+    const seen = async (c: pg.Client) =>
+      (await c.query("SELECT current_setting('TimeZone') AS tz, current_setting('application_name') AS app, to_char(timestamptz '2026-01-01 00:00:00+00', 'HH24') AS h")).rows[0];
+    for (let i = 0; i < 3; i++) {
+      t.same(await seen(tokyo), { tz: 'Asia/Tokyo', app: 'tokyo-app', h: '09' }, `round ${i}: the Tokyo client sees its time zone`);
+      t.same(await seen(plain), { tz: 'Etc/UTC', app: 'plain-app', h: '00' }, `round ${i}: the other client sees the default`);
+    }
+    t.equal((await w.direct.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE usename = $1', [w.role])).rows[0].n, 1, 'all on one server connection');
+    await tokyo.end();
+    await plain.end();
+    // A value the server refuses ends that client with the server's error, when its first transaction starts.
+    const bad = await connect({ options: `pool=${w.sub} -c TimeZone=Mars/Olympus_Mons` });
+    const err = await bad.query('SELECT 1').then(() => null, (e: { code?: string; message: string }) => e);
+    t.equal(err?.code, '22023', `refused: ${err?.message}`);
+    t.match(err?.message, /TimeZone/);
+    await bad.end().catch(() => {});
+    // Settings other than the tracked ones are still refused at login.
+    const other = new pg.Client(w.clientConfig({ options: `pool=${w.sub} -c search_path=x` }));
+    other.on('error', () => {});
+    t.equal((await other.connect().then(() => null, (e: { code?: string }) => e))?.code, '0A000', 'options -c search_path is refused');
   });
 
   t.test('nothing is left held', (t) => assertNothingHeld(t, w));

@@ -14,9 +14,10 @@ import type { PoolEntry, Snapshot } from '../../dataplane/snapshot.js';
 import { sha256Hex } from '../../security/tokens.js';
 import { CidrList } from '../../policies/cidr.js';
 import { cstring, FrameReader, type FrameError } from './frames.js';
-import { AUTH_CLEARTEXT, AUTH_OK, backendKeyData, parameterStatus, readyForQuery, SSL_NO, SSL_YES } from './messages.js';
+import { AUTH_CLEARTEXT, AUTH_OK, backendKeyData, errorFields, parameterStatus, readyForQuery, SSL_NO, SSL_YES } from './messages.js';
 import { error, fatal, refusal, SQLSTATE } from './errors.js';
-import { MAX_STARTUP_BYTES, poolFromOptions, poolFromServerName, readFirstPacket } from './startup.js';
+import { MAX_STARTUP_BYTES, poolFromServerName, readFirstPacket, readOptions } from './startup.js';
+import { readParameterStatus, setupQuery, trackedName, wantedParams } from './session-params.js';
 import type { ServerConn, ServerLink } from './server-conn.js';
 import type { ServerPool, ServerPools } from './server-pool.js';
 import { ClientStatements, type Expect, QUERY_END, SYNC } from './statements.js';
@@ -46,7 +47,7 @@ export interface WireContext {
 // Frame types (client → server).
 const Q = 0x51, F = 0x46, P = 0x50, B = 0x42, D = 0x44, C = 0x43, S = 0x53, H = 0x48, X = 0x58, CD = 0x64, CC = 0x63, CF = 0x66, PW = 0x70;
 // Frame types (server → client).
-const PARSE_COMPLETE = 0x31, CLOSE_COMPLETE = 0x33, READY = 0x5a, ERROR = 0x45, COPY_IN = 0x47, COMMAND_COMPLETE = 0x43;
+const PARSE_COMPLETE = 0x31, CLOSE_COMPLETE = 0x33, READY = 0x5a, ERROR = 0x45, COPY_IN = 0x47, COMMAND_COMPLETE = 0x43, PARAMETER_STATUS = 0x53;
 
 const PAUSE_ACQUIRE = 1;
 const PAUSE_SERVER_FULL = 2;
@@ -86,6 +87,13 @@ export class ClientConn implements ServerLink {
   #keyHash = '';
   #session = false;
   #servers: ServerPool | null = null;
+  /** Session parameters the client set at login (startup packet or options), by the server's spelling. */
+  #fromClient = new Map<string, string>();
+  /** The tracked parameters every server connection must have for this client (session-params.ts). */
+  #wanted: Map<string, string> = new Map();
+  /** ReadyForQuery answers still owed to a SET we sent ahead of the client's messages (swallowed). */
+  #setupAnswers = 0;
+  #setupError: Buffer | null = null;
 
   // The link: a slot and a server connection.
   #permit: Permit | null = null;
@@ -244,8 +252,14 @@ export class ClientConn implements ServerLink {
     if (params.get('replication') && params.get('replication') !== 'false' && params.get('replication') !== 'off') {
       return this.#fatal(SQLSTATE.featureNotSupported, 'replication connections are not supported by poolgate');
     }
-    const fromOptions = poolFromOptions(params.get('options'));
+    const fromOptions = readOptions(params.get('options'));
     if ('error' in fromOptions) return this.#fatal(SQLSTATE.featureNotSupported, fromOptions.error);
+    for (const [name, value] of params) {
+      const tracked = trackedName(name);
+      if (tracked) this.#fromClient.set(tracked, value);
+    }
+    // `-c` settings in options win, as they do on PostgreSQL.
+    for (const [name, value] of fromOptions.settings) this.#fromClient.set(name, value);
     const sub = poolFromServerName(this.#servername, this.#ctx.poolDomain) ?? fromOptions.pool;
     if (!sub) {
       return this.#fatal(
@@ -307,6 +321,7 @@ export class ClientConn implements ServerLink {
       }
       if (this.#gone) return;
     }
+    this.#wanted = wantedParams(servers.params ?? new Map(), this.#fromClient);
     if (this.#session) {
       const ok = await this.#link();
       if (!ok) return;
@@ -316,7 +331,8 @@ export class ClientConn implements ServerLink {
     this.pid = keys.pid;
     this.secret = keys.secret;
     const out = [AUTH_OK];
-    for (const [k, v] of servers.params ?? []) out.push(parameterStatus(k, v));
+    // The server's parameters as this client will have them.
+    for (const [k, v] of servers.params ?? []) out.push(parameterStatus(k, this.#wanted.get(k) ?? v));
     out.push(backendKeyData(this.pid, this.secret), readyForQuery('I'));
     this.#send(Buffer.concat(out));
     if (this.#loginTimer) clearTimeout(this.#loginTimer);
@@ -451,7 +467,27 @@ export class ClientConn implements ServerLink {
     this.#copyIn = false;
     this.#expect.length = 0;
     this.#syncs = 0;
+    // The connection's session parameters made the client's, ahead of anything the client sends.
+    const setup = setupQuery(this.#wanted, server.params);
+    if (setup) {
+      this.#setupAnswers++;
+      server.write(setup);
+    }
     return true;
+  }
+
+  /** An answer to our SET: swallowed; the server's spelling of each value is kept; an error ends the client. */
+  #onSetupFrame(type: number, frame: Buffer): void {
+    if (type === PARAMETER_STATUS) {
+      const p = readParameterStatus(frame);
+      if (p && this.#wanted.has(p.name)) this.#wanted.set(p.name, p.value);
+    } else if (type === ERROR) {
+      this.#setupError ??= frame;
+    } else if (type === READY && --this.#setupAnswers === 0 && this.#setupError) {
+      const f = errorFields(this.#setupError);
+      this.#setupError = null;
+      this.#fatal(f.get('C') ?? SQLSTATE.protocolViolation, `a session parameter given at login cannot be applied: ${f.get('M') ?? 'error'}`);
+    }
   }
 
   /** The pool as the current snapshot has it, after checking this client may still use it; null (and closed) if not. */
@@ -538,6 +574,7 @@ export class ClientConn implements ServerLink {
   }
 
   onServerFrame(type: number, frame: Buffer): void {
+    if (this.#setupAnswers > 0) return this.#onSetupFrame(type, frame);
     if (type === PARSE_COMPLETE || type === CLOSE_COMPLETE) {
       const e = this.#expect[0];
       if (typeof e === 'object') {
@@ -563,6 +600,10 @@ export class ClientConn implements ServerLink {
       }
     } else if (type === COMMAND_COMPLETE) {
       this.#copyIn = false;
+    } else if (type === PARAMETER_STATUS) {
+      // The client's own SET of a tracked parameter: it keeps that value in its later transactions too.
+      const p = readParameterStatus(frame);
+      if (p && this.#wanted.has(p.name)) this.#wanted.set(p.name, p.value);
     } else if (type === ERROR) {
       this.#copyIn = false;
       // The server is going away (terminated, shutting down): the close that follows tells the client.
@@ -595,6 +636,8 @@ export class ClientConn implements ServerLink {
 
   onServerClosed(): void {
     this.#toServer.clear();
+    this.#setupAnswers = 0;
+    this.#setupError = null;
     const permit = this.#permit;
     this.#server = null;
     this.#permit = null;

@@ -7,6 +7,7 @@ import type { DatabaseTarget } from '../../dataplane/snapshot.js';
 import { guardedConnect, guardedSocket } from '../connect-guard.js';
 import { FrameReader } from './frames.js';
 import { cancelRequest } from './messages.js';
+import { readParameterStatus } from './session-params.js';
 
 /** Whoever is using the connection: a client's link, or the pool's reset. */
 export interface ServerLink {
@@ -30,6 +31,7 @@ export interface ServerLogin {
 /** Server-to-client frames are trusted, but still bounded (PostgreSQL's own message limit is 1 GiB). */
 const MAX_SERVER_FRAME = 1024 * 1024 * 1024;
 const Z = 0x5a;
+const PARAMETER_STATUS = 0x53;
 
 let nextId = 1;
 
@@ -48,8 +50,8 @@ export class ServerConn {
   readonly secret: number;
   readonly host: string;
   readonly port: number;
-  /** The server's ParameterStatus values at login (relayed to clients at their login). */
-  readonly params: ReadonlyMap<string, string>;
+  /** The server's reported parameters: at login, then as ParameterStatus messages change them (SET, DISCARD ALL). */
+  readonly params: Map<string, string>;
   /** Server-side names of the prepared statements this connection holds. */
   readonly prepared = new Set<string>();
   /** Transaction status from the last ReadyForQuery: I idle, T in a transaction, E failed transaction. */
@@ -62,6 +64,10 @@ export class ServerConn {
   readonly #reader = new FrameReader(MAX_SERVER_FRAME);
   readonly #sink = (type: number, frame: Buffer) => {
     if (type === Z) this.status = String.fromCharCode(frame[5]!) as 'I' | 'T' | 'E';
+    else if (type === PARAMETER_STATUS) {
+      const p = readParameterStatus(frame);
+      if (p) this.params.set(p.name, p.value);
+    }
     if (this.link) this.link.onServerFrame(type, frame);
     // Unlinked: a notice or parameter change is dropped; a FATAL error is followed by the close.
   };

@@ -74,7 +74,8 @@ export class ServerPool {
         this.#tls = false;
         conn = await ServerConn.open(this.#login());
       }
-      this.params ??= conn.params;
+      // A copy: the connection's own map follows its later SETs.
+      this.params ??= new Map(conn.params);
       conn.onClose = () => this.#forget(conn);
       if (conn.closed) this.#forget(conn);
       return conn;

@@ -1,5 +1,6 @@
 // The client's first packets: which request it is (startup, SSLRequest, GSSENCRequest, CancelRequest), the
 // startup parameters, and the pool they name (SNI `<subdomain>.{pool_domain}`, else `options=pool=<sub>`).
+import { TRACKED_LIST, trackedName } from './session-params.js';
 
 export const PROTOCOL_3 = 196608;
 export const SSL_REQUEST = 80877103;
@@ -68,11 +69,13 @@ function optionWords(options: string): string[] {
 }
 
 /**
- * The pool named in `options`: `pool=<sub>`, `-c pool=<sub>`, `-cpool=<sub>` or `--pool=<sub>`. Anything
- * else in `options` is refused (its settings would be silently lost on pooled server connections).
+ * What `options` says: the pool (`pool=<sub>`, `-c pool=<sub>`, `-cpool=<sub>` or `--pool=<sub>`) and
+ * settings of the session parameters poolgate keeps per client (`-c TimeZone=UTC`, see session-params.ts).
+ * Anything else is refused: it would be silently lost on pooled server connections.
  */
-export function poolFromOptions(options: string | undefined): { pool: string | null } | { error: string } {
-  if (!options) return { pool: null };
+export function readOptions(options: string | undefined): { pool: string | null; settings: Map<string, string> } | { error: string } {
+  const settings = new Map<string, string>();
+  if (!options) return { pool: null, settings };
   const words = optionWords(options);
   let pool: string | null = null;
   for (let i = 0; i < words.length; i++) {
@@ -81,13 +84,21 @@ export function poolFromOptions(options: string | undefined): { pool: string | n
     else if (w.startsWith('-c')) w = w.slice(2);
     else if (w.startsWith('--')) w = w.slice(2);
     const eq = w.indexOf('=');
-    if (eq > 0 && w.slice(0, eq) === 'pool') {
+    const name = eq > 0 ? w.slice(0, eq) : '';
+    if (name === 'pool') {
       pool = w.slice(eq + 1);
       continue;
     }
-    return { error: `the options parameter may only name the pool (options=pool=<subdomain>); ${JSON.stringify(words[i])} is not accepted` };
+    const tracked = name ? trackedName(name.replace(/-/g, '_')) : null;
+    if (tracked) {
+      settings.set(tracked, w.slice(eq + 1));
+      continue;
+    }
+    return {
+      error: `the options parameter may only name the pool (options=pool=<subdomain>) and set ${TRACKED_LIST}; ${JSON.stringify(words[i])} is not accepted`,
+    };
   }
-  return { pool };
+  return { pool, settings };
 }
 
 /** The pool subdomain an SNI server name points to, or null when it is not `<subdomain>.{poolDomain}`. */
