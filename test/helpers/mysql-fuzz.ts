@@ -1,7 +1,7 @@
 // MySQL client-protocol fuzz packets (handshake, auth, COM_QUERY, COM_STMT_* with bad ids, odd commands)
 // and a checker of everything the server answers, for test/mysqlwire-fuzz.test.ts.
 import { createHash } from 'node:crypto';
-import { mutateBytes, type Protocol, type Rng, type ServerStream, type WireConn } from './wire-fuzz.js';
+import { mutateBytes, mutateText, type Protocol, type Rng, type ServerStream, type WireConn } from './wire-fuzz.js';
 
 export interface MysqlTarget {
   /** The login user name (the pool's subdomain for poolgate). */
@@ -181,16 +181,6 @@ function queries(t: MysqlTarget, inTransaction: boolean): string[] {
   ];
   // In MySQL BEGIN inside a transaction commits it implicitly, so a transaction's fuzz never sends it.
   return inTransaction ? base : [...base, 'BEGIN', 'START TRANSACTION READ ONLY'];
-}
-
-/** A printable-only change of a statement's text. */
-function mutateText(rng: Rng, sql: string): string {
-  const chars = [...sql];
-  for (let i = 0, n = rng.range(1, 3); i < n && chars.length; i++) {
-    const at = rng.int(chars.length);
-    chars[at] = String.fromCharCode(0x20 + (((chars[at]!.charCodeAt(0) ^ (1 << rng.int(6))) - 0x20 + 95) % 95));
-  }
-  return chars.join('');
 }
 
 const stmtId = (rng: Rng) => rng.pick([0, 1, 2, 3, 4, 0x7fffffff, 0xffffffff, rng.int(2 ** 32)]);

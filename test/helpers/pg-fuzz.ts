@@ -1,7 +1,7 @@
 // PostgreSQL frontend-protocol fuzz frames (startup, auth, simple and extended query, COPY) and a checker
 // of everything the server answers, for test/pgwire-fuzz.test.ts.
 import { createHash } from 'node:crypto';
-import { lyingLength, mutateBytes, type Protocol, type Rng, type ServerStream, type WireConn } from './wire-fuzz.js';
+import { lyingLength, mutateBytes, mutateText, type Protocol, type Rng, type ServerStream, type WireConn } from './wire-fuzz.js';
 
 export interface PgTarget {
   user: string;
@@ -69,16 +69,6 @@ function queries(t: PgTarget, inTransaction: boolean): string[] {
   ];
   // COPY FROM STDIN writes to its own sink table; BEGIN is harmless in PostgreSQL (a warning inside a transaction).
   return inTransaction ? base : [...base, `COPY ${t.copyTable} FROM STDIN`, 'BEGIN'];
-}
-
-/** A printable-only change of a query's text: the frame stays well formed, the SQL usually does not. */
-function mutateText(rng: Rng, sql: string): string {
-  const chars = [...sql];
-  for (let i = 0, n = rng.range(1, 3); i < n && chars.length; i++) {
-    const at = rng.int(chars.length);
-    chars[at] = String.fromCharCode(0x20 + (((chars[at]!.charCodeAt(0) ^ (1 << rng.int(6))) - 0x20 + 95) % 95));
-  }
-  return chars.join('');
 }
 
 const stmtNames = ['', 's1', 's2', 'fz', 'nope', 'x'.repeat(70)];

@@ -40,6 +40,16 @@ export class Rng {
 }
 
 /** Byte-level damage to an otherwise valid frame: bit flips, truncation, byte overwrites, insertions. */
+/** A printable-only change of a query's text: the frame stays well formed, the SQL usually does not. */
+export function mutateText(rng: Rng, sql: string): string {
+  const chars = [...sql];
+  for (let i = 0, n = rng.range(1, 3); i < n && chars.length; i++) {
+    const at = rng.int(chars.length);
+    chars[at] = String.fromCharCode(0x20 + (((chars[at]!.charCodeAt(0) ^ (1 << rng.int(6))) - 0x20 + 95) % 95));
+  }
+  return chars.join('');
+}
+
 export function mutateBytes(rng: Rng, frame: Buffer): Buffer {
   const b = Buffer.from(frame);
   switch (rng.int(5)) {
