@@ -9,7 +9,7 @@ const skip = await needServer('postgres');
 if (skip) {
   t.skip(skip);
 } else {
-  const w: WirePool = await startWirePool({ maxConcurrent: 4 });
+  const w: WirePool = await startWirePool({ maxConcurrent: 4, overrides: { wireMaxPreparedStatements: 3 } });
   t.teardown(() => w.close());
   const listener = () => w.svc.service.pgWire!;
   const governor = () => w.svc.service.dataplane!.governor;
@@ -103,6 +103,27 @@ if (skip) {
     t.equal(sum.rows[0].s, 80, 'every increment landed once');
     t.ok((await w.backends()) <= 4, 'never more server connections than max_concurrent');
     await Promise.all(clients.map((c) => c.end()));
+  });
+
+  t.test('named prepared statements past wireMaxPreparedStatements: the least recently used is closed and prepared again when needed', async (t) => {
+    // This file's poolgate keeps at most 3 per server connection; one client cycles through 8 statements,
+    // some inside a transaction that uses more than 3 (none of those may be closed before it ends).
+    const c = new pg.Client(w.clientConfig());
+    await c.connect();
+    const q = (i: number) => c.query({ name: `s${i}`, text: `SELECT $1::int + ${i} AS v`, values: [100] });
+    for (let round = 0; round < 3; round++) {
+      for (let i = 0; i < 8; i++) t.equal((await q(i)).rows[0].v, 100 + i, `round ${round}: s${i} answers`);
+    }
+    await c.query('BEGIN');
+    for (let i = 0; i < 5; i++) await q(i);
+    const inTx = await c.query('SELECT count(*)::int AS n FROM pg_prepared_statements');
+    t.ok(inTx.rows[0].n >= 5, `the 5 statements of the open transaction are all prepared (${inTx.rows[0].n})`);
+    await c.query('COMMIT');
+    await q(7);
+    // Run on whichever server connection is free: each holds at most the cap (+ what one transaction used).
+    const after = await c.query('SELECT count(*)::int AS n FROM pg_prepared_statements');
+    t.ok(after.rows[0].n <= 3, `back under the cap once a statement is prepared outside the transaction (${after.rows[0].n})`);
+    await c.end();
   });
 
   t.test('nothing is left held', async (t) => {

@@ -24,6 +24,14 @@ export const ConfigSchema = Type.Object(
       env: 'POOLGATE_WIRE_TLS_KEY_FILE',
       description: 'PEM private key of wireTlsCertFile.',
     }),
+    wireMaxPreparedStatements: Type.Integer({
+      minimum: 1,
+      maximum: 100_000,
+      default: 200,
+      env: 'POOLGATE_WIRE_MAX_PREPARED_STATEMENTS',
+      description:
+        'Most named prepared statements the PostgreSQL listener keeps on one server connection in transaction mode; past it the least recently used is closed (and prepared again when a client needs it).',
+    }),
     poolDomain: Type.String({
       minLength: 1,
       pattern: '^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$',

@@ -32,6 +32,8 @@ export interface WireContext {
   /** The certificate offered on SSLRequest; null answers 'N'. */
   tls: SecureContext | null;
   maxMessageBytes: number;
+  /** Named prepared statements kept per server connection (least recently used closed past it). */
+  maxPreparedStatements: number;
   /** A login (startup to ReadyForQuery) must finish within this. */
   loginTimeoutMs: number;
   clock(): number;
@@ -123,7 +125,7 @@ export class ClientConn implements ServerLink {
   #pause = 0;
   /** The frames of one received chunk are being handled: what they forward is written once, after the chunk. */
   #inChunk = false;
-  readonly #statements = new ClientStatements();
+  readonly #statements: ClientStatements;
   readonly #toClient = new Outbox((bytes) => this.#socket.write(bytes));
   readonly #toServer = new Outbox((bytes) => this.#server?.write(bytes) ?? true);
   readonly #out = (bytes: Buffer) => this.#toServer.add(bytes);
@@ -133,6 +135,7 @@ export class ClientConn implements ServerLink {
     this.#socket = socket;
     this.address = socket.remoteAddress ?? '';
     this.#reader = new FrameReader(MAX_STARTUP_BYTES, true);
+    this.#statements = new ClientStatements(ctx.maxPreparedStatements);
     socket.setNoDelay(true);
     this.#attach(socket);
     this.#loginTimer = setTimeout(() => this.#fatal(SQLSTATE.protocolViolation, 'login timed out'), ctx.loginTimeoutMs);
@@ -582,11 +585,16 @@ export class ClientConn implements ServerLink {
         if (e.drop) return;
       }
     } else if (type === READY) {
-      // Entries before this Sync never answered (an error skipped them): their statements were not prepared.
+      // Entries before this Sync never answered (an error skipped them): their statements were not prepared,
+      // and those we closed are still there.
+      let kept: Set<string> | null = null;
       while (this.#expect.length > 0) {
         const e = this.#expect.shift()!;
         if (typeof e !== 'object') break;
-        if (e.name) this.#server?.prepared.delete(e.name);
+        if (e.closes) {
+          this.#server?.prepared.add(e.closes);
+          (kept ??= new Set()).add(e.closes);
+        } else if (e.name && !kept?.has(e.name)) this.#server?.prepared.delete(e.name);
       }
       this.#copyIn = false;
       if (this.#syncs > 0) this.#syncs--;
@@ -615,7 +623,10 @@ export class ClientConn implements ServerLink {
     // Not while an extended batch is open (Parse/Bind/… forwarded after the last Query or Sync, its Sync still
     // to come): that server connection has work of this client's in it, and after an error in it PostgreSQL
     // skips everything until a Sync — handed to another client, it would swallow that client's messages.
-    if (this.#syncs === 0 && !this.#midBatch && frame[5] === 0x49 /* I */ && !this.#session) this.#unlink();
+    if (this.#syncs !== 0 || this.#midBatch || frame[5] !== 0x49 /* I */) return;
+    // Out of any transaction: no portal is left that needs one of the statements used in it.
+    this.#statements.transactionEnd();
+    if (!this.#session) this.#unlink();
   }
 
   /** The transaction is over: the server connection goes back idle and the slot is freed. */

@@ -29,6 +29,8 @@ export interface PgWireOptions {
   clock?: () => number;
   /** Largest client message after login (default 16 MiB). */
   maxMessageBytes?: number;
+  /** Named prepared statements kept per server connection (default 200). */
+  maxPreparedStatements?: number;
   loginTimeoutMs?: number;
   connectTimeoutMs?: number;
   serverIdleTimeoutMs?: number;
@@ -85,6 +87,7 @@ export class PgWireListener {
       poolDomain: opts.poolDomain,
       tls,
       maxMessageBytes: opts.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
+      maxPreparedStatements: opts.maxPreparedStatements ?? 200,
       loginTimeoutMs: opts.loginTimeoutMs ?? 30_000,
       clock: opts.clock ?? Date.now,
       metrics: opts.metrics ?? null,

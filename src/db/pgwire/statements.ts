@@ -1,7 +1,10 @@
 // Named prepared statements under transaction pooling (the scheme of pgbouncer 1.21): a client's statement
 // is known upstream by a name derived from its query text and parameter types, so clients preparing the
 // same query share it, and a server connection that has not seen it gets the client's Parse replayed
-// first, its ParseComplete swallowed. Unnamed statements and portals pass through untouched.
+// first, its ParseComplete swallowed. Unnamed statements and portals pass through untouched. A server
+// connection keeps at most `max` of them: past it, the least recently used one that no portal of the open
+// transaction may need is closed (PgBouncer's max_prepared_statements); a client that uses it again gets it
+// prepared again, transparently.
 import { createHash } from 'node:crypto';
 import { cstring } from './frames.js';
 import { bindRenamed, closeStatement, describeStatement, parseNamed } from './messages.js';
@@ -12,12 +15,11 @@ import type { ServerConn } from './server-conn.js';
  * it; `name` is the statement it prepares), or the end of a batch, answered by one ReadyForQuery: a Sync
  * (SYNC), or a simple Query or FunctionCall (QUERY_END).
  */
-export type Expect = { drop: boolean; name: string | null } | typeof SYNC | typeof QUERY_END;
+export type Expect = { drop: boolean; name: string | null; closes?: string } | typeof SYNC | typeof QUERY_END;
 export const SYNC = 0 as const;
 export const QUERY_END = 1 as const;
 
 const PASS: Expect = { drop: false, name: null };
-const DROP: Expect = { drop: true, name: null };
 /** Closing a name no server statement has: a CloseComplete in the right place, with no effect. */
 const NO_STATEMENT = 'poolgate_none';
 
@@ -37,6 +39,18 @@ function serverName(rest: Buffer): string {
 
 export class ClientStatements {
   readonly #byName = new Map<string, Statement>();
+  readonly #max: number;
+  /** Server-side names used since the client's last ReadyForQuery idle: never evicted (their portals may be open). */
+  readonly #inTransaction = new Set<string>();
+
+  constructor(max: number) {
+    this.#max = max;
+  }
+
+  /** The client is out of any transaction: its statements may be evicted again. */
+  transactionEnd(): void {
+    this.#inTransaction.clear();
+  }
 
   get size(): number {
     return this.#byName.size;
@@ -57,10 +71,11 @@ export class ClientStatements {
         this.#byName.set(name.value, st);
         if (server.prepared.has(st.server)) {
           // Already there (same text, same types): close and prepare again, so the client's ParseComplete comes in order.
-          expect.push(DROP);
+          expect.push({ drop: true, name: null, closes: st.server });
           out(closeStatement(st.server));
+          server.prepared.delete(st.server);
         }
-        server.prepared.add(st.server);
+        this.#add(st.server, server, expect, out);
         expect.push({ drop: false, name: st.server });
         return out(parseNamed(st.server, st.rest));
       }
@@ -100,9 +115,31 @@ export class ClientStatements {
 
   /** Replays the statement's Parse on a server connection that does not have it. */
   #ensure(st: Statement, server: ServerConn, expect: Expect[], out: (bytes: Buffer) => void): void {
-    if (server.prepared.has(st.server)) return;
-    server.prepared.add(st.server);
+    if (server.prepared.has(st.server)) {
+      // Most recently used last (a Set keeps insertion order).
+      server.prepared.delete(st.server);
+      server.prepared.add(st.server);
+      this.#inTransaction.add(st.server);
+      return;
+    }
+    this.#add(st.server, server, expect, out);
     expect.push({ drop: true, name: st.server });
     out(parseNamed(st.server, st.rest));
+  }
+
+  /** Records `name` as prepared on the connection, first closing the least recently used statements past the cap. */
+  #add(name: string, server: ServerConn, expect: Expect[], out: (bytes: Buffer) => void): void {
+    if (server.prepared.size >= this.#max) {
+      for (const old of server.prepared) {
+        if (server.prepared.size < this.#max) break;
+        // One this transaction used may back an open portal (closing a statement closes its portals).
+        if (this.#inTransaction.has(old)) continue;
+        server.prepared.delete(old);
+        expect.push({ drop: true, name: null, closes: old });
+        out(closeStatement(old));
+      }
+    }
+    server.prepared.add(name);
+    this.#inTransaction.add(name);
   }
 }
