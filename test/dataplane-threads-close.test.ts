@@ -1,6 +1,6 @@
 // The data plane in two worker threads: close lets each thread's in-flight requests finish and then stops
 // its listener; with dataplaneThreadPorts shared every thread is on the one port and the kernel spreads
-// the connections over them; threads with redisUrl are refused.
+// the connections over them (and a failed thread is replaced on it); threads with redisUrl are refused.
 import t from 'tap';
 import { Pool, request } from 'undici';
 import { startTestService, type TestService } from './helpers/service.js';
@@ -90,6 +90,27 @@ t.test('shared port: every thread listens on the one port, the kernel spreads th
   const served = () => shared.service.dataplaneThreads!.served;
   t.ok(await until(() => served().reduce((a, b) => a + b, 0) >= 201), 'every request counted');
   t.ok(served().every((n) => n > 0), `every thread served some of them (${served().join(' / ')})`);
+
+  // A thread that fails is replaced on the same port (SO_REUSEPORT): the others serve meanwhile.
+  const host = shared.service.dataplaneThreads!;
+  host.crashThread(0);
+  const during: number[] = [];
+  const stop = Date.now() + 15_000;
+  // (A request racing the failed thread's close of a kept-alive connection, or queued unaccepted on its
+  // listener, is reset: the only failure allowed.)
+  while (host.restarts === 0 && Date.now() < stop) during.push(await get(url, 'one.pools.localhost').then((r) => r.status, () => 0));
+  t.equal(host.restarts, 1, 'the failed thread was replaced');
+  const ok = during.filter((s) => s === 200).length;
+  t.ok(during.length > 0 && during.every((s) => s === 200 || s === 0) && ok >= during.length * 0.9, `requests meanwhile: ${ok} of ${during.length} served, the rest reset`);
+  t.same(host.ports, Array(THREADS).fill(shared.service.ports.proxy), 'the replacement is on the one port');
+  // Fresh connections until one lands on the replacement (it counts from zero once it listens).
+  const takes = await until(async () => {
+    const c = new Pool(url, { connections: 1 });
+    await (await c.request({ path: '/x', method: 'GET', headers: { host: 'one.pools.localhost' } })).body.dump();
+    await c.close();
+    return served()[0]! > 0;
+  }, 10_000);
+  t.ok(takes, 'the replacement takes connections on the port');
 });
 
 t.test('threads with the Redis governor are refused at start-up (the limits are shared in memory)', async (t) => {

@@ -2,7 +2,7 @@
 // (dataplaneThreadPorts each) so every test reaches every thread for sure: max_concurrent holds across
 // the threads under 500 clients, key mints and revocations reach every thread within 1 s, /metrics and
 // async job intake work from the threads, a nonce spent on one thread is a replay on another, aborts and
-// resets leave no slot behind. (Close and the shared
+// resets leave no slot behind; a thread that dies is replaced on its port. (Close and the shared
 // port: dataplane-threads-close.test.ts.)
 import t from 'tap';
 import { Pool, request } from 'undici';
@@ -45,7 +45,8 @@ t.teardown(async () => {
 });
 
 const governor = () => svc.service.dataplane!.governor;
-const threadUrls = () => svc.service.ports.proxyThreads!.map((p) => `http://127.0.0.1:${p}`);
+// The threads' current ports (a replaced thread on an ephemeral port gets a new one).
+const threadUrls = () => svc.service.dataplaneThreads!.ports.map((p) => `http://127.0.0.1:${p}`);
 
 async function get(url: string, host: string, headers: Record<string, string> = {}): Promise<{ status: number; headers: Record<string, unknown>; text: string }> {
   const res = await request(`${url}/x`, { headers: { host, ...headers } });
@@ -202,4 +203,26 @@ t.test('random client aborts, upstream resets and timeouts over both threads lea
   t.ok((tally.get('502') ?? 0) > 0 && (tally.get('504') ?? 0) > 0 && (tally.get('aborted') ?? 0) > 0, 'resets, timeouts and aborts all happened');
   t.ok(await until(() => governor().state(poolId).inFlight === 0, 5000), 'zero slots held');
   t.equal(governor().state(poolId).queued, 0, 'zero waiters');
+});
+
+t.test('a thread with an uncaught error closes (what is in flight finishes) and is replaced on its port, never the process', async (t) => {
+  const host = svc.service.dataplaneThreads!;
+  const poolId = await createPool('phoenix', 3);
+  const [, url1] = threadUrls();
+  // A request in flight on thread 1 when it dies: its slot must not stay taken.
+  const inFlight = request(`${url1}/delay/1500`, { headers: { host: 'phoenix.pools.localhost' } }).then(
+    (r) => r.body.dump().then(() => r.statusCode),
+    () => 'reset',
+  );
+  t.ok(await until(() => governor().state(poolId).inFlight === 1, 5000), 'the slow request holds a slot');
+  host.crashThread(1);
+  t.equal(await inFlight, 200, 'the request in flight when the thread failed still finished');
+  t.ok(await until(() => governor().state(poolId).inFlight === 0, 5000), 'its slot went back to the pool');
+  // Replaced on a new port here (its old one was ephemeral: proxyPort 0); on a configured port, the same one.
+  const back = await until(async () => (await get(threadUrls()[1]!, 'phoenix.pools.localhost').catch(() => ({ status: 0 }))).status === 200, 10_000);
+  t.ok(back, 'a replacement thread serves pool traffic');
+  t.equal(host.restarts, 1, 'one thread replaced');
+  // A pool made after the replacement reaches it (createPool waits for every thread to serve it).
+  await createPool('phoenix-later', 2);
+  t.equal((await get(threadUrls()[1]!, 'phoenix-later.pools.localhost')).status, 200, 'the new thread follows snapshot changes');
 });

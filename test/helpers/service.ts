@@ -78,7 +78,8 @@ export async function startTestService(
       dataDir,
       databaseUrl: db?.url ?? null,
       allowPrivateTargets: true,
-      logLevel: 'silent',
+      // TEST_LOG_LEVEL=warn (or debug) shows the service's log while a test runs.
+      logLevel: process.env.TEST_LOG_LEVEL ?? 'silent',
       ...opts.overrides,
     },
   });

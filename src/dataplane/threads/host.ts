@@ -64,6 +64,7 @@ class Thread {
   served = 0;
   /** Stopped on purpose (a failed shared start), not crashed. */
   stopped = false;
+  readonly startedAt = Date.now();
 
   constructor(start: WorkerStart, host: DataplaneThreadsOptions, onEnd: (t: Thread, code: number) => void) {
     this.governor = start.governor;
@@ -145,10 +146,18 @@ class Thread {
   }
 }
 
+/** A thread that lived this long before it died is restarted after the shortest delay again. */
+const STABLE_MS = 60_000;
+const RESTART_MIN_MS = 500;
+const RESTART_MAX_MS = 30_000;
+
 export class DataplaneThreads {
   readonly #opts: DataplaneThreadsOptions;
   readonly #threads: Thread[] = [];
   #closing: Promise<void> | null = null;
+  #restarts = 0;
+  #restartDelayMs = RESTART_MIN_MS;
+  readonly #restartTimers = new Set<NodeJS.Timeout>();
 
   private constructor(opts: DataplaneThreadsOptions) {
     this.#opts = opts;
@@ -168,22 +177,7 @@ export class DataplaneThreads {
       keys: (changes) => host.#broadcast({ t: 'keys', changes }),
     });
     const spawn = (port: number) => {
-      const t = new Thread(
-        {
-          config,
-          governor: opts.governor.handle(),
-          port,
-          snapshot: dataplane.snapshots.current,
-          lockApiUrl: opts.jobs.lockApiUrl(),
-          drainMs: opts.drainMs ?? 10_000,
-        },
-        opts,
-        (thread, code) => {
-          // Whatever the thread still held (a crash mid-request) goes back to the pools.
-          opts.governor.reclaim(thread.governor);
-          if (!host.#closing && !thread.stopped) opts.log.error({ code, port: thread.port }, 'a data plane thread exited; its port share is served by the others');
-        },
-      );
+      const t = host.#spawn(port);
       host.#threads.push(t);
       return t.listening();
     };
@@ -205,6 +199,59 @@ export class DataplaneThreads {
       throw err;
     }
     return host;
+  }
+
+  /** A thread on `port`; one that dies unplanned is replaced (see #restart). */
+  #spawn(port: number): Thread {
+    const { config, dataplane, governor, jobs } = this.#opts;
+    return new Thread(
+      { config, governor: governor.handle(), port, snapshot: dataplane.snapshots.current, lockApiUrl: jobs.lockApiUrl(), drainMs: this.#opts.drainMs ?? 10_000 },
+      this.#opts,
+      (thread, code) => {
+        // Whatever the thread still held (a crash mid-request) goes back to the pools.
+        governor.reclaim(thread.governor);
+        if (this.#closing || thread.stopped) return;
+        this.#opts.log.error({ code, port: thread.port }, 'a data plane thread exited; the others serve its share until it is replaced');
+        this.#restart(thread);
+      },
+    );
+  }
+
+  /**
+   * Replaces a thread that died, on its port, after a delay that doubles while threads keep dying young
+   * (a crash loop must not spin) and starts over once one has lived a minute.
+   */
+  #restart(dead: Thread): void {
+    this.#restartDelayMs = Date.now() - dead.startedAt >= STABLE_MS ? RESTART_MIN_MS : Math.min(this.#restartDelayMs * 2, RESTART_MAX_MS);
+    const timer = setTimeout(() => {
+      this.#restartTimers.delete(timer);
+      const i = this.#threads.indexOf(dead);
+      if (this.#closing || i < 0) return;
+      // Its own port again (bound with SO_REUSEPORT, so the closed connections still in TIME_WAIT there do
+      // not block it); a thread whose port was an ephemeral one (proxyPort 0, ports each) gets a new one.
+      const { config } = this.#opts;
+      const fresh = this.#spawn(config.proxyPort === 0 && config.dataplaneThreadPorts === 'each' ? 0 : dead.port);
+      fresh.port = dead.port;
+      this.#threads[i] = fresh;
+      this.#restarts++;
+      fresh.listening().then(
+        () => this.#opts.log.warn({ port: fresh.port, restarts: this.#restarts }, 'data plane thread replaced'),
+        // Its exit (which follows) schedules the next try.
+        (err: unknown) => this.#opts.log.error({ err, port: dead.port }, 'a replacement data plane thread did not start'),
+      );
+    }, this.#restartDelayMs);
+    timer.unref();
+    this.#restartTimers.add(timer);
+  }
+
+  /** Threads replaced after dying since start. */
+  get restarts(): number {
+    return this.#restarts;
+  }
+
+  /** Makes one thread throw an uncaught error (tests of the crash path): it closes, exits and is replaced. */
+  crashThread(index: number): void {
+    this.#threads[index]?.post({ t: 'crash' });
   }
 
   /** The port of the first thread (every thread's, when shared). */
@@ -245,6 +292,8 @@ export class DataplaneThreads {
   /** Each thread stops accepting, lets its in-flight requests finish (up to drainMs) and exits. */
   close(): Promise<void> {
     this.#closing ??= (async () => {
+      for (const timer of this.#restartTimers) clearTimeout(timer);
+      this.#restartTimers.clear();
       this.#broadcast({ t: 'close' });
       const limit = (this.#opts.drainMs ?? 10_000) + 5_000;
       await Promise.all(

@@ -27,7 +27,9 @@ export type ToWorker =
   | { t: 'keys'; changes: readonly KeyChange[] }
   | { t: 'spilled'; id: number; ok: boolean; lockApiUrl: string }
   | { t: 'nonced'; id: number; claim: NonceClaim }
-  | { t: 'close' };
+  | { t: 'close' }
+  /** Throw an uncaught error (tests of the crash path: the thread closes, exits 1, and is replaced). */
+  | { t: 'crash' };
 
 /** Worker thread → main thread. */
 export type FromWorker =

@@ -61,6 +61,19 @@ async function close(): Promise<void> {
   port.close();
 }
 
+// A fault that escaped every handler ends this thread, never the process: it stops taking connections, lets
+// the requests in flight finish (up to drainMs: ending a uWS thread under them would abort the process), and
+// exits with 1; the main thread replaces it.
+function crashed(err: unknown): void {
+  log.error({ err }, 'data plane thread: uncaught error; closing this thread (it will be replaced)');
+  close().then(
+    () => process.exit(1),
+    () => process.exit(1),
+  );
+}
+process.on('uncaughtException', crashed);
+process.on('unhandledRejection', crashed);
+
 // Listening before the data plane starts: pushes that arrive meanwhile apply in order to the first copy.
 port.on('message', (m: ToWorker) => {
   if (m.t === 'snapshot') feed.loaded(m.snapshot);
@@ -69,6 +82,10 @@ port.on('message', (m: ToWorker) => {
     if (m.t === 'spilled') lockApiUrl = m.lockApiUrl;
     asked.get(m.id)?.(m);
     asked.delete(m.id);
+  } else if (m.t === 'crash') {
+    setImmediate(() => {
+      throw new Error('crash requested by the main thread');
+    });
   } else if (m.t === 'close') {
     close().catch((err: unknown) => {
       log.error({ err }, 'data plane thread close failed');
