@@ -4,7 +4,9 @@
 import t from 'tap';
 import mysql from 'mysql2/promise';
 import { MYSQL, needServer } from './helpers/servers.js';
+import { connect } from 'node:net';
 import { mariadbCli, wirePool } from './helpers/mysql-wire.js';
+import { handshakeResponse, packet, parseGreeting, scramble, serverPackets } from './helpers/mysql-fuzz.js';
 
 const skip = await needServer('mariadb');
 if (skip) {
@@ -150,6 +152,32 @@ if (skip) {
     await t.rejects(w.connect({ password: minted.key }), { errno: 1045 }, 'an expired key cannot log in');
     await t.rejects(live.query('SELECT 1'), { errno: 1045 }, 'a session of an expired key is refused at its next statement');
     live.destroy();
+  });
+
+  t.test("a client answering under another plugin, even with nothing (libmariadb's dummy_fallback_auth), is asked to switch to caching_sha2_password", async (t) => {
+    // sysbench's threads connecting at once: some libmariadb connections have not loaded the
+    // caching_sha2_password plugin yet and send an empty dummy_fallback_auth answer. Taken as an empty
+    // password, they were refused; MySQL asks them to switch, and by then the plugin is there.
+    const s = connect({ host: '127.0.0.1', port: w.port });
+    s.on('error', () => {});
+    let out = Buffer.alloc(0);
+    const waitPackets = async (n: number) => {
+      const end = Date.now() + 5000;
+      while (serverPackets(out).packets.length < n && Date.now() < end) await new Promise((r) => setTimeout(r, 10));
+      return serverPackets(out).packets;
+    };
+    s.on('data', (c: Buffer) => (out = Buffer.concat([out, c])));
+    const greeting = parseGreeting((await waitPackets(1))[0]!.payload)!;
+    t.equal(greeting.plugin, 'caching_sha2_password');
+    s.write(packet(handshakeResponse(w.sub, Buffer.alloc(0), 'dummy_fallback_auth'), 1));
+    const sw = (await waitPackets(2))[1]!;
+    t.equal(sw.payload[0], 0xfe, 'an AuthSwitchRequest');
+    t.match(sw.payload.toString('latin1'), /^\xfecaching_sha2_password\0/, 'to caching_sha2_password');
+    s.write(packet(scramble('caching_sha2_password', w.key, greeting.nonce), sw.seq + 1));
+    const done = await waitPackets(4);
+    t.same([...done[2]!.payload], [0x01, 0x03], 'fast auth success');
+    t.equal(done[3]!.payload[0], 0x00, 'then OK: logged in');
+    s.destroy();
   });
 
   t.test('commands: USE of the pool database, COM_CHANGE_USER refused, COM_RESET_CONNECTION', async (t) => {

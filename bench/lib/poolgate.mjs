@@ -1,6 +1,6 @@
 // Starts the real CLI (`node bin/poolgate.js start`) as a child process and runs `poolgate admin …` next to it.
 import { spawn, execFile } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -40,6 +40,7 @@ export async function startPoolgate(extraEnv = {}, opts = {}) {
   child.stderr.on('data', (chunk) => {
     // Keep the tail for error messages; the service log is not the benchmark's business.
     stderr = (stderr + chunk).slice(-8192);
+    if (process.env.BENCH_CHILD_STDERR) appendFileSync(process.env.BENCH_CHILD_STDERR, chunk);
   });
   const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
 

@@ -166,8 +166,12 @@ export class ClientSession {
     this.#hello = h;
     this.#variant = h.capabilities & VARIANT_CAPABILITIES;
     this.#collation = h.collation;
-    if (h.plugin === 'caching_sha2_password' || h.auth.length === 0) return this.#authenticate(p.seq, h.auth);
-    // Any other plugin: ask for caching_sha2_password, the one a key known by its hash can verify.
+    // Any other plugin is asked to switch to caching_sha2_password, the one a key known by its hash can verify,
+    // as MySQL does. That includes an empty answer under another plugin's name: libmariadb sends
+    // `dummy_fallback_auth` when its caching_sha2_password plugin is not loaded yet (seen with sysbench's
+    // threads connecting at once); by the switch it is. Only a client without plugin support is taken as is.
+    const pluginAuth = (h.capabilities & CLIENT.PLUGIN_AUTH) !== 0;
+    if (h.plugin === 'caching_sha2_password' || (!pluginAuth && h.auth.length === 0)) return this.#authenticate(p.seq, h.auth);
     this.#phase = 'switch';
     this.#send(authSwitchPacket(p.seq + 1, 'caching_sha2_password', this.#nonce));
   }
