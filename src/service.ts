@@ -241,7 +241,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         host: config.host, port: config.pgPort, governor, snapshot: () => dp.snapshots.current, poolDomain: config.poolDomain,
         tlsCertFile: config.wireTlsCertFile, tlsKeyFile: config.wireTlsKeyFile, allowPrivate: config.allowPrivateTargets,
         allowInsecure: config.dbAllowInsecure, log, metrics: sink, clock: () => now().getTime(),
-        maxPreparedStatements: config.wireMaxPreparedStatements,
+        maxPreparedStatements: config.wireMaxPreparedStatements, policies: dp.policies,
       });
       ports.pg = pgWire.port;
       pgWireListener = pgWire;

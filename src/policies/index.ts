@@ -2,7 +2,7 @@
 // fixed order (access proxy, IP allowlist, HMAC, JWT) after key auth and scope, before a slot is taken.
 // The data plane and the lock API both run it; each refusal is counted by pool, policy and reason.
 import type { Config } from '../config/schema.js';
-import type { PoolEntry } from '../dataplane/snapshot.js';
+import type { KeyEntry, PoolEntry } from '../dataplane/snapshot.js';
 import type { PoolSettings } from '../store/pool-settings.js';
 import type { ConnectTargets } from '../security/connect-guard.js';
 import { accessProxyPolicy } from './access-proxy.js';
@@ -124,6 +124,22 @@ export class Policies {
     return null;
   }
 
+  /**
+   * The policy check for a wire connection (the PostgreSQL and MySQL listeners): the IP allowlist applies
+   * to its TCP peer; a policy that judges HTTP requests (signatures, JWTs, access-proxy headers) cannot
+   * judge it, so it refuses. Null when the connection may use the pool.
+   */
+  wireRefusal(pool: PoolEntry, key: KeyEntry | null, peer: string, method: string): WireRefusal | null {
+    const compiled = this.forPool(pool);
+    if (compiled.policies.length === 0) return null;
+    const other = compiled.policies.find((p) => p.name !== 'ip_allowlist');
+    if (other) return { reason: 'needs_http', policy: HTTP_POLICY_LABELS[other.name] ?? `its ${other.name} policy` };
+    const req: PolicyRequest = { pool, key, keyInAuthorization: false, method, path: '/', query: '', headers: {}, peer, client: peer };
+    // The allowlist answers synchronously; a promise would mean a policy this method does not expect: refuse.
+    const verdict = this.run(compiled, req, null);
+    return verdict === null ? null : { reason: 'address' };
+  }
+
   #refused(req: PolicyRequest, r: PolicyRefusal): PolicyRefusal {
     this.#onRefusal?.(req.pool.subdomain, r.policy, r.reason);
     return r;
@@ -134,6 +150,16 @@ export class Policies {
     await this.#jwks?.close();
   }
 }
+
+/** Why a wire connection may not use a pool: a policy that needs HTTP requests, or its address. */
+export type WireRefusal = { reason: 'needs_http'; policy: string } | { reason: 'address' };
+
+const HTTP_POLICY_LABELS: Record<string, string> = {
+  hmac: 'HMAC request signing',
+  jwt: 'a JWT policy',
+  access_proxy: 'an access-proxy policy',
+  settings: 'policies that cannot be applied (misconfigured)',
+};
 
 /**
  * For the lock API's chain: a gate that runs a pool's policies on one acquire. `body` is the raw

@@ -231,26 +231,11 @@ export class ClientSession {
 
   /** The IP allowlist applies at login; HTTP-shaped policies (HMAC, JWT, access proxy) refuse wire clients. */
   #policyRefusal(pool: PoolEntry, key: KeyEntry | null): [WireError, string] | null {
-    const policies = this.#deps.policies;
-    if (!policies) return null;
-    const compiled = policies.forPool(pool);
-    if (compiled.policies.length === 0) return null;
-    const other = compiled.policies.find((p) => p.name !== 'ip_allowlist');
-    if (other) return ['accessDenied', `the pool's ${other.name} policy needs HTTP requests; it cannot admit MySQL clients`];
     const peer = this.#socket.remoteAddress ?? '';
-    const verdict = policies.run(compiled, {
-      pool,
-      key,
-      keyInAuthorization: false,
-      method: 'MYSQL',
-      path: '/',
-      query: '',
-      headers: {},
-      peer,
-      client: peer,
-    }, null);
-    if (verdict instanceof Promise || verdict !== null) return ['hostNotAllowed', `Host '${peer}' is not allowed to use this pool`];
-    return null;
+    const r = this.#deps.policies?.wireRefusal(pool, key, peer, 'MYSQL') ?? null;
+    if (r === null) return null;
+    if (r.reason === 'needs_http') return ['accessDenied', `the pool requires ${r.policy}, which MySQL clients cannot carry`];
+    return ['hostNotAllowed', `Host '${peer}' is not allowed to use this pool`];
   }
 
   // --------------------------------------------------------------------------------- commands

@@ -11,8 +11,8 @@ import type { RequestRecord } from '../../dataplane/release.js';
 import { liveKey } from '../../dataplane/authenticate.js';
 import { refusalOutcome } from '../../dataplane/admit.js';
 import type { PoolEntry, Snapshot } from '../../dataplane/snapshot.js';
+import type { Policies } from '../../policies/index.js';
 import { sha256Hex } from '../../security/tokens.js';
-import { CidrList } from '../../policies/cidr.js';
 import { cstring, FrameReader, type FrameError } from './frames.js';
 import { AUTH_CLEARTEXT, AUTH_OK, backendKeyData, errorFields, parameterStatus, readyForQuery, SSL_NO, SSL_YES } from './messages.js';
 import { error, fatal, refusal, SQLSTATE } from './errors.js';
@@ -38,6 +38,8 @@ export interface WireContext {
   loginTimeoutMs: number;
   clock(): number;
   metrics: { record(r: RequestRecord): void } | null;
+  /** The data plane's policies (the IP allowlist; HTTP-shaped ones refuse wire clients); null: none. */
+  policies: Policies | null;
   /** Gives the client its BackendKeyData, and forgets it when it leaves. */
   register(client: ClientConn): { pid: number; secret: number };
   unregister(client: ClientConn): void;
@@ -53,23 +55,6 @@ const PARSE_COMPLETE = 0x31, CLOSE_COMPLETE = 0x33, READY = 0x5a, ERROR = 0x45, 
 
 const PAUSE_ACQUIRE = 1;
 const PAUSE_SERVER_FULL = 2;
-
-/** Pools that sign or authenticate each HTTP request cannot be reached by a wire client (docs/decisions/pgwire.md). */
-function requestShapedPolicy(pool: PoolEntry): string | null {
-  if (pool.settings.originSigning) return 'HMAC request signing';
-  if (pool.settings.jwt) return 'a JWT policy';
-  if (pool.settings.accessProxy) return 'an access-proxy policy';
-  return null;
-}
-
-const allowlists = new WeakMap<readonly string[], CidrList>();
-function allowed(pool: PoolEntry, address: string): boolean {
-  const cidrs = pool.settings.ipAllowlist;
-  if (cidrs.length === 0) return true;
-  let list = allowlists.get(cidrs);
-  if (!list) allowlists.set(cidrs, (list = new CidrList(cidrs)));
-  return list.hasText(address);
-}
 
 type Phase = 'first' | 'tls' | 'password' | 'ready' | 'closed';
 
@@ -307,10 +292,10 @@ export class ClientConn implements ServerLink {
     }
     if (key.access !== 'write') return fatal(SQLSTATE.invalidAuthorization, 'read keys cannot open wire connections; use a write key');
     if (pool.status !== 'active') return fatal(SQLSTATE.rejectedEstablishment, `pool ${pool.subdomain} is suspended`);
-    const policy = requestShapedPolicy(pool);
-    if (policy) return fatal(SQLSTATE.invalidAuthorization, `pool ${pool.subdomain} requires ${policy}, which wire connections cannot carry`);
-    if (!allowed(pool, this.address)) return fatal(SQLSTATE.invalidAuthorization, 'this client address is not allowed on this pool');
-    return null;
+    const r = this.#ctx.policies?.wireRefusal(pool, key, this.address, 'POSTGRES') ?? null;
+    if (r === null) return null;
+    if (r.reason === 'needs_http') return fatal(SQLSTATE.invalidAuthorization, `pool ${pool.subdomain} requires ${r.policy}, which wire connections cannot carry`);
+    return fatal(SQLSTATE.invalidAuthorization, 'this client address is not allowed on this pool');
   }
 
   async #finishLogin(servers: ServerPool): Promise<void> {

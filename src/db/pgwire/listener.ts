@@ -9,6 +9,7 @@ import type { Governor } from '../../governor/governor.js';
 import type { Logger } from '../../log.js';
 import type { RequestRecord } from '../../dataplane/release.js';
 import type { Snapshot } from '../../dataplane/snapshot.js';
+import type { Policies } from '../../policies/index.js';
 import { ClientConn, type WireContext } from './client-conn.js';
 import { ServerConn } from './server-conn.js';
 import { ServerPools } from './server-pool.js';
@@ -26,6 +27,8 @@ export interface PgWireOptions {
   allowInsecure: boolean;
   log: Logger;
   metrics?: { record(r: RequestRecord): void } | null;
+  /** The data plane's policies (IP allowlist, HTTP-only policies refused); null: none. */
+  policies?: Policies | null;
   clock?: () => number;
   /** Largest client message after login (default 16 MiB). */
   maxMessageBytes?: number;
@@ -91,6 +94,7 @@ export class PgWireListener {
       loginTimeoutMs: opts.loginTimeoutMs ?? 30_000,
       clock: opts.clock ?? Date.now,
       metrics: opts.metrics ?? null,
+      policies: opts.policies ?? null,
       register: (c) => this.#register(c),
       unregister: (c) => this.#unregister(c),
       cancel: (pid, secret) => this.#cancel(pid, secret),
