@@ -3,11 +3,10 @@
 // database connections of its own — runs it, and the event reaches a real https receiver.
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
-import mysql from 'mysql2/promise';
 import { Pool, request } from 'undici';
 import { startTestService, type TestService } from './helpers/service.js';
 import { startReceiver, type Receiver } from './helpers/receiver.js';
-import { MYSQL, needServer } from './helpers/servers.js';
+import { mysqlAccount, needServer } from './helpers/servers.js';
 import { startService, type Service } from '../src/service.js';
 import { createLogger } from '../src/log.js';
 
@@ -20,17 +19,7 @@ const skip = (await needServer('mariadb')) || (await needServer('postgres'));
 if (skip) {
   t.skip(skip);
 } else {
-  const root = await mysql.createConnection({ ...MYSQL });
-  await root.query(`CREATE DATABASE ${DB}`);
-  for (const h of ['localhost', '127.0.0.1', '%']) {
-    await root.query(`CREATE USER '${USER}'@'${h}' IDENTIFIED BY '${PASSWORD}'`);
-    await root.query(`GRANT ALL ON ${DB}.* TO '${USER}'@'${h}'`);
-  }
-  t.teardown(async () => {
-    await root.query(`DROP DATABASE IF EXISTS ${DB}`);
-    for (const h of ['localhost', '127.0.0.1', '%']) await root.query(`DROP USER IF EXISTS '${USER}'@'${h}'`);
-    await root.end();
-  });
+  await mysqlAccount(t, { db: DB, user: USER, password: PASSWORD });
 
   const receiver: Receiver = await startReceiver();
   t.teardown(() => receiver.close());

@@ -5,7 +5,7 @@
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
 import mysql from 'mysql2/promise';
-import { MYSQL, needServer } from './helpers/servers.js';
+import { mysqlAccount, needServer } from './helpers/servers.js';
 import { fuzzSeed, mixScenarios, runFuzz } from './helpers/wire-fuzz.js';
 import { mysqlProtocol, mysqlStream, type MysqlTarget } from './helpers/mysql-fuzz.js';
 import { checkNothingHeld, checkRun, FUZZ_CLOSE_MS, FUZZ_FRAMES, fuzzPool, settled } from './helpers/wire-fuzz-checks.js';
@@ -15,7 +15,6 @@ const suffix = randomBytes(4).toString('hex');
 const USER = `myfuzz_${suffix}`;
 const DB = `myfuzz_${suffix}`;
 const PASSWORD = 'fuzz-Pa55';
-const HOSTS = ['localhost', '127.0.0.1', '%'];
 
 const skip = await needServer('mariadb');
 if (skip) {
@@ -23,19 +22,9 @@ if (skip) {
 } else {
   const seed = fuzzSeed();
   t.comment(`fuzz seed ${seed} (replay with FUZZ_SEED=${seed})${direct ? ', target: MariaDB directly' : ''}`);
-  const root = await mysql.createConnection({ ...MYSQL });
-  await root.query(`CREATE DATABASE ${DB}`);
   // A user with rights on its own database only (no SHUTDOWN, RELOAD, SUPER...): random commands can do nothing else.
-  for (const h of HOSTS) {
-    await root.query(`CREATE USER '${USER}'@'${h}' IDENTIFIED BY '${PASSWORD}'`);
-    await root.query(`GRANT ALL ON ${DB}.* TO '${USER}'@'${h}'`);
-  }
+  const root = await mysqlAccount(t, { db: DB, user: USER, password: PASSWORD });
   await root.query(`CREATE TABLE ${DB}.fuzz_uncommitted (id INT AUTO_INCREMENT PRIMARY KEY, note TEXT) ENGINE=InnoDB`);
-  t.teardown(async () => {
-    await root.query(`DROP DATABASE IF EXISTS ${DB}`);
-    for (const h of HOSTS) await root.query(`DROP USER IF EXISTS '${USER}'@'${h}'`);
-    await root.end();
-  });
 
   const pool = direct ? null : await fuzzPool(t, { port: 3306, name: DB, username: USER, password: PASSWORD });
   const target: MysqlTarget & { port: number } = pool

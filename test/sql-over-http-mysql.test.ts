@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import mysql from 'mysql2/promise';
 import { Pool } from 'undici';
 import { startTestService, type TestService } from './helpers/service.js';
-import { MYSQL, needServer } from './helpers/servers.js';
+import { MYSQL, mysqlAccount, needServer } from './helpers/servers.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { DbUpstreams } from '../src/db/upstream.js';
 
@@ -18,19 +18,9 @@ const skip = await needServer('mariadb');
 if (skip) {
   t.skip(skip);
 } else {
-  const root = await mysql.createConnection({ ...MYSQL });
-  await root.query(`CREATE DATABASE ${DB}`);
-  for (const h of ['localhost', '127.0.0.1', '%']) {
-    await root.query(`CREATE USER '${USER}'@'${h}' IDENTIFIED BY '${PASSWORD}'`);
-    await root.query(`GRANT ALL ON ${DB}.* TO '${USER}'@'${h}'`);
-  }
+  const root = await mysqlAccount(t, { db: DB, user: USER, password: PASSWORD });
   const direct = await mysql.createConnection({ ...MYSQL, database: DB });
-  t.teardown(async () => {
-    await direct.end();
-    await root.query(`DROP DATABASE IF EXISTS ${DB}`);
-    for (const h of ['localhost', '127.0.0.1', '%']) await root.query(`DROP USER IF EXISTS '${USER}'@'${h}'`);
-    await root.end();
-  });
+  t.teardown(() => direct.end());
 
   const svc: TestService = await startTestService({ overrides: { dbAllowInsecure: true, accessLogFile: '/dev/null' } });
   t.teardown(() => svc.close());

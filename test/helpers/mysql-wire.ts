@@ -6,7 +6,7 @@ import { spawn } from 'node:child_process';
 import mysql from 'mysql2/promise';
 import type { Test } from 'tap';
 import { startTestService, type TestService } from './service.js';
-import { MYSQL } from './servers.js';
+import { mysqlAccount } from './servers.js';
 import { CHANGE_CHANNEL } from '../../src/store/sql.js';
 
 export interface WirePool {
@@ -33,17 +33,7 @@ export async function wirePool(t: Test, opts: { maxConcurrent?: number; override
   const user = `wire_${suffix}`;
   const db = `wire_${suffix}`;
   const password = 'Wire-Pa55';
-  const root = await mysql.createConnection({ ...MYSQL });
-  await root.query(`CREATE DATABASE ${db}`);
-  for (const h of ['localhost', '127.0.0.1', '%']) {
-    await root.query(`CREATE USER '${user}'@'${h}' IDENTIFIED BY '${password}'`);
-    await root.query(`GRANT ALL ON ${db}.* TO '${user}'@'${h}'`);
-  }
-  t.teardown(async () => {
-    await root.query(`DROP DATABASE IF EXISTS ${db}`);
-    for (const h of ['localhost', '127.0.0.1', '%']) await root.query(`DROP USER IF EXISTS '${user}'@'${h}'`);
-    await root.end();
-  });
+  const root = await mysqlAccount(t, { db, user, password });
   const svc = await startTestService({ overrides: { dbAllowInsecure: true, accessLogFile: '/dev/null', ...opts.overrides } });
   t.teardown(() => svc.close());
   const boot = await svc.bootstrap();
