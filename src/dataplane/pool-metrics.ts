@@ -66,13 +66,8 @@ export class RequestMetrics implements DataplaneMetrics {
       return;
     }
     recordAdmission(h, a, r.waited);
-    this.#rollups.add(r.poolId, 'requests');
-    if (r.waited) this.#rollups.add(r.poolId, 'queued');
-    if (!a.ok) {
-      if (a.reason !== 'aborted') this.#rollups.add(r.poolId, 'rejected');
-      return;
-    }
-    this.#rollups.add(r.poolId, 'admitted');
+    this.#rollups.addRequest(r.poolId, a.ok, r.waited, !a.ok && a.reason !== 'aborted');
+    if (!a.ok) return;
     if (r.outcome === 'proxied') {
       h.requests.admitted.inc();
       if (r.upstreamMs !== null) h.upstream[statusClass(r.status)].observe(r.upstreamMs / 1000);
@@ -98,17 +93,14 @@ export class RequestMetrics implements DataplaneMetrics {
       return;
     }
     if (r.waited) h.queued.inc();
-    this.#rollups.add(r.poolId, 'requests');
-    if (r.waited) this.#rollups.add(r.poolId, 'queued');
+    this.#rollups.addRequest(r.poolId, a.ok, r.waited, !a.ok && a.reason !== 'aborted');
     if (!a.ok) {
       h.rejected[a.reason].inc();
       h.lockAcquires[OUTCOME_OF_REFUSAL[a.reason] as LockAcquireOutcome].inc();
-      if (a.reason !== 'aborted') this.#rollups.add(r.poolId, 'rejected');
       return;
     }
     h.admitted.inc();
     h.queueWait.observe(a.queuedMs / 1000);
-    this.#rollups.add(r.poolId, 'admitted');
     h.lockAcquires[r.outcome === 'lease_granted' ? 'granted' : (LOCK_EARLY[r.outcome] ?? 'internal_error')].inc();
   }
 }

@@ -1,6 +1,7 @@
 // Every Prometheus metric of poolgate, defined once, with per-pool handles bound to their labels.
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { PoolState, RefusalReason } from '../governor/governor.js';
+import { LocalCounter, LocalHistogram, type Inc, type Observe } from './local-children.js';
 
 /**
  * The final outcome of one pool request; each request is counted once in poolgate_pool_requests_total.
@@ -67,13 +68,6 @@ const MISNAMED_DEFAULT_GAUGES = ['nodejs_active_handles_total', 'nodejs_active_r
 const QUEUE_WAIT_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 const UPSTREAM_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 
-interface Inc {
-  inc(value?: number): void;
-}
-interface Observe {
-  observe(value: number): void;
-}
-
 /** One pool's handles, made once; the request path only calls inc() and observe(). */
 export interface PoolHandles {
   readonly pool: string;
@@ -110,50 +104,50 @@ export class PoolMetrics {
   readonly #handles = new Map<string, PoolHandles>();
   #source: GaugeSource | null = null;
 
-  readonly #requests = new Counter({
+  readonly #requests = new LocalCounter({
     name: 'poolgate_pool_requests_total',
     help: 'Pool requests by final outcome; each request is counted once.',
     labelNames: ['pool', 'outcome'] as const,
-    registers: [this.registry],
+    registry: this.registry,
   });
-  readonly #admitted = new Counter({
+  readonly #admitted = new LocalCounter({
     name: 'poolgate_pool_admitted_total',
     help: 'Requests granted a concurrency slot.',
     labelNames: ['pool'] as const,
-    registers: [this.registry],
+    registry: this.registry,
   });
-  readonly #queued = new Counter({
+  readonly #queued = new LocalCounter({
     name: 'poolgate_pool_queued_total',
     help: 'Requests that entered the wait queue (whatever the result).',
     labelNames: ['pool'] as const,
-    registers: [this.registry],
+    registry: this.registry,
   });
-  readonly #rejected = new Counter({
+  readonly #rejected = new LocalCounter({
     name: 'poolgate_pool_rejected_total',
     help: 'Requests the governor refused, by reason.',
     labelNames: ['pool', 'reason'] as const,
-    registers: [this.registry],
+    registry: this.registry,
   });
-  readonly #queueWait = new Histogram({
+  readonly #queueWait = new LocalHistogram({
     name: 'poolgate_pool_queue_wait_seconds',
     help: 'Time admitted requests waited for a slot (0 when admitted at once).',
     labelNames: ['pool'] as const,
     buckets: QUEUE_WAIT_BUCKETS,
-    registers: [this.registry],
+    registry: this.registry,
   });
-  readonly #upstream = new Histogram({
+  readonly #upstream = new LocalHistogram({
     name: 'poolgate_upstream_duration_seconds',
     help: 'Time from forwarding a request to the end of the upstream response, by status class.',
     labelNames: ['pool', 'status_class'] as const,
     buckets: UPSTREAM_BUCKETS,
-    registers: [this.registry],
+    registry: this.registry,
   });
 
-  readonly #lockAcquires = new Counter({
+  readonly #lockAcquires = new LocalCounter({
     name: 'poolgate_lock_acquires_total',
     help: 'Lock API acquire attempts by final outcome; each attempt is counted once (slots granted or refused also count in the admitted, queued and rejected totals).',
     labelNames: ['pool', 'outcome'] as const,
-    registers: [this.registry],
+    registry: this.registry,
   });
 
   readonly #policyRefusals = new Counter({
@@ -200,13 +194,13 @@ export class PoolMetrics {
     if (h === undefined) {
       h = {
         pool,
-        requests: record(REQUEST_OUTCOMES, (outcome) => this.#requests.labels({ pool, outcome })),
-        admitted: this.#admitted.labels({ pool }),
-        queued: this.#queued.labels({ pool }),
-        rejected: record(REFUSAL_REASONS, (reason) => this.#rejected.labels({ pool, reason })),
-        queueWait: this.#queueWait.labels({ pool }),
-        upstream: record(STATUS_CLASSES, (status_class) => this.#upstream.labels({ pool, status_class })),
-        lockAcquires: record(LOCK_ACQUIRE_OUTCOMES, (outcome) => this.#lockAcquires.labels({ pool, outcome })),
+        requests: record(REQUEST_OUTCOMES, (outcome) => this.#requests.child({ pool, outcome })),
+        admitted: this.#admitted.child({ pool }),
+        queued: this.#queued.child({ pool }),
+        rejected: record(REFUSAL_REASONS, (reason) => this.#rejected.child({ pool, reason })),
+        queueWait: this.#queueWait.child({ pool }),
+        upstream: record(STATUS_CLASSES, (status_class) => this.#upstream.child({ pool, status_class })),
+        lockAcquires: record(LOCK_ACQUIRE_OUTCOMES, (outcome) => this.#lockAcquires.child({ pool, outcome })),
       };
       this.#handles.set(pool, h);
     }

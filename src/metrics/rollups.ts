@@ -56,6 +56,19 @@ export class RollupBuffer {
   }
 
   add(poolId: number, field: RollupField, n = 1): void {
+    this.#row(poolId)[field] += n;
+  }
+
+  /** Counts one request that reached the governor: one clock read and one lookup for all its fields. */
+  addRequest(poolId: number, admitted: boolean, queued: boolean, rejected: boolean): void {
+    const row = this.#row(poolId);
+    row.requests++;
+    if (admitted) row.admitted++;
+    if (queued) row.queued++;
+    if (rejected) row.rejected++;
+  }
+
+  #row(poolId: number): Row {
     const t = this.#now();
     const minuteMs = t - (t % MINUTE_MS);
     let row = this.#current.get(poolId);
@@ -64,7 +77,7 @@ export class RollupBuffer {
       row = { poolId, minuteMs, requests: 0, admitted: 0, queued: 0, rejected: 0 };
       this.#current.set(poolId, row);
     }
-    row[field] += n;
+    return row;
   }
 
   /** Rows not yet written (for tests and shutdown logs). */
