@@ -71,13 +71,19 @@ export class ClientConn implements ServerLink {
 
   // Who the client is, once logged in.
   #pool: PoolEntry | null = null;
+  /** The pool's name as the snapshot keys it. */
+  #poolName = '';
   #keyHash = '';
   #session = false;
   #servers: ServerPool | null = null;
   /** Session parameters the client set at login (startup packet or options), by the server's spelling. */
   #fromClient = new Map<string, string>();
-  /** The tracked parameters every server connection must have for this client (session-params.ts). */
-  #wanted: Map<string, string> = new Map();
+  /**
+   * The tracked parameters every server connection must have for this client (session-params.ts). Never
+   * changed in place (replaced), so a server connection can remember which map it already matches; clients
+   * that set none share their pool's.
+   */
+  #wanted: ReadonlyMap<string, string> = new Map();
   /** ReadyForQuery answers still owed to a SET we sent ahead of the client's messages (swallowed). */
   #setupAnswers = 0;
   #setupError: Buffer | null = null;
@@ -255,7 +261,8 @@ export class ClientConn implements ServerLink {
         `no pool named: connect to <subdomain>.${this.#ctx.poolDomain} with TLS, or set options=pool=<subdomain> (PGOPTIONS='pool=<subdomain>')`,
       );
     }
-    const pool = this.#ctx.snapshot().pools.get(sub.toLowerCase());
+    this.#poolName = sub.toLowerCase();
+    const pool = this.#ctx.snapshot().pools.get(this.#poolName);
     if (!pool) return this.#fatal(SQLSTATE.unknownPool, `pool ${JSON.stringify(sub)} does not exist`);
     if (pool.backend !== 'postgres') return this.#fatal(SQLSTATE.rejectedEstablishment, `pool ${pool.subdomain} is not a PostgreSQL pool`);
     this.#pool = pool;
@@ -309,7 +316,7 @@ export class ClientConn implements ServerLink {
       }
       if (this.#gone) return;
     }
-    this.#wanted = wantedParams(servers.params ?? new Map(), this.#fromClient);
+    this.#wanted = this.#fromClient.size === 0 ? servers.defaultWanted() : wantedParams(servers.params ?? new Map(), this.#fromClient);
     if (this.#session) {
       const ok = await this.#link();
       if (!ok) return;
@@ -456,10 +463,12 @@ export class ClientConn implements ServerLink {
     this.#expect.length = 0;
     this.#syncs = 0;
     // The connection's session parameters made the client's, ahead of anything the client sends.
-    const setup = setupQuery(this.#wanted, server.params);
-    if (setup) {
-      this.#setupAnswers++;
-      server.write(setup);
+    if (server.settledFor !== this.#wanted) {
+      const setup = setupQuery(this.#wanted, server.params);
+      if (setup) {
+        this.#setupAnswers++;
+        server.write(setup);
+      } else server.settledFor = this.#wanted;
     }
     return true;
   }
@@ -468,7 +477,7 @@ export class ClientConn implements ServerLink {
   #onSetupFrame(type: number, frame: Buffer): void {
     if (type === PARAMETER_STATUS) {
       const p = readParameterStatus(frame);
-      if (p && this.#wanted.has(p.name)) this.#wanted.set(p.name, p.value);
+      if (p) this.#keepWanted(p.name, p.value);
     } else if (type === ERROR) {
       this.#setupError ??= frame;
     } else if (type === READY && --this.#setupAnswers === 0 && this.#setupError) {
@@ -478,10 +487,16 @@ export class ClientConn implements ServerLink {
     }
   }
 
+  /** A tracked parameter's value as the server spells it, or as the client's own SET left it. */
+  #keepWanted(name: string, value: string): void {
+    if (!this.#wanted.has(name) || this.#wanted.get(name) === value) return;
+    this.#wanted = new Map(this.#wanted).set(name, value);
+  }
+
   /** The pool as the current snapshot has it, after checking this client may still use it; null (and closed) if not. */
   #currentPool(): PoolEntry | null {
     const snap = this.#ctx.snapshot();
-    const pool = snap.pools.get(this.#pool!.subdomain.toLowerCase());
+    const pool = snap.pools.get(this.#poolName);
     if (!pool || pool.id !== this.#pool!.id) {
       this.#fatal(SQLSTATE.unknownPool, `pool ${this.#pool!.subdomain} no longer exists`);
       return null;
@@ -557,6 +572,7 @@ export class ClientConn implements ServerLink {
   }
 
   #unpause(bit: number): void {
+    if ((this.#pause & bit) === 0) return;
     this.#pause &= ~bit;
     if (this.#pause === 0 && !this.#gone) this.#socket.resume();
   }
@@ -596,7 +612,7 @@ export class ClientConn implements ServerLink {
     } else if (type === PARAMETER_STATUS) {
       // The client's own SET of a tracked parameter: it keeps that value in its later transactions too.
       const p = readParameterStatus(frame);
-      if (p && this.#wanted.has(p.name)) this.#wanted.set(p.name, p.value);
+      if (p) this.#keepWanted(p.name, p.value);
     } else if (type === ERROR) {
       this.#copyIn = false;
       // The server is going away (terminated, shutting down): the close that follows tells the client.

@@ -56,6 +56,8 @@ export class ServerConn {
   readonly prepared = new Set<string>();
   /** Transaction status from the last ReadyForQuery: I idle, T in a transaction, E failed transaction. */
   status: 'I' | 'T' | 'E' = 'I';
+  /** The wanted-parameters map (a client's, never changed in place) these params were last found to match; null after a change. */
+  settledFor: ReadonlyMap<string, string> | null = null;
   link: ServerLink | null = null;
   closed = false;
   /** Called once when the connection is gone (the pool forgets it). */
@@ -66,7 +68,10 @@ export class ServerConn {
     if (type === Z) this.status = String.fromCharCode(frame[5]!) as 'I' | 'T' | 'E';
     else if (type === PARAMETER_STATUS) {
       const p = readParameterStatus(frame);
-      if (p) this.params.set(p.name, p.value);
+      if (p && this.params.get(p.name) !== p.value) {
+        this.params.set(p.name, p.value);
+        this.settledFor = null;
+      }
     }
     if (this.link) this.link.onServerFrame(type, frame);
     // Unlinked: a notice or parameter change is dropped; a FATAL error is followed by the close.
@@ -147,11 +152,17 @@ export class ServerConn {
     this.#socket.uncork();
   }
 
+  /** Reading is paused (the linked client is not keeping up): resume() is a no-op otherwise, on every unlink. */
+  #paused = false;
+
   pause(): void {
+    this.#paused = true;
     this.#socket.pause();
   }
 
   resume(): void {
+    if (!this.#paused) return;
+    this.#paused = false;
     this.#socket.resume();
   }
 

@@ -5,6 +5,7 @@ import type { Logger } from '../../log.js';
 import type { DatabaseTarget, PoolEntry, Snapshot } from '../../dataplane/snapshot.js';
 import { query } from './messages.js';
 import { ServerConn } from './server-conn.js';
+import { wantedParams } from './session-params.js';
 
 /** How a connection is handed back: as is, rolled back first, or rolled back and reset (session mode). */
 export type Reset = 'none' | 'rollback' | 'discard';
@@ -38,10 +39,17 @@ export class ServerPool {
   #retired = false;
   /** The ParameterStatus values of the first connection, relayed to each client at login. */
   params: ReadonlyMap<string, string> | null = null;
+  #defaultWanted: ReadonlyMap<string, string> | null = null;
 
   constructor(signature: string, opts: ServerPoolOptions) {
     this.signature = signature;
     this.#opts = opts;
+  }
+
+  /** What a client that set no session parameter wants: the pool's defaults, one map shared by all such clients. */
+  defaultWanted(): ReadonlyMap<string, string> {
+    this.#defaultWanted ??= wantedParams(this.params ?? new Map(), new Map());
+    return this.#defaultWanted;
   }
 
   get counts(): { open: number; idle: number; opening: number } {

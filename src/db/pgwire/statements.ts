@@ -49,7 +49,7 @@ export class ClientStatements {
 
   /** The client is out of any transaction: its statements may be evicted again. */
   transactionEnd(): void {
-    this.#inTransaction.clear();
+    if (this.#inTransaction.size > 0) this.#inTransaction.clear();
   }
 
   get size(): number {
