@@ -206,6 +206,22 @@ export async function expireJobs(db: Queryable, limit: number): Promise<SweptJob
 }
 
 /**
+ * What a sweep has to do: `lapsed` when a queued job is past its TTL or a running job's lease lapsed (any
+ * running job when `all`), `prune` when a finished job is past retention. One read-only statement, so the
+ * once-a-second sweep writes nothing on an idle store: on the embedded store every statement runs on the
+ * event loop that serves pool traffic.
+ */
+export async function sweepDue(db: Queryable, all: boolean, retentionMs: number): Promise<{ lapsed: boolean; prune: boolean }> {
+  const { rows } = await db.query<{ lapsed: boolean; prune: boolean }>(
+    `SELECT EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND expires_at <= now())
+         OR EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND ($1::boolean OR lease_until < now())) AS lapsed,
+            EXISTS (SELECT 1 FROM jobs WHERE completed_at < now() - $2::double precision * interval '1 millisecond') AS prune`,
+    [all, retentionMs],
+  );
+  return { lapsed: rows[0]?.lapsed === true, prune: rows[0]?.prune === true };
+}
+
+/**
  * Running jobs whose lease lapsed (their runner crashed): back to `queued`, or `failed` when that was
  * their last attempt. `all` recovers every running job regardless of its lease: only for a store that
  * one process holds exclusively (the embedded store), where no other runner can hold a claim.

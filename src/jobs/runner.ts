@@ -17,6 +17,7 @@ import {
   pruneFinished,
   recoverLapsed,
   retryLater,
+  sweepDue,
   type ClaimedJob,
   type SweptJob,
 } from './job-store.js';
@@ -128,7 +129,9 @@ export class JobRunner {
   /** Expires queued jobs past their TTL and recovers lapsed leases, each with its events; prunes old finished jobs. */
   async sweep(recoverAll: boolean): Promise<void> {
     try {
-      for (;;) {
+      // Probe first: the writes only when something is actually due.
+      const due = await sweepDue(this.#o.sql, recoverAll, JOB_RETENTION_MS);
+      while (due.lapsed) {
         const swept = await this.#o.sql.transaction(async (tx) => {
           const expired = await expireJobs(tx, 200);
           const { requeued, failed } = await recoverLapsed(tx, MAX_ATTEMPTS, recoverAll, 500);
@@ -138,7 +141,7 @@ export class JobRunner {
         if (swept === 0 || this.#closed) break;
         this.wake();
       }
-      await pruneFinished(this.#o.sql, JOB_RETENTION_MS, 500);
+      if (due.prune) await pruneFinished(this.#o.sql, JOB_RETENTION_MS, 500);
     } catch (err) {
       this.#o.log.error({ err }, 'job sweep failed; retried on the next tick');
     }
