@@ -1,10 +1,12 @@
 // Database wire listener benchmark: in one run, pgbench (select-only in simple and extended protocol, and the
-// simple-update read-write mix) against PostgreSQL directly, through a private PgBouncer in transaction mode
-// and through poolgate's PostgreSQL listener; sysbench oltp_read_only against MariaDB directly and through
-// poolgate's MySQL listener. Targets alternate within each round; the tables quote each target's median round.
+// simple-update read-write mix) against PostgreSQL directly, through a private PgBouncer in transaction mode,
+// through a bare Node.js relay (bench/lib/pg-relay.mjs: the floor of any Node.js proxy) and through poolgate's
+// PostgreSQL listener; sysbench oltp_read_only against MariaDB directly and through poolgate's MySQL listener.
+// Targets alternate within each round; the tables quote each target's median round.
 // Usage: npm run bench:db   (env BENCH_DURATION seconds per run, default 10; BENCH_ROUNDS, default 3;
 // BENCH_CLIENTS, default 16; BENCH_POOL_SIZE (PgBouncer pool size = poolgate max_concurrent), default 16;
-// BENCH_SCALE pgbench scale, default 10; BENCH_TARGETS=direct,pgbouncer,poolgate; BENCH_SUITES=pg,mysql;
+// BENCH_SCALE pgbench scale, default 10; BENCH_RATE=<tps> runs pgbench at that fixed rate (CPU per transaction
+// compared at equal load); BENCH_TARGETS=direct,pgbouncer,node-relay,poolgate; BENCH_SUITES=pg,mysql;
 // BENCH_WORKLOADS='select-only, simple;select-only, extended' (names as in the table, ';'-separated) picks the
 // pgbench workloads; BENCH_CPU_PROF=<dir> runs poolgate with --cpu-prof into dir; BENCH_NO_SECTION=1 leaves RESULTS.md alone;
 // BENCH_RENDER=bench/out/db-….json rewrites the section from a saved run).
@@ -22,6 +24,7 @@ import { ensureTool } from './lib/wrk.mjs';
 import { startPgbouncer } from './lib/pgbouncer.mjs';
 import { pgbench } from './lib/pgbench.mjs';
 import { sysbench } from './lib/sysbench.mjs';
+import { startChild } from './lib/child.mjs';
 
 function intEnv(name, def, min) {
   const raw = process.env[name];
@@ -37,10 +40,12 @@ const settings = {
   clients: intEnv('BENCH_CLIENTS', 16, 1),
   pgbench_threads: 2,
   pool_size: intEnv('BENCH_POOL_SIZE', 16, 1),
+  /** pgbench -R: a fixed rate (tps) instead of as fast as possible; 0 = unthrottled. */
+  rate: intEnv('BENCH_RATE', 0, 0),
   pgbench_scale: intEnv('BENCH_SCALE', 10, 1),
   sysbench_tables: 4,
   sysbench_table_size: 10_000,
-  targets: listEnv('BENCH_TARGETS', 'direct,pgbouncer,poolgate'),
+  targets: listEnv('BENCH_TARGETS', 'direct,pgbouncer,node-relay,poolgate'),
   suites: listEnv('BENCH_SUITES', 'pg,mysql'),
   poolgate_store: 'embedded (PGlite, fresh data dir)',
   poolgate_adaptive: false,
@@ -170,7 +175,7 @@ function cpuMeter(pid) {
     try {
       // Fields 14 and 15 of /proc/<pid>/stat (after the parenthesised command name): utime and stime, in clock ticks.
       const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-      return Number(f[11]) + Number(f[12]);
+      return [Number(f[11]), Number(f[12])];
     } catch {
       return null;
     }
@@ -178,13 +183,19 @@ function cpuMeter(pid) {
   const hz = pid ? Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100 : 100;
   const start = pid ? ticks() : null;
   return {
+    /** { total, user, system } µs per transaction, or null. */
     perTransaction(transactions) {
       const end = start === null ? null : ticks();
       if (end === null || !transactions) return null;
-      return Math.round((((end - start) / hz) * 1e6) / transactions * 10) / 10;
+      const us = (t) => Math.round((((t) / hz) * 1e6) / transactions * 10) / 10;
+      return { total: us(end[0] + end[1] - start[0] - start[1]), user: us(end[0] - start[0]), system: us(end[1] - start[1]) };
     },
   };
 }
+
+/** A run's proxy CPU fields: the total, and its user and system parts (µs per transaction). */
+const cpuFields = (c) => ({ proxy_cpu_us_per_txn: c?.total ?? null, proxy_cpu_user_us: c?.user ?? null, proxy_cpu_system_us: c?.system ?? null });
+const cpuText = (r) => (r.proxy_cpu_us_per_txn === null ? '—' : `${r.proxy_cpu_us_per_txn} (user ${r.proxy_cpu_user_us}, sys ${r.proxy_cpu_system_us})`);
 
 const median = (xs) => {
   const s = xs.filter((x) => x !== null && x !== undefined && Number.isFinite(x)).sort((a, b) => a - b);
@@ -236,6 +247,11 @@ async function main() {
       settings.pgbouncer = { version: bouncer.version, ...bouncer.settings };
       pgTargets.pgbouncer = { host: '127.0.0.1', port: bouncer.port, user: ROLE, password: PASSWORD, database: ROLE, pid: bouncer.pid };
     }
+    if (wantPg && settings.targets.includes('node-relay')) {
+      const relay = await startChild(join(root, 'bench/lib/pg-relay.mjs'), [PG.host, String(PG.port)]);
+      cleanups.push(() => relay.stop());
+      pgTargets['node-relay'] = { host: '127.0.0.1', port: relay.port, user: ROLE, password: PASSWORD, database: ROLE, pid: relay.pid };
+    }
     const myTargets = {};
     if (wantMy && settings.targets.includes('direct')) myTargets.direct = { host: MY.host, port: MY.port, user: ROLE, password: PASSWORD };
     if (settings.targets.includes('poolgate')) {
@@ -276,17 +292,17 @@ async function main() {
         for (const [name, tg] of Object.entries(pgTargets)) {
           if (w.skip?.includes(name)) continue;
           const cpu = cpuMeter(tg.pid);
-          const r = await pgbench({ ...tg, args: w.args, clients: settings.clients, threads: settings.pgbench_threads, duration: settings.duration_s });
-          r.proxy_cpu_us_per_txn = cpu.perTransaction(r.transactions);
-          log(`round ${round} pgbench ${w.name} ${name}: ${r.ok ? `${r.tps} tps, p95 ${r.latency_ms?.p95} ms, proxy CPU ${r.proxy_cpu_us_per_txn ?? '—'} µs/txn` : r.error}`);
+          const r = await pgbench({ ...tg, args: settings.rate ? [...w.args, '-R', String(settings.rate)] : w.args, clients: settings.clients, threads: settings.pgbench_threads, duration: settings.duration_s });
+          Object.assign(r, cpuFields(cpu.perTransaction(r.transactions)));
+          log(`round ${round} pgbench ${w.name} ${name}: ${r.ok ? `${r.tps} tps, p95 ${r.latency_ms?.p95} ms, proxy CPU ${cpuText(r)} µs/txn` : r.error}`);
           ((runs.pg[w.name] ??= {})[name] ??= []).push({ round, ...r });
         }
       }
       for (const [name, tg] of Object.entries(myTargets)) {
         const cpu = cpuMeter(tg.pid);
         const r = await sysbench({ ...sysbenchBase(), ...tg, threads: settings.clients, duration: settings.duration_s });
-        r.proxy_cpu_us_per_txn = cpu.perTransaction(r.transactions);
-        log(`round ${round} sysbench oltp_read_only ${name}: ${r.ok ? `${r.tps} tps, p95 ${r.latency_ms?.p95} ms` : r.error}`);
+        Object.assign(r, cpuFields(cpu.perTransaction(r.transactions)));
+        log(`round ${round} sysbench oltp_read_only ${name}: ${r.ok ? `${r.tps} tps, p95 ${r.latency_ms?.p95} ms, proxy CPU ${cpuText(r)} µs/txn` : r.error}`);
         ((runs.mysql['oltp_read_only'] ??= {})[name] ??= []).push({ round, ...r });
       }
     }
@@ -359,15 +375,15 @@ function section(o) {
   lines.push(`adaptive off, one process with every role on its embedded store, access log to a file. sysbench oltp_read_only with`);
   lines.push(`${o.settings.sysbench_tables} tables × ${o.settings.sysbench_table_size} rows, prepared statements (\`--db-ps-mode=auto\`).`);
   lines.push('');
-  lines.push('| suite | workload | target | TPS (median) | TPS per round | latency avg ms | p95 ms | failed | proxy CPU µs/txn (median) |');
-  lines.push('| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: |');
+  lines.push('| suite | workload | target | TPS (median) | TPS per round | latency avg ms | p95 ms | failed | proxy CPU µs/txn (median) | of it user / system |');
+  lines.push('| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |');
   for (const [suite, byWorkload] of Object.entries(o.results)) {
     for (const [w, t] of Object.entries(byWorkload)) {
       for (const [name, r] of Object.entries(t)) {
         const md = r.median;
         const failed = suite === 'pg' ? r.rounds.reduce((a, x) => a + (x.failed || 0), 0) : r.rounds.reduce((a, x) => a + (x.errors || 0), 0);
         const tool = suite === 'pg' ? 'pgbench' : 'sysbench';
-        lines.push(`| ${tool} | ${w} | ${name} | ${md?.ok ? fmt(md.tps_median) : `error: ${String(md?.error ?? '').slice(0, 80).replace(/\|/g, '/')}`} | ${r.rounds.map((x) => fmt(x.tps)).join(', ')} | ${fmt(md?.latency_ms?.avg, 2)} | ${fmt(md?.latency_ms?.p95, 2)} | ${failed} | ${fmt(median(r.rounds.map((x) => x.proxy_cpu_us_per_txn)), 1)} |`);
+        lines.push(`| ${tool} | ${w} | ${name} | ${md?.ok ? fmt(md.tps_median) : `error: ${String(md?.error ?? '').slice(0, 80).replace(/\|/g, '/')}`} | ${r.rounds.map((x) => fmt(x.tps)).join(', ')} | ${fmt(md?.latency_ms?.avg, 2)} | ${fmt(md?.latency_ms?.p95, 2)} | ${failed} | ${fmt(median(r.rounds.map((x) => x.proxy_cpu_us_per_txn)), 1)} | ${fmt(median(r.rounds.map((x) => x.proxy_cpu_user_us)), 1)} / ${fmt(median(r.rounds.map((x) => x.proxy_cpu_system_us)), 1)} |`);
       }
     }
   }
