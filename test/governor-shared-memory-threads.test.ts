@@ -43,9 +43,11 @@ t.test('4 workers under random load: in-flight never exceeds the pool or budget 
   let samples = 0;
   const sampler = (async () => {
     while (sampling) {
-      const s1 = gov.state(1);
-      const sum = [2, 3, 4].reduce((s, id) => s + gov.state(id).inFlight, 0);
-      if (s1.inFlight > 5 || s1.inFlight < 0 || sum > 6) t.fail(`state over the limit: pool 1 ${s1.inFlight}, budget ${sum}`);
+      // Each state() is one locked read, so each pool is checked against its own limit here; the budget's
+      // sum is checked by the workers' holder counts (three separate reads can straddle a slot that moves
+      // from one budget pool to another, and over-count by one).
+      const over = [1, 2, 3, 4].map((id) => [id, gov.state(id).inFlight, id === 1 ? 5 : id === 4 ? 6 : 4] as const).filter(([, n, max]) => n > max || n < 0);
+      if (over.length > 0) t.fail(`state over the limit: ${over.map(([id, n]) => `pool ${id} ${n}`).join(', ')}`);
       samples++;
       await sleep(1);
     }

@@ -1,6 +1,6 @@
 // Stage 5, admit: ask the governor for a slot. The wait is X-Service-Queue-Timeout-Ms clamped to the
 // pool's queue timeout (its default), or 0 with X-Service-No-Queue; refusals become 429/504/503.
-import type { Admission, Governor, RefusalReason } from '../governor/governor.js';
+import type { Admission, Governor, LazyAbortSignal, RefusalReason } from '../governor/governor.js';
 import { reply, type Exchange, type OutcomeName, type Reply } from './exchange.js';
 
 const DIGITS = /^\d{1,15}$/;
@@ -79,9 +79,10 @@ export function governorHeaders(governor: Governor, poolId: number, queuedMs: nu
 }
 
 /** Acquires a slot: synchronous when one is free (no promise on the hot path). */
-export function admit(governor: Governor, ex: Exchange, waitMs: number, signal: AbortSignal): Admission | Promise<Admission> {
+export function admit(governor: Governor, ex: Exchange, waitMs: number, abort: AbortSignal | LazyAbortSignal): Admission | Promise<Admission> {
   try {
-    return governor.acquire({ poolId: ex.pool!.id, waitMs, signal });
+    const poolId = ex.pool!.id;
+    return governor.acquire(abort instanceof AbortSignal ? { poolId, waitMs, signal: abort } : { poolId, waitMs, abortable: abort });
   } catch {
     return { ok: false, reason: 'unavailable', queuedMs: 0 };
   }

@@ -20,6 +20,7 @@ export class ClientResponse {
   #ended = false;
   #started = false;
   #onAbort: Array<() => void> = [];
+  #signal: AbortSignal | null = null;
   #writable: ((offset: number) => boolean) | null = null;
   /** Headers taken by writeHead and not written yet. */
   #pendingHead: ReadonlyArray<readonly [string, string]> | null = null;
@@ -52,6 +53,19 @@ export class ClientResponse {
   /** A status line went out: errors from now on can only close the connection. */
   get started(): boolean {
     return this.#started;
+  }
+
+  /**
+   * An AbortSignal that fires when the client goes away, made on first call: only a request that waits in the
+   * governor's queue needs one (LazyAbortSignal).
+   */
+  signal(): AbortSignal {
+    if (this.#signal === null) {
+      const controller = new AbortController();
+      this.#signal = controller.signal;
+      this.onAbort(() => controller.abort());
+    }
+    return this.#signal;
   }
 
   /** Runs once when the client goes away before the response ended. */

@@ -115,10 +115,10 @@ export interface ForwardDeps {
 
 /**
  * Sends the admitted request to the origin and streams the answer to the client. Resolves (never
- * rejects) with how it ended; an error reply is sent here when no response had started.
- * `_abort` is the governor wait's signal; forwarding watches the client itself (no listener per request).
+ * rejects) with how it ended; an error reply is sent here when no response had started. Forwarding watches
+ * the client itself (no listener per request).
  */
-export function forward(deps: ForwardDeps, ex: Exchange, client: ClientResponse, body: RequestBody | null, _abort: AbortController): Promise<Settlement> {
+export function forward(deps: ForwardDeps, ex: Exchange, client: ClientResponse, body: RequestBody | null): Promise<Settlement> {
   return new Promise((resolve) => new Forwarding(deps, ex, client, body, resolve).start());
 }
 

@@ -282,13 +282,11 @@ export class Dataplane {
   /** Stage 5 on: a job when the request asks for one, else a slot. */
   #admitStage(ex: Exchange, client: ClientResponse, body: RequestBody | null, wait: number, asyncPool: PoolEntry | null): void {
     if (asyncPool && asyncRequested(ex.headers)) return this.#toJob(ex, client, body, 'requested');
-    const abort = new AbortController();
-    client.onAbort(() => abort.abort());
-    const a = admit(this.governor, ex, asyncPool?.asyncOnQueue ? 0 : wait, abort.signal);
+    const a = admit(this.governor, ex, asyncPool?.asyncOnQueue ? 0 : wait, client);
     if (a instanceof Promise) {
       const after = (x: Admission) => {
         try {
-          this.#admitted(ex, client, body, abort, x);
+          this.#admitted(ex, client, body, x);
         } catch (err) {
           this.#opts.log.error({ err }, 'data plane request handler failed');
           client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
@@ -300,11 +298,11 @@ export class Dataplane {
         after({ ok: false, reason: 'unavailable', queuedMs: 0 });
       });
     } else {
-      this.#admitted(ex, client, body, abort, a);
+      this.#admitted(ex, client, body, a);
     }
   }
 
-  #admitted(ex: Exchange, client: ClientResponse, body: RequestBody | null, abort: AbortController, a: Admission): void {
+  #admitted(ex: Exchange, client: ClientResponse, body: RequestBody | null, a: Admission): void {
     ex.admission = a;
     ex.queuedMs = a.queuedMs;
     // Queued only when the governor really put it in its queue (a promise alone is not a wait: see Admission).
@@ -327,7 +325,7 @@ export class Dataplane {
       this.#settle(ex, { outcome: 'client_aborted', status: 0 });
       return;
     }
-    forward({ upstreams: this.#upstreams, governor: this.governor }, ex, client, body, abort).then(
+    forward({ upstreams: this.#upstreams, governor: this.governor }, ex, client, body).then(
       (s) => this.#settle(ex, s),
       (err: unknown) => {
         // forward() resolves on every failure it knows; this is a bug, but the slot must still come back.

@@ -1,14 +1,16 @@
 // The in-memory governor (one node): per-pool concurrency slots, a bounded FIFO wait queue per pool,
 // Capacity budgets whose pools share one origin cap, and per pool an adaptive limit and an RPM gate.
-import type {
-  Admission,
-  AdmitRequest,
-  BudgetLimits,
-  Governor,
-  Outcome,
-  PoolLimits,
-  PoolState,
-  RefusalReason,
+import {
+  abortedAlready,
+  waitSignal,
+  type Admission,
+  type AdmitRequest,
+  type BudgetLimits,
+  type Governor,
+  type Outcome,
+  type PoolLimits,
+  type PoolState,
+  type RefusalReason,
 } from './governor.js';
 import { EMPTY_STATE, sanitizeLimits } from './limits.js';
 import { AdaptiveLimit } from './adaptive-limit.js';
@@ -321,8 +323,7 @@ export class MemoryGovernor implements Governor {
   acquire(req: AdmitRequest): Admission | Promise<Admission> {
     const p = this.#pools.get(req.poolId);
     if (p === undefined || !p.active || this.#closed) return { ok: false, reason: 'unavailable', queuedMs: 0 };
-    const signal = req.signal;
-    if (signal?.aborted) return { ok: false, reason: 'aborted', queuedMs: 0 };
+    if (abortedAlready(req)) return { ok: false, reason: 'aborted', queuedMs: 0 };
     // An empty queue check first: a newcomer never overtakes a waiter of its own pool.
     if (p.queue.size === 0 && p.canTake()) return p.take(0, false);
 
@@ -333,7 +334,7 @@ export class MemoryGovernor implements Governor {
     if (!(waitMs > 0)) return { ok: false, reason: 'no_slot', queuedMs: 0, retryAfterMs: p.retryAfterMs() };
     if (p.queue.size >= p.limits.queueLength) return { ok: false, reason: 'queue_full', queuedMs: 0, retryAfterMs: p.retryAfterMs() };
     const seq = ++this.#seq;
-    return new Promise<Admission>((resolve) => p.enqueue(new Waiter(p, seq, signal, resolve), waitMs));
+    return new Promise<Admission>((resolve) => p.enqueue(new Waiter(p, seq, waitSignal(req), resolve), waitMs));
   }
 
   state(poolId: number): PoolState {

@@ -2,7 +2,7 @@
 // Lua scripts (EVALSHA); waiters queue FIFO per node and are woken by pub/sub, with a timed retry behind it.
 import { randomBytes } from 'node:crypto';
 import { Redis, type RedisOptions } from 'ioredis';
-import type { Admission, AdmitRequest, BudgetLimits, Governor, Outcome, Permit, PoolLimits, PoolState, RefusalReason } from './governor.js';
+import { abortedAlready, waitSignal, type Admission, type AdmitRequest, type BudgetLimits, type Governor, type Outcome, type Permit, type PoolLimits, type PoolState, type RefusalReason } from './governor.js';
 import { EMPTY_STATE, sanitizeLimits } from './limits.js';
 import { BudgetShare } from './budget-share.js';
 import { MAX_TIMER_MS, MemoryGovernor } from './memory.js';
@@ -528,8 +528,7 @@ export class RedisGovernor implements Governor {
   #acquire(req: AdmitRequest, termMs: number, keepAlive: boolean, leaseId: string | null): Admission | LeaseAdmission | Promise<Admission | LeaseAdmission> {
     const v = this.#views.get(req.poolId);
     if (v === undefined || !v.active || this.#closed) return { ok: false, reason: 'unavailable', queuedMs: 0 };
-    const signal = req.signal;
-    if (signal?.aborted) return { ok: false, reason: 'aborted', queuedMs: 0 };
+    if (abortedAlready(req)) return { ok: false, reason: 'aborted', queuedMs: 0 };
     if (!this.connected) {
       if (this.#fallback && keepAlive) return this.#fallback.acquire(req);
       return this.#down();
@@ -541,6 +540,7 @@ export class RedisGovernor implements Governor {
       if (!(waitMs > 0)) return { ok: false, reason: 'no_slot', queuedMs: 0, retryAfterMs: v.retryAfterMs() };
       if (!mayWait) return { ok: false, reason: 'queue_full', queuedMs: 0, retryAfterMs: v.retryAfterMs() };
     }
+    const signal = waitSignal(req);
     return new Promise((resolve) => {
       const seq = ++this.#seq;
       const w = new Waiter(v, seq, signal, performance.now(), termMs, keepAlive, resolve, leaseId ?? `${this.nodeId}:${seq}`);

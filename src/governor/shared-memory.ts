@@ -1,6 +1,6 @@
 // The shared-memory governor: the memory governor's slots, FIFO queues, budgets, adaptive limit and RPM
 // gate kept in one SharedArrayBuffer, so the data plane's worker threads admit against the same limits.
-import type { Admission, AdmitRequest, BudgetLimits, Governor, Outcome, PoolLimits, PoolState, RefusalReason } from './governor.js';
+import { abortedAlready, waitSignal, type Admission, type AdmitRequest, type BudgetLimits, type Governor, type Outcome, type PoolLimits, type PoolState, type RefusalReason } from './governor.js';
 import { MAX_TIMER_MS, NODE_TIMERS, type GovernorTimers, type LearnedState, type MemoryGovernorOptions } from './memory.js';
 import { AdaptiveLimit } from './adaptive-limit.js';
 import { BudgetShare } from './budget-share.js';
@@ -352,7 +352,7 @@ export class SharedMemoryGovernor implements Governor {
       if (row === undefined || l.ctl[C_CLOSED] === 1) return { ok: false, reason: 'unavailable', queuedMs: 0 };
       v = this.#views[row]!;
       if (v.field(P_STATE) !== P_ACTIVE) return { ok: false, reason: 'unavailable', queuedMs: 0 };
-      if (req.signal?.aborted) return { ok: false, reason: 'aborted', queuedMs: 0 };
+      if (abortedAlready(req)) return { ok: false, reason: 'aborted', queuedMs: 0 };
       now = this.#now();
       // An empty queue check first: a newcomer never overtakes a waiter of its own pool, in any thread.
       if (v.field(P_QUEUED) === 0 && this.#canTake(v, now)) {
@@ -371,7 +371,7 @@ export class SharedMemoryGovernor implements Governor {
     } finally {
       this.#unlock();
     }
-    const signal = req.signal;
+    const signal = waitSignal(req);
     const promise = new Promise<Admission>((resolve) => {
       const w = new Waiter(this, entry, v, now, signal, resolve);
       this.#waiters.set(entry, w);

@@ -162,6 +162,33 @@ export function governorSuite(t: Test, factory: GovernorFactory): void {
     t.equal(gov.state(1).inFlight, 0);
   });
 
+  t.test('a lazy abort signal is made only for a request that waits, and aborting it leaves the queue', async (t) => {
+    const gov = await make(t, [pool(1)]);
+    const lazy = () => {
+      const ac = new AbortController();
+      const l = { made: 0, abort: () => ac.abort(), get aborted() { return ac.signal.aborted; }, signal() { l.made++; return ac.signal; } };
+      return l;
+    };
+    const first = lazy();
+    const granted = gov.acquire({ poolId: 1, waitMs: 5000, abortable: first });
+    // A governor that answers synchronously (memory, shared memory) grants a free slot without one.
+    if (!(granted instanceof Promise)) t.equal(first.made, 0, 'granted at once: no signal made');
+    const held = permitOf(t, await granted);
+    const second = lazy();
+    const gone = gov.acquire({ poolId: 1, waitMs: 5000, abortable: second });
+    await tick();
+    t.equal(gov.state(1).queued, 1);
+    t.ok(second.made <= 1, 'at most one signal made for the wait');
+    second.abort();
+    t.match(await gone, { ok: false, reason: 'aborted' });
+    t.equal(gov.state(1).queued, 0, 'the aborted waiter left the queue');
+    held.release();
+    const pre = lazy();
+    pre.abort();
+    t.match(await gov.acquire({ poolId: 1, waitMs: 5000, abortable: pre }), { ok: false, reason: 'aborted' }, 'an already aborted one is refused');
+    t.equal(gov.state(1).inFlight, 0);
+  });
+
   t.test('release is idempotent: a second call frees nothing', async (t) => {
     const gov = await make(t, [pool(1)]);
     const held = permitOf(t, await gov.acquire({ poolId: 1, waitMs: 0 }));
