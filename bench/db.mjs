@@ -345,6 +345,8 @@ function ratiosOf(results) {
         poolgate_over_pgbouncer: ratio(tps('poolgate'), tps('pgbouncer')), poolgate_over_pgbouncer_per_round: perRound('poolgate', 'pgbouncer'),
         poolgate_over_direct: ratio(tps('poolgate'), tps('direct')), poolgate_over_direct_per_round: perRound('poolgate', 'direct'),
         pgbouncer_over_direct: ratio(tps('pgbouncer'), tps('direct')),
+        poolgate_over_relay: ratio(tps('poolgate'), tps('node-relay')), poolgate_over_relay_per_round: perRound('poolgate', 'node-relay'),
+        relay_over_pgbouncer: ratio(tps('node-relay'), tps('pgbouncer')), relay_over_pgbouncer_per_round: perRound('node-relay', 'pgbouncer'),
       });
     }
   }
@@ -374,6 +376,9 @@ function section(o) {
   lines.push(`${o.settings.pgbouncer ? `(${o.settings.pgbouncer.version}) pool_mode=transaction, default_pool_size=${o.settings.pgbouncer.default_pool_size}` : '(not run)'}; poolgate max_concurrent=${o.settings.pool_size},`);
   lines.push(`adaptive off, one process with every role on its embedded store, access log to a file. sysbench oltp_read_only with`);
   lines.push(`${o.settings.sysbench_tables} tables × ${o.settings.sysbench_table_size} rows, prepared statements (\`--db-ps-mode=auto\`).`);
+  lines.push('node-relay: bench/lib/pg-relay.mjs, each client piped to its own server connection (`data` → `write`, no parsing,');
+  lines.push('pooling or admission): what any Node.js proxy pays for its sockets, so poolgate / node-relay is the cost of poolgate itself.');
+  if (o.settings.rate) lines.push(`pgbench ran at a fixed rate of ${o.settings.rate} tps (\`-R\`): compare CPU per transaction, not TPS.`);
   lines.push('');
   lines.push('| suite | workload | target | TPS (median) | TPS per round | latency avg ms | p95 ms | failed | proxy CPU µs/txn (median) | of it user / system |');
   lines.push('| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |');
@@ -390,10 +395,10 @@ function section(o) {
   lines.push('');
   lines.push('Ratios of the median TPS; in brackets the median of the per-round ratios (targets measured back to back).');
   lines.push('');
-  lines.push('| suite | workload | poolgate / PgBouncer TPS (target ≥ 0.8) | poolgate / direct TPS | PgBouncer / direct TPS |');
-  lines.push('| --- | --- | ---: | ---: | ---: |');
+  lines.push('| suite | workload | poolgate / PgBouncer TPS (target ≥ 0.8) | poolgate / direct TPS | PgBouncer / direct TPS | bare Node.js relay / PgBouncer TPS | poolgate / bare Node.js relay TPS |');
+  lines.push('| --- | --- | ---: | ---: | ---: | ---: | ---: |');
   const both = (a, b) => (a === null || a === undefined ? '—' : `${fmt(a, 2)} (${fmt(b, 2)})`);
-  for (const r of o.ratios) lines.push(`| ${r.suite} | ${r.workload} | ${both(r.poolgate_over_pgbouncer, r.poolgate_over_pgbouncer_per_round)} | ${both(r.poolgate_over_direct, r.poolgate_over_direct_per_round)} | ${fmt(r.pgbouncer_over_direct, 2)} |`);
+  for (const r of o.ratios) lines.push(`| ${r.suite} | ${r.workload} | ${both(r.poolgate_over_pgbouncer, r.poolgate_over_pgbouncer_per_round)} | ${both(r.poolgate_over_direct, r.poolgate_over_direct_per_round)} | ${fmt(r.pgbouncer_over_direct, 2)} | ${both(r.relay_over_pgbouncer, r.relay_over_pgbouncer_per_round)} | ${both(r.poolgate_over_relay, r.poolgate_over_relay_per_round)} |`);
   if (o.notes.length) {
     lines.push('');
     for (const n of o.notes) lines.push(`- ${n}`);
