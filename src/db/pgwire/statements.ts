@@ -60,6 +60,11 @@ export class ClientStatements {
   forward(type: number, frame: Buffer, server: ServerConn, expect: Expect[], out: (bytes: Buffer) => void): void {
     switch (type) {
       case 0x50 /* P */: {
+        // The unnamed statement (the name's first byte is its NUL) passes as is: no decoding on the common path.
+        if (frame[5] === 0) {
+          expect.push(PASS);
+          return out(frame);
+        }
         const name = cstring(frame, 5);
         if (!name || name.value === '') {
           expect.push(PASS);
@@ -80,6 +85,8 @@ export class ClientStatements {
         return out(parseNamed(st.server, st.rest));
       }
       case 0x42 /* B */: {
+        // Unnamed portal of the unnamed statement: nothing to rename.
+        if (frame[5] === 0 && frame[6] === 0) return out(frame);
         const portal = cstring(frame, 5);
         const stmt = portal && cstring(frame, portal.next);
         const st = stmt && stmt.value !== '' ? this.#byName.get(stmt.value) : undefined;
@@ -88,7 +95,7 @@ export class ClientStatements {
         return out(bindRenamed(frame.subarray(5, portal!.next), st.serverC, frame.subarray(stmt!.next)));
       }
       case 0x44 /* D */: {
-        const st = frame[5] === 0x53 /* S */ ? this.#named(frame) : undefined;
+        const st = frame[5] === 0x53 /* S */ && frame[6] !== 0 ? this.#named(frame) : undefined;
         if (!st) return out(frame);
         this.#ensure(st, server, expect, out);
         return out(describeStatement(st.server));
