@@ -36,4 +36,4 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.POOLGATE_CONTROL_PORT || 7070) + '/api/v1/openapi.json').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
 # SIGTERM (docker stop) drains in-flight work, then closes the store.
 STOPSIGNAL SIGTERM
-CMD ["node", "bin/poolgate.js", "start"]
+CMD ["node", "--max-semi-space-size=32", "bin/poolgate.js", "start"]

@@ -1,6 +1,6 @@
 // Starts the real CLI (`node bin/poolgate.js start`) as a child process and runs `poolgate admin …` next to it.
 import { spawn, execFile } from 'node:child_process';
-import { appendFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -8,6 +8,8 @@ import { fileURLToPath } from 'node:url';
 
 export const root = fileURLToPath(new URL('../..', import.meta.url));
 const BIN = join(root, 'bin', 'poolgate.js');
+/** The V8 flags of poolgate's start command, read from package.json's `start` script. */
+const RUNTIME_FLAGS = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).scripts.start.split(' ').filter((a) => a.startsWith('--'));
 
 /**
  * Starts poolgate on free ports with a fresh data dir. Resolves once its `listening` line is printed.
@@ -34,7 +36,8 @@ export async function startPoolgate(extraEnv = {}, opts = {}) {
   };
   // An empty POOLGATE_CONFIG would be read as a file name; drop it unless the caller set one.
   if (!env.POOLGATE_CONFIG) delete env.POOLGATE_CONFIG;
-  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), opts.bin ?? BIN, 'start'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  // As `npm start` and the bin's shebang run it (docs/decisions/runtime.md).
+  const child = spawn(process.execPath, [...RUNTIME_FLAGS, ...(opts.nodeArgs ?? []), opts.bin ?? BIN, 'start'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr.setEncoding('utf8');
   child.stderr.on('data', (chunk) => {
