@@ -79,10 +79,9 @@ export function governorHeaders(governor: Governor, poolId: number, queuedMs: nu
 }
 
 /** Acquires a slot: synchronous when one is free (no promise on the hot path). */
-export function admit(governor: Governor, ex: Exchange, waitMs: number, abort: AbortSignal | LazyAbortSignal): Admission | Promise<Admission> {
+export function admit(governor: Governor, ex: Exchange, waitMs: number, abortable: LazyAbortSignal): Admission | Promise<Admission> {
   try {
-    const poolId = ex.pool!.id;
-    return governor.acquire(abort instanceof AbortSignal ? { poolId, waitMs, signal: abort } : { poolId, waitMs, abortable: abort });
+    return governor.acquire({ poolId: ex.pool!.id, waitMs, abortable });
   } catch {
     return { ok: false, reason: 'unavailable', queuedMs: 0 };
   }

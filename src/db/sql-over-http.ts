@@ -180,10 +180,8 @@ export class SqlOverHttp {
     if (typeof wait !== 'number') return stop(wait);
     if (this.#asyncPool(ex) && asyncRequested(ex.headers) && tooLargeForJob(ex.headers)) return stop(JOB_TOO_LARGE);
 
-    const abort = new AbortController();
     let done = false;
     client.onAbort(() => {
-      abort.abort();
       if (done) return;
       done = true;
       settle({ outcome: 'client_aborted', status: 0 });
@@ -194,7 +192,7 @@ export class SqlOverHttp {
     const proceed = () => {
       if (done || text === null || !decided) return;
       done = true;
-      this.#parsed(ex, client, text, wait, abort, settle);
+      this.#parsed(ex, client, text, wait, settle);
     };
     verdict?.then(
       (r) => {
@@ -233,7 +231,7 @@ export class SqlOverHttp {
     });
   }
 
-  #parsed(ex: Exchange, client: ClientResponse, text: string, wait: number, abort: AbortController, settle: (s: Settlement) => void): void {
+  #parsed(ex: Exchange, client: ClientResponse, text: string, wait: number, settle: (s: Settlement) => void): void {
     const req = parseSqlRequest(text);
     if (typeof req === 'string') {
       client.sendReply(reply(400, 'bad_request', req), null, false);
@@ -250,11 +248,11 @@ export class SqlOverHttp {
       }
       return this.#toJob(ex, client, text, 'requested', settle);
     }
-    const a = admit(this.#opts.governor, ex, asyncPool?.asyncOnQueue ? 0 : wait, abort.signal);
+    const a = admit(this.#opts.governor, ex, asyncPool?.asyncOnQueue ? 0 : wait, client);
     const after = (x: Admission) => {
       const reason = asyncPool && fits && !x.ok && !client.aborted ? jobReason(asyncPool, x.reason) : null;
       if (reason) return this.#toJob(ex, client, text, reason, settle);
-      this.#admitted(ex, client, req, abort, x).then(settle, (err: unknown) => {
+      this.#admitted(ex, client, req, x).then(settle, (err: unknown) => {
         // #admitted resolves on every failure it knows; this is a bug, but the slot must still come back.
         this.#opts.log.error({ err }, 'SQL over HTTP failed unexpectedly');
         client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
@@ -284,7 +282,7 @@ export class SqlOverHttp {
     });
   }
 
-  async #admitted(ex: Exchange, client: ClientResponse, req: SqlRequest, abort: AbortController, a: Admission): Promise<Settlement> {
+  async #admitted(ex: Exchange, client: ClientResponse, req: SqlRequest, a: Admission): Promise<Settlement> {
     const pool = ex.pool!;
     ex.admission = a;
     ex.queuedMs = a.queuedMs;
@@ -301,7 +299,8 @@ export class SqlOverHttp {
     const started = performance.now();
     const r = await this.upstreams.run(pool, statementsOf(req), {
       timeoutMs: pool.settings.requestTimeoutMs,
-      signal: abort.signal,
+      // Cancels the query when the client leaves.
+      signal: client.signal(),
       transaction: req.kind === 'batch',
     });
     ex.upstreamMs = performance.now() - started;
