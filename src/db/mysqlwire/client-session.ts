@@ -23,6 +23,7 @@ import { ServerLost, type Answer, type ServerConn } from './server-conn.js';
 import { ClientStatement, LONG_DATA_LIMIT, longDataFor, prepareOk, remember } from './statements.js';
 import type { ResponseKind } from './response-scanner.js';
 import { changesSession } from './session-state.js';
+import { directReads } from '../direct-reads.js';
 
 /** Largest client packet: statements and execute packets up to 16 MiB - 1 (no split packets). */
 export const MAX_CLIENT_PACKET = 0xffffff - 1;
@@ -75,9 +76,14 @@ export class ClientSession {
   #nextStatement = 1;
   readonly #abort = new AbortController();
 
-  constructor(socket: Socket, id: number, deps: SessionDeps, onClose: (s: ClientSession) => void) {
+  /** Where the TCP connection's bytes go: the packet reader, until a TLS upgrade takes them. */
+  #fromTcp: (chunk: Buffer) => void = (c) => this.#onData(c);
+
+  /** `accepted` must not be read yet (the listener accepts with pauseOnConnect): its reads are taken over here. */
+  constructor(accepted: Socket, id: number, deps: SessionDeps, onClose: (s: ClientSession) => void) {
     this.#deps = deps;
     this.#onClose = onClose;
+    const socket = directReads(accepted, (c) => this.#fromTcp(c));
     this.#socket = socket;
     socket.setNoDelay(true);
     this.#attach(socket);
@@ -91,11 +97,12 @@ export class ClientSession {
     return this.#conn !== null;
   }
 
+  #onData(c: Buffer): void {
+    this.#frames.push(c);
+    this.#pump();
+  }
+
   #attach(socket: Socket): void {
-    socket.on('data', (c: Buffer) => {
-      this.#frames.push(c);
-      this.#pump();
-    });
     socket.on('error', () => this.close());
     socket.on('close', () => this.close());
   }
@@ -178,14 +185,21 @@ export class ClientSession {
 
   #upgrade(): void {
     const raw = this.#socket;
-    raw.removeAllListeners('data');
     raw.removeAllListeners('error');
     raw.removeAllListeners('close');
     // The TLS ClientHello may have come in the same read as the SSLRequest (mysql2 sends both at once):
-    // then TLS runs over a stream that replays those bytes first, since a socket wrapped directly is read
-    // below JavaScript and would never see them.
+    // then TLS runs over a stream that replays those bytes first and then the connection's, since a socket
+    // wrapped directly is read below JavaScript and would never see them. Wrapped directly, TLS reads the
+    // connection itself and nothing more comes through #fromTcp.
     const rest = this.#frames.drain();
-    const secure = new TLSSocket(rest ? replaying(raw, rest) : raw, { isServer: true, secureContext: this.#deps.tls! });
+    let under: Duplex | Socket = raw;
+    if (rest) {
+      const replay = replaying(raw, rest);
+      this.#fromTcp = replay.push;
+      under = replay.stream;
+    } else this.#fromTcp = () => {};
+    const secure = new TLSSocket(under, { isServer: true, secureContext: this.#deps.tls! });
+    secure.on('data', (c: Buffer) => this.#onData(c));
     this.#socket = secure;
     this.#attach(secure);
   }
@@ -508,7 +522,7 @@ export class ClientSession {
 }
 
 /** A duplex over `raw` that first yields `head` (bytes already read off it). */
-function replaying(raw: Socket, head: Buffer): Duplex {
+function replaying(raw: Socket, head: Buffer): { stream: Duplex; push: (chunk: Buffer) => void } {
   const d = new Duplex({
     read: () => void raw.resume(),
     write: (chunk: Buffer, _enc, cb) => void raw.write(chunk, cb),
@@ -522,11 +536,11 @@ function replaying(raw: Socket, head: Buffer): Duplex {
     },
   });
   d.push(head);
-  raw.on('data', (c: Buffer) => {
+  const push = (c: Buffer): void => {
     if (!d.push(c)) raw.pause();
-  });
+  };
   raw.on('end', () => d.push(null));
   raw.on('error', (err) => d.destroy(err));
   raw.on('close', () => d.destroy());
-  return d;
+  return { stream: d, push };
 }

@@ -54,7 +54,8 @@ export class MysqlListener {
       log: opts.log,
       tls,
     };
-    this.#server = createServer((socket: Socket) => {
+    // Accepted paused: each session's reads are taken over before anything is read (direct-reads.ts).
+    this.#server = createServer({ pauseOnConnect: true }, (socket: Socket) => {
       if (this.#closing) {
         socket.destroy();
         return;

@@ -3,6 +3,7 @@
 // commands) while a ResponseScanner finds its end and the server status flags.
 import type { Socket } from 'node:net';
 import type { LoggedIn } from './upstream-login.js';
+import { directReads } from '../direct-reads.js';
 import { ResponseScanner, type ResponseKind } from './response-scanner.js';
 import { STATUS } from './packets.js';
 
@@ -68,8 +69,8 @@ export class ServerConn {
     this.initialCollation = collation;
     this.signature = signature;
     this.status = login.status || STATUS.AUTOCOMMIT;
-    this.#socket = login.socket;
-    this.#socket.on('data', (c: Buffer) => this.#onData(c));
+    // The login reader let go of the socket: its reads are taken over here (direct-reads.ts).
+    this.#socket = directReads(login.socket, (c) => this.#onData(c));
     this.#socket.on('error', () => this.destroy());
     this.#socket.on('close', () => this.destroy());
   }

@@ -22,6 +22,7 @@ import type { ServerConn, ServerLink } from './server-conn.js';
 import type { ServerPool, ServerPools } from './server-pool.js';
 import { ClientStatements, type Expect, QUERY_END, SYNC } from './statements.js';
 import { Outbox } from './outbox.js';
+import { directReads } from '../direct-reads.js';
 
 /** What the listener gives each client connection. */
 export interface WireContext {
@@ -61,6 +62,8 @@ type Phase = 'first' | 'tls' | 'password' | 'ready' | 'closed';
 export class ClientConn implements ServerLink {
   readonly #ctx: WireContext;
   readonly address: string;
+  /** The TCP connection (under TLS, once the client asked for it): it closes when the client is gone. */
+  readonly tcp: Socket;
   #socket: Socket;
   readonly #reader: FrameReader;
   #phase: Phase = 'first';
@@ -121,12 +124,15 @@ export class ClientConn implements ServerLink {
   readonly #toServer = new Outbox((bytes) => this.#server?.write(bytes) ?? true);
   readonly #out = (bytes: Buffer) => this.#toServer.add(bytes);
 
-  constructor(socket: Socket, ctx: WireContext) {
+  /** `accepted` must not be read yet (the listener accepts with pauseOnConnect): its reads are taken over here. */
+  constructor(accepted: Socket, ctx: WireContext) {
     this.#ctx = ctx;
-    this.#socket = socket;
-    this.address = socket.remoteAddress ?? '';
+    this.address = accepted.remoteAddress ?? '';
     this.#reader = new FrameReader(MAX_STARTUP_BYTES, true);
     this.#statements = new ClientStatements(ctx.maxPreparedStatements);
+    const socket = directReads(accepted, (chunk) => this.#onData(chunk));
+    this.tcp = socket;
+    this.#socket = socket;
     socket.setNoDelay(true);
     this.#attach(socket);
     this.#loginTimer = setTimeout(() => this.#fatal(SQLSTATE.protocolViolation, 'login timed out'), ctx.loginTimeoutMs);
@@ -147,7 +153,6 @@ export class ClientConn implements ServerLink {
   }
 
   #attach(socket: Socket): void {
-    socket.on('data', (chunk: Buffer) => this.#onData(chunk));
     socket.on('drain', () => this.#server?.resume());
     socket.on('error', () => this.#closed());
     socket.on('close', () => this.#closed());
@@ -232,7 +237,9 @@ export class ClientConn implements ServerLink {
     const raw = this.#socket;
     raw.removeAllListeners('data');
     raw.write(SSL_YES);
+    // TLS reads the connection's handle itself from here on: only the decrypted bytes reach #onData.
     const tls = new TLSSocket(raw, { isServer: true, secureContext: this.#ctx.tls! });
+    tls.on('data', (chunk: Buffer) => this.#onData(chunk));
     tls.on('secure', () => {
       const name = (tls as TLSSocket & { servername?: string | false }).servername;
       this.#servername = typeof name === 'string' ? name : null;

@@ -100,7 +100,8 @@ export class PgWireListener {
       cancel: (pid, secret) => this.#cancel(pid, secret),
       log: opts.log,
     };
-    this.#server = createServer({ noDelay: true }, (socket) => this.#accept(socket));
+    // Accepted paused: each client's reads are taken over before anything is read (direct-reads.ts).
+    this.#server = createServer({ noDelay: true, pauseOnConnect: true }, (socket) => this.#accept(socket));
     this.#sweeper = setInterval(() => this.servers.sweep(Date.now()), 30_000);
     this.#sweeper.unref();
   }
@@ -133,7 +134,7 @@ export class PgWireListener {
     socket.on('error', () => {});
     const client = new ClientConn(socket, this.#ctx);
     this.#clients.add(client);
-    socket.once('close', () => this.#clients.delete(client));
+    client.tcp.once('close', () => this.#clients.delete(client));
   }
 
   #register(client: ClientConn): { pid: number; secret: number } {

@@ -5,6 +5,7 @@ import { isIP, type Socket } from 'node:net';
 import pg from 'pg';
 import type { DatabaseTarget } from '../../dataplane/snapshot.js';
 import { guardedConnect, guardedSocket } from '../connect-guard.js';
+import { directReads } from '../direct-reads.js';
 import { FrameReader } from './frames.js';
 import { cancelRequest } from './messages.js';
 import { readParameterStatus } from './session-params.js';
@@ -79,19 +80,23 @@ export class ServerConn {
 
   readonly #allowPrivate: boolean;
 
-  private constructor(socket: Socket, pid: number, secret: number, params: Map<string, string>, host: string, port: number, allowPrivate: boolean) {
+  readonly #onChunk = (chunk: Buffer): void => {
+    if (this.#reader.push(chunk, this.#sink)) return this.close();
+    this.link?.onServerChunkEnd?.();
+  };
+
+  /** `loggedIn`: the socket node-postgres logged in on, with its listeners removed; its reads are taken over here. */
+  private constructor(loggedIn: Socket, pid: number, secret: number, params: Map<string, string>, host: string, port: number, allowPrivate: boolean) {
     this.#allowPrivate = allowPrivate;
+    const socket = directReads(loggedIn, this.#onChunk);
     this.#socket = socket;
+    socket.setNoDelay(true);
     this.pid = pid;
     this.secret = secret;
     this.params = params;
     this.host = host;
     this.port = port;
     ServerConn.live++;
-    socket.on('data', (chunk: Buffer) => {
-      if (this.#reader.push(chunk, this.#sink)) return this.close();
-      this.link?.onServerChunkEnd?.();
-    });
     socket.on('drain', () => this.link?.onServerDrain?.());
     socket.on('error', () => this.close());
     socket.on('close', () => this.close());
@@ -133,9 +138,8 @@ export class ServerConn {
     conn.on('error', () => {});
     client.removeAllListeners();
     client.on('error', () => {});
-    socket.setNoDelay(true);
     const server = new ServerConn(socket, client.processID, client.secretKey, params, t.host, port, login.allowPrivate);
-    if (socket.destroyed) server.close();
+    if (server.#socket.destroyed) server.close();
     return server;
   }
 
