@@ -376,8 +376,9 @@ function section(o) {
   lines.push(`${o.settings.pgbouncer ? `(${o.settings.pgbouncer.version}) pool_mode=transaction, default_pool_size=${o.settings.pgbouncer.default_pool_size}` : '(not run)'}; poolgate max_concurrent=${o.settings.pool_size},`);
   lines.push(`adaptive off, one process with every role on its embedded store, access log to a file. sysbench oltp_read_only with`);
   lines.push(`${o.settings.sysbench_tables} tables × ${o.settings.sysbench_table_size} rows, prepared statements (\`--db-ps-mode=auto\`).`);
-  lines.push('node-relay: bench/lib/pg-relay.mjs, each client piped to its own server connection (`data` → `write`, no parsing,');
-  lines.push('pooling or admission): what any Node.js proxy pays for its sockets, so poolgate / node-relay is the cost of poolgate itself.');
+  lines.push('node-relay: bench/lib/pg-relay.mjs, each client piped to its own server connection (read → `write`, no parsing,');
+  lines.push('pooling or admission; both sides read through `onread` as poolgate\'s listeners are): what any Node.js proxy pays for its');
+  lines.push('sockets, so poolgate / node-relay is the cost of poolgate itself.');
   if (o.settings.rate) lines.push(`pgbench ran at a fixed rate of ${o.settings.rate} tps (\`-R\`): compare CPU per transaction, not TPS.`);
   lines.push('');
   lines.push('| suite | workload | target | TPS (median) | TPS per round | latency avg ms | p95 ms | failed | proxy CPU µs/txn (median) | of it user / system |');

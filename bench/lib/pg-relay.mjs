@@ -1,23 +1,31 @@
 // The floor of any Node.js PostgreSQL proxy, for bench:db: each client connection is piped to its own new
-// server connection ('data' → write, both ways), with no parsing, pooling or admission. Whatever poolgate
-// costs beyond this is poolgate's; what this costs beyond PgBouncer is Node.js's socket path.
+// server connection (read → write, both ways), with no parsing, pooling or admission. Both sides are read
+// the way poolgate's listeners read (src/db/direct-reads.ts: net.Socket's onread, no Readable stream), so
+// whatever poolgate costs beyond this is poolgate's; what this costs beyond PgBouncer is Node.js's socket path.
 // Run as a child (bench/lib/child.mjs): prints {"port":N} once listening. Args: upstream host, port.
+// Needs the build (npm run bench:db builds first).
 import net from 'node:net';
+import { directReads } from '../../dist/src/db/direct-reads.js';
 
 const [host, port] = [process.argv[2] ?? '127.0.0.1', Number(process.argv[3] ?? 5432)];
-const server = net.createServer({ noDelay: true }, (client) => {
-  const upstream = net.connect({ host, port, noDelay: true });
-  client.on('data', (d) => {
-    if (!upstream.write(d)) client.pause();
+const server = net.createServer({ noDelay: true, pauseOnConnect: true }, (accepted) => {
+  let client = null;
+  let upstream = null;
+  const connecting = net.connect({ host, port, noDelay: true }, () => {
+    upstream = directReads(connecting, (d) => {
+      if (!client.write(d)) upstream.pause();
+    });
+    upstream.on('drain', () => client.resume());
+    upstream.on('close', () => client.destroy());
+    upstream.on('error', () => {});
+    client = directReads(accepted, (d) => {
+      if (!upstream.write(d)) client.pause();
+    });
+    client.on('drain', () => upstream.resume());
+    client.on('close', () => upstream.destroy());
+    client.on('error', () => {});
   });
-  upstream.on('drain', () => client.resume());
-  upstream.on('data', (d) => {
-    if (!client.write(d)) upstream.pause();
-  });
-  client.on('drain', () => upstream.resume());
-  client.on('close', () => upstream.destroy());
-  upstream.on('close', () => client.destroy());
-  client.on('error', () => {});
-  upstream.on('error', () => {});
+  connecting.on('error', () => accepted.destroy());
+  accepted.on('error', () => {});
 });
 server.listen(0, '127.0.0.1', () => process.stdout.write(`${JSON.stringify({ port: server.address().port })}\n`));

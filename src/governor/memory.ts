@@ -185,10 +185,12 @@ class PoolSlots {
 
   give(grantedAt: number, outcome: Outcome | undefined): void {
     if (this.inFlight === 0) return; // unreachable while permits settle once; never go negative
-    const held = this.now() - grantedAt;
+    const now = this.now();
+    const held = now - grantedAt;
     // Learn before the slot is counted free: the sample's in-flight includes itself, and a raised
-    // limit admits waiters in the pump below.
-    if (outcome !== undefined) learnOutcome(outcome, held, this.now(), this.wallClock(), this.rpm, this.adaptive, this.inFlight);
+    // limit admits waiters in the pump below. The wall clock dates rate-limit headers only (a clock read
+    // per release saved for the wire listeners, which report none).
+    if (outcome !== undefined) learnOutcome(outcome, held, now, outcome.headers !== undefined ? this.wallClock() : 0, this.rpm, this.adaptive, this.inFlight);
     this.budget?.give(this);
     this.inFlight--;
     this.#avgHoldMs = nextAvgHold(this.#avgHoldMs, held);

@@ -102,7 +102,7 @@ export class PgWireListener {
     };
     // Accepted paused: each client's reads are taken over before anything is read (direct-reads.ts).
     this.#server = createServer({ noDelay: true, pauseOnConnect: true }, (socket) => this.#accept(socket));
-    this.#sweeper = setInterval(() => this.servers.sweep(Date.now()), 30_000);
+    this.#sweeper = setInterval(() => this.servers.sweep(performance.now()), 30_000);
     this.#sweeper.unref();
   }
 

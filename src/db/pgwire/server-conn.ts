@@ -60,6 +60,8 @@ export class ServerConn {
   /** The wanted-parameters map (a client's, never changed in place) these params were last found to match; null after a change. */
   settledFor: ReadonlyMap<string, string> | null = null;
   link: ServerLink | null = null;
+  /** When it was last handed back idle (performance.now(): monotonic, and cheaper to read than Date.now()). */
+  idleSince = 0;
   closed = false;
   /** Called once when the connection is gone (the pool forgets it). */
   onClose: ((conn: ServerConn) => void) | null = null;

@@ -30,7 +30,8 @@ const DISCARD = query('DISCARD ALL');
 export class ServerPool {
   readonly signature: string;
   readonly #opts: ServerPoolOptions;
-  readonly #idle: Array<{ conn: ServerConn; since: number }> = [];
+  /** Idle connections, oldest first (each knows since when: ServerConn.idleSince). */
+  readonly #idle: ServerConn[] = [];
   readonly #waiters: Array<{ resolve: (c: ServerConn) => void; reject: (e: Error) => void }> = [];
   /** Connections open or being opened (linked, idle, resetting). */
   #open = 0;
@@ -60,7 +61,7 @@ export class ServerPool {
   acquire(): ServerConn | Promise<ServerConn> {
     if (this.#retired) return Promise.reject(new Error('the pool changed; reconnect'));
     while (this.#idle.length > 0) {
-      const { conn } = this.#idle.pop()!;
+      const conn = this.#idle.pop()!;
       if (!conn.closed) return conn;
     }
     if (this.#open < this.#opts.max) return this.#openOne();
@@ -103,7 +104,7 @@ export class ServerPool {
   }
 
   #forget(conn: ServerConn): void {
-    const i = this.#idle.findIndex((e) => e.conn === conn);
+    const i = this.#idle.indexOf(conn);
     if (i >= 0) this.#idle.splice(i, 1);
     this.#open--;
     this.#serveWaiter();
@@ -149,7 +150,8 @@ export class ServerPool {
     if (this.#retired) return conn.close();
     const w = this.#waiters.shift();
     if (w) return w.resolve(conn);
-    this.#idle.push({ conn, since: Date.now() });
+    conn.idleSince = performance.now();
+    this.#idle.push(conn);
   }
 
   /**
@@ -162,18 +164,18 @@ export class ServerPool {
     conn.close();
   }
 
-  /** Closes idle connections unused for idleTimeoutMs. */
+  /** Closes idle connections unused for idleTimeoutMs (`now`: performance.now()). */
   sweep(now: number): void {
     const cutoff = now - this.#opts.idleTimeoutMs;
     // Oldest first at the front of the list.
-    while (this.#idle.length > 0 && this.#idle[0]!.since < cutoff) this.#idle.shift()!.conn.close();
+    while (this.#idle.length > 0 && this.#idle[0]!.idleSince < cutoff) this.#idle.shift()!.close();
   }
 
   /** No new acquires; idle connections close now, linked ones when handed back. */
   retire(): void {
     this.#retired = true;
     for (const w of this.#waiters.splice(0)) w.reject(new Error('the pool changed; reconnect'));
-    for (const { conn } of this.#idle.splice(0)) conn.close();
+    for (const conn of this.#idle.splice(0)) conn.close();
   }
 }
 
