@@ -1,0 +1,69 @@
+// The access log writes one JSON line per request (pino's format, ISO time), gathered per event-loop turn
+// before they reach the file: every line must still come out whole, once, in order, and close() must
+// write what is still gathered.
+import t from 'tap';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { AccessLog, type AccessRecord } from '../src/dataplane/access-log.js';
+
+const record = (i: number, over: Partial<AccessRecord> = {}): AccessRecord => ({
+  pool: 'p',
+  method: 'GET',
+  path: `/r/${i}?q="quoted"\\`,
+  status: 200,
+  outcome: 'proxied',
+  queuedMs: 0,
+  upstreamMs: 1,
+  totalMs: 2,
+  keyId: 7,
+  ...over,
+});
+
+function lines(file: string): Array<Record<string, unknown>> {
+  return readFileSync(file, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+}
+
+t.test('lines written in one turn and over several turns all reach the file, whole and in order', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'poolgate-access-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const file = join(dir, 'access.log');
+  const log = new AccessLog({ file, sample: 1 });
+  // More than one batch in a single turn, then a few turns of a few lines each.
+  for (let i = 0; i < 600; i++) log.write(record(i));
+  for (let turn = 0; turn < 5; turn++) {
+    await new Promise((r) => setImmediate(r));
+    for (let i = 0; i < 3; i++) log.write(record(600 + turn * 3 + i));
+  }
+  // The last lines are still gathered: close() writes them.
+  await log.close();
+  const got = lines(file);
+  t.equal(got.length, 615);
+  t.same(
+    got.map((l) => l.path),
+    Array.from({ length: 615 }, (_, i) => `/r/${i}?q="quoted"\\`),
+    'every path once, in order, escaped and read back as sent',
+  );
+  const first = got[0]!;
+  t.equal(first.log, 'access');
+  t.equal(first.level, 30);
+  t.match(first.time, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/, 'ISO time, as pino.stdTimeFunctions.isoTime');
+  t.ok(Math.abs(Date.parse(first.time as string) - Date.now()) < 60_000, 'the time is now');
+  t.equal(first.keyId, 7);
+});
+
+t.test('sampling keeps one success in N and every refusal or error', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'poolgate-access-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const file = join(dir, 'access.log');
+  const log = new AccessLog({ file, sample: 4 });
+  for (let i = 0; i < 40; i++) log.write(record(i));
+  for (let i = 0; i < 5; i++) log.write(record(100 + i, { status: 429, outcome: 'too_many_requests' }));
+  await log.close();
+  const got = lines(file);
+  t.equal(got.filter((l) => l.status === 200).length, 10);
+  t.equal(got.filter((l) => l.status === 429).length, 5);
+});
