@@ -100,6 +100,10 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
   }
   const box = new SecretBox(loadMasterKey(config.secretKey, config.dataDir));
   const now = opts.now ?? (() => new Date());
+  // Unix ms for the data plane's per-request checks (key expiry): Date.now itself unless a test fixes the time,
+  // so no Date object is made per request.
+  const nowOverride = opts.now;
+  const clock: () => number = nowOverride ? () => nowOverride().getTime() : Date.now;
   const log = opts.log ?? createLogger(config.logLevel);
   const closers: Array<() => Promise<void>> = [];
   const ports: Ports = {};
@@ -198,7 +202,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         log,
         governor,
         metrics: { record: (r) => sink?.record(r), policyRefused: (pool, policy, reason) => poolMetrics.policyRefused(pool, policy, reason) },
-        clock: () => now().getTime(),
+        clock,
         jobs,
         lookup: opts.lookup,
         // With threads, the pool listener runs in each of them (below) and this one only holds the state.
@@ -221,8 +225,8 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         snapshots: dp.snapshots,
         log,
         accessLog: dp.accessLog,
-        clock: () => now().getTime(),
-        jobs: { sql, log, snapshot: () => dp.snapshots.current, clock: () => now().getTime(), poolDomain: config.poolDomain, lockApiUrl, policies: policiesGate(dp.policies) },
+        clock,
+        jobs: { sql, log, snapshot: () => dp.snapshots.current, clock, poolDomain: config.poolDomain, lockApiUrl, policies: policiesGate(dp.policies) },
         policies: policiesGate(dp.policies),
       });
       ports.lock = lockApi.port;
@@ -230,7 +234,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       // The MySQL wire listener shares the same snapshot, governor, policies and metrics (src/db/mysqlwire).
       const mysqlWire = await MysqlListener.start({
         host: config.host, port: config.mysqlPort, snapshots: dp.snapshots, governor, policies: dp.policies, metrics: sink, log,
-        clock: () => now().getTime(), allowInsecure: config.dbAllowInsecure, allowPrivate: config.allowPrivateTargets,
+        clock, allowInsecure: config.dbAllowInsecure, allowPrivate: config.allowPrivateTargets,
         tlsCertFile: config.wireTlsCertFile, tlsKeyFile: config.wireTlsKeyFile,
       });
       ports.mysql = mysqlWire.port;
@@ -240,7 +244,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       const pgWire = await PgWireListener.start({
         host: config.host, port: config.pgPort, governor, snapshot: () => dp.snapshots.current, poolDomain: config.poolDomain,
         tlsCertFile: config.wireTlsCertFile, tlsKeyFile: config.wireTlsKeyFile, allowPrivate: config.allowPrivateTargets,
-        allowInsecure: config.dbAllowInsecure, log, metrics: sink, clock: () => now().getTime(),
+        allowInsecure: config.dbAllowInsecure, log, metrics: sink, clock,
         maxPreparedStatements: config.wireMaxPreparedStatements, policies: dp.policies,
       });
       ports.pg = pgWire.port;
@@ -270,7 +274,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         // Database pools' jobs need connections of their own when no data plane shares the process.
         const ownDatabases = new DbUpstreams({ allowInsecure: config.dbAllowInsecure, allowPrivate: config.allowPrivateTargets, log });
         const source = new SnapshotSource({
-          sql, box, log, clock: () => now().getTime(), resyncMs: config.snapshotResyncMs,
+          sql, box, log, clock, resyncMs: config.snapshotResyncMs,
           onLoad: (snap) => {
             own.configure(poolLimits(snap), snap.budgets);
             ownDatabases.sync(snap);

@@ -5,7 +5,7 @@
 // text and replayed on server connections that have not seen them (see statements.ts).
 import { TLSSocket, type SecureContext } from 'node:tls';
 import type { Socket } from 'node:net';
-import type { Admission, Governor, Permit } from '../../governor/governor.js';
+import type { Admission, Governor, LazyAbortSignal, Permit } from '../../governor/governor.js';
 import type { Logger } from '../../log.js';
 import type { RequestRecord } from '../../dataplane/release.js';
 import { liveKey } from '../../dataplane/authenticate.js';
@@ -17,7 +17,7 @@ import { cstring, FrameReader, type FrameError } from './frames.js';
 import { AUTH_CLEARTEXT, AUTH_OK, backendKeyData, errorFields, parameterStatus, readyForQuery, SSL_NO, SSL_YES } from './messages.js';
 import { error, fatal, refusal, SQLSTATE } from './errors.js';
 import { MAX_STARTUP_BYTES, poolFromServerName, readFirstPacket, readOptions } from './startup.js';
-import { readParameterStatus, setupQuery, trackedName, wantedParams } from './session-params.js';
+import { readParameterStatus, setupQuery, trackedName } from './session-params.js';
 import type { ServerConn, ServerLink } from './server-conn.js';
 import type { ServerPool, ServerPools } from './server-pool.js';
 import { ClientStatements, type Expect, QUERY_END, SYNC } from './statements.js';
@@ -101,6 +101,11 @@ export class ClientConn implements ServerLink {
   #acquiring = false;
   /** Aborts a slot wait when the client leaves (one per client: the governor drops its listener after each wait). */
   #abort: AbortController | null = null;
+  /** What the governor checks: the client is gone; the AbortController only once a wait needs its signal. */
+  readonly #abortable: { aborted: boolean } & LazyAbortSignal = {
+    aborted: false,
+    signal: () => (this.#abort ??= new AbortController()).signal,
+  };
   #linkStarted = 0;
   #queuedMs = 0;
   /** Client frames waiting for a link. */
@@ -323,7 +328,7 @@ export class ClientConn implements ServerLink {
       }
       if (this.#gone) return;
     }
-    this.#wanted = this.#fromClient.size === 0 ? servers.defaultWanted() : wantedParams(servers.params ?? new Map(), this.#fromClient);
+    this.#wanted = servers.wanted(this.#fromClient);
     if (this.#session) {
       const ok = await this.#link();
       if (!ok) return;
@@ -407,8 +412,7 @@ export class ClientConn implements ServerLink {
     const pool = this.#currentPool();
     if (!pool) return false;
     this.#linkStarted = performance.now();
-    this.#abort ??= new AbortController();
-    const admission = this.#ctx.governor.acquire({ poolId: pool.id, waitMs: pool.settings.queueTimeoutMs, signal: this.#abort.signal });
+    const admission = this.#ctx.governor.acquire({ poolId: pool.id, waitMs: pool.settings.queueTimeoutMs, abortable: this.#abortable });
     const linked = admission instanceof Promise ? admission.then((a) => this.#admitted(pool, a)) : this.#admitted(pool, admission);
     if (!(linked instanceof Promise)) return linked;
     this.#acquiring = true;
@@ -467,7 +471,8 @@ export class ClientConn implements ServerLink {
     this.#queuedMs = this.#linkedAt - this.#linkStarted;
     server.link = this;
     this.#copyIn = false;
-    this.#expect.length = 0;
+    // Setting an array's length is a runtime call even when it is already 0.
+    if (this.#expect.length !== 0) this.#expect.length = 0;
     this.#syncs = 0;
     // The connection's session parameters made the client's, ahead of anything the client sends.
     if (server.settledFor !== this.#wanted) {
@@ -497,7 +502,7 @@ export class ClientConn implements ServerLink {
   /** A tracked parameter's value as the server spells it, or as the client's own SET left it. */
   #keepWanted(name: string, value: string): void {
     if (!this.#wanted.has(name) || this.#wanted.get(name) === value) return;
-    this.#wanted = new Map(this.#wanted).set(name, value);
+    this.#wanted = this.#servers!.shared(new Map(this.#wanted).set(name, value));
   }
 
   /** The pool as the current snapshot has it, after checking this client may still use it; null (and closed) if not. */
@@ -723,6 +728,7 @@ export class ClientConn implements ServerLink {
     this.#phase = 'closed';
     if (this.#loginTimer) clearTimeout(this.#loginTimer);
     this.#ctx.unregister(this);
+    this.#abortable.aborted = true;
     this.#abort?.abort();
     this.#queue.length = 0;
     const server = this.#server;

@@ -41,8 +41,13 @@ export class Outbox {
     this.#close();
     const n = this.#pieces.length;
     if (n === 0) return true;
-    const bytes = n === 1 ? this.#pieces[0]! : Buffer.concat(this.#pieces);
-    this.#pieces.length = 0;
+    // pop(), not `length = 0`, for the usual single piece: setting an array's length is a runtime call.
+    let bytes: Buffer;
+    if (n === 1) bytes = this.#pieces.pop()!;
+    else {
+      bytes = Buffer.concat(this.#pieces);
+      this.#pieces.length = 0;
+    }
     return this.#write(bytes);
   }
 

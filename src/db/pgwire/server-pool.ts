@@ -7,6 +7,8 @@ import { query } from './messages.js';
 import { ServerConn } from './server-conn.js';
 import { wantedParams } from './session-params.js';
 
+const MAX_WANTED_MAPS = 1024;
+
 /** How a connection is handed back: as is, rolled back first, or rolled back and reset (session mode). */
 export type Reset = 'none' | 'rollback' | 'discard';
 
@@ -40,17 +42,33 @@ export class ServerPool {
   #retired = false;
   /** The ParameterStatus values of the first connection, relayed to each client at login. */
   params: ReadonlyMap<string, string> | null = null;
-  #defaultWanted: ReadonlyMap<string, string> | null = null;
+  /** One wanted-parameters map per distinct content (see wanted()), by its entries. */
+  readonly #wantedMaps = new Map<string, ReadonlyMap<string, string>>();
 
   constructor(signature: string, opts: ServerPoolOptions) {
     this.signature = signature;
     this.#opts = opts;
   }
 
-  /** What a client that set no session parameter wants: the pool's defaults, one map shared by all such clients. */
-  defaultWanted(): ReadonlyMap<string, string> {
-    this.#defaultWanted ??= wantedParams(this.params ?? new Map(), new Map());
-    return this.#defaultWanted;
+  /** What a client wants on every server connection, from the parameters it set at login (session-params.ts). */
+  wanted(fromClient: ReadonlyMap<string, string>): ReadonlyMap<string, string> {
+    return this.shared(wantedParams(this.params ?? new Map(), fromClient));
+  }
+
+  /**
+   * The one map of this content every client of the pool shares (`m` itself the first time): a server
+   * connection remembers the map it was last found to match (ServerConn.settledFor), so clients wanting the
+   * same values (pgbench's sixteen, each with application_name set) find it settled without comparing.
+   * Bounded: past the cap the cache starts over, which costs a compare, never correctness.
+   */
+  shared(m: ReadonlyMap<string, string>): ReadonlyMap<string, string> {
+    let key = '';
+    for (const [name, value] of m) key += `${name}\0${value}\0`;
+    const known = this.#wantedMaps.get(key);
+    if (known) return known;
+    if (this.#wantedMaps.size >= MAX_WANTED_MAPS) this.#wantedMaps.clear();
+    this.#wantedMaps.set(key, m);
+    return m;
   }
 
   get counts(): { open: number; idle: number; opening: number } {
