@@ -75,6 +75,46 @@ if (skip) {
     t.match(r.stderr, /password authentication failed for pool/);
   });
 
+  t.test("a logged-in client's next transaction is refused once its key is revoked or has expired", async (t) => {
+    // The listener re-checks the key only when the snapshot changed or the key's expiry came: both must still bite.
+    const mint = async (body: Record<string, unknown> = {}) =>
+      (await w.svc.api('POST', `/api/v1/pools/${w.sub}/keys`, { token: w.token, body: { label: 'session', ...body } })).body.data as { id: number; key: string };
+    const dp = w.svc.service.dataplane!;
+    const refusal = (c: pg.Client) => c.query('SELECT 1').then(() => null, (e: { code?: string; message: string }) => e);
+
+    const revoked = await mint();
+    await dp.snapshots.reload();
+    const a = new pg.Client(w.clientConfig({ password: revoked.key }));
+    a.on('error', () => {});
+    await a.connect();
+    for (let i = 0; i < 3; i++) t.equal((await a.query('SELECT 1 AS one')).rows[0].one, 1, `transaction ${i} runs`);
+    const r = await w.svc.api('DELETE', `/api/v1/pools/${w.sub}/keys/${revoked.id}`, { token: w.token });
+    t.equal(r.status, 200);
+    // No reload here: the revocation arrives as a key point update (the snapshot object stays the same).
+    const revokedAt = Date.now();
+    let e1: { code?: string; message: string } | null = null;
+    while (e1 === null && Date.now() - revokedAt < 3000) {
+      e1 = await refusal(a);
+      if (e1 === null) await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    t.equal(e1?.code, '28P01', `revoked: ${e1?.message}`);
+    t.ok(Date.now() - revokedAt < 2000, `refused within the change feed's delay (${Date.now() - revokedAt} ms)`);
+
+    // Expiry passes on the clock alone: no snapshot change announces it.
+    const expiring = await mint();
+    await w.svc.service.sql.query("UPDATE pool_keys SET expires_at = now() + interval '1500 milliseconds' WHERE id = $1", [expiring.id]);
+    await dp.snapshots.reload();
+    const b = new pg.Client(w.clientConfig({ password: expiring.key }));
+    b.on('error', () => {});
+    await b.connect();
+    t.equal((await b.query('SELECT 2 AS two')).rows[0].two, 2, 'runs before its expiry');
+    await new Promise((resolve) => setTimeout(resolve, 1700));
+    const e2 = await refusal(b);
+    t.equal(e2?.code, '28P01', `expired: ${e2?.message}`);
+    await a.end().catch(() => {});
+    await b.end().catch(() => {});
+  });
+
   t.test('node-postgres: named prepared statements across transactions with fewer server connections than clients', async (t) => {
     await w.direct.query(`CREATE TABLE IF NOT EXISTS counters (id int PRIMARY KEY, n int NOT NULL); GRANT ALL ON counters TO ${w.role}`);
     await w.direct.query('INSERT INTO counters SELECT g, 0 FROM generate_series(1, 8) g ON CONFLICT DO NOTHING');

@@ -58,9 +58,15 @@ export interface Snapshot {
   readonly keys: ReadonlyMap<string, KeyEntry>;
   readonly budgets: readonly BudgetLimits[];
   readonly loadedAt: number;
+  /**
+   * Bumped each time `keys` is patched in place (key point updates, here and in a thread's copy). A check made against this
+   * snapshot at the same count still holds: the wire listeners re-check a client's key only when it moved.
+   */
+  keyEdits: number;
 }
 
-export const EMPTY_SNAPSHOT: Snapshot = { pools: new Map(), keys: new Map(), budgets: [], loadedAt: 0 };
+export const EMPTY_SNAPSHOT: Snapshot = { pools: new Map(), keys: new Map(), budgets: [], loadedAt: 0, keyEdits: 0 };
+
 
 interface PoolRow {
   id: number;
@@ -197,6 +203,7 @@ export async function loadSnapshot(db: Queryable, box: SecretBox, now: number, l
     keys: keyMap,
     budgets: budgets.rows.map((b) => ({ budgetId: b.id, originMaxConcurrent: b.origin_max_concurrent })),
     loadedAt: now,
+    keyEdits: 0,
   };
 }
 
@@ -386,8 +393,12 @@ export class SnapshotSource implements SnapshotFeed {
   async #applyKeys(ids: number[]): Promise<void> {
     const { sql, box, log, clock } = this.#opts;
     // The map belongs to the current snapshot; entries are replaced whole, never changed in place.
-    const changes = await applyKeyChanges(sql, this.current.keys as Map<string, KeyEntry>, ids, box, clock(), log);
-    if (changes.length > 0) this.#opts.onKeys?.(changes);
+    const snapshot = this.current;
+    const changes = await applyKeyChanges(sql, snapshot.keys as Map<string, KeyEntry>, ids, box, clock(), log);
+    if (changes.length > 0) {
+      snapshot.keyEdits++;
+      this.#opts.onKeys?.(changes);
+    }
     this.keyUpdates++;
     this.keysApplied += ids.length;
   }

@@ -28,6 +28,7 @@ export class PushedSnapshots implements SnapshotFeed {
       if (entry === null) keys.delete(hash);
       else keys.set(hash, entry);
     }
+    if (changes.length > 0) this.current.keyEdits++;
   }
 
   /** Reloads are the main thread's (it holds the store); what it loads arrives here by itself. */
