@@ -152,6 +152,20 @@ if (skip) {
     await t.rejects(w.connect({ password: minted.key }), { errno: 1045 }, 'an expired key cannot log in');
     await t.rejects(live.query('SELECT 1'), { errno: 1045 }, 'a session of an expired key is refused at its next statement');
     live.destroy();
+    // A revocation arrives as a key point update (no reload, the snapshot object stays): the next statement is refused.
+    const doomed = (await w.svc.api('POST', `/api/v1/pools/${w.sub}/keys`, { token: w.token, body: { label: 'doomed' } })).body.data;
+    await w.svc.service.dataplane!.snapshots.reload();
+    const session = await w.connect({ password: doomed.key });
+    t.same((await session.query('SELECT 1 AS one'))[0], [{ one: 1 }]);
+    t.equal((await w.svc.api('DELETE', `/api/v1/pools/${w.sub}/keys/${doomed.id}`, { token: w.token })).status, 200);
+    const revokedAt = Date.now();
+    let refused: { errno?: number } | null = null;
+    while (refused === null && Date.now() - revokedAt < 3000) {
+      refused = await session.query('SELECT 1').then(() => null, (e: { errno?: number }) => e);
+      if (refused === null) await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    t.equal(refused?.errno, 1045, 'a revoked key is refused at its next statement');
+    session.destroy();
   });
 
   t.test("a client answering under another plugin, even with nothing (libmariadb's dummy_fallback_auth), is asked to switch to caching_sha2_password", async (t) => {

@@ -24,6 +24,7 @@ import { ClientStatement, LONG_DATA_LIMIT, longDataFor, prepareOk, remember } fr
 import type { ResponseKind } from './response-scanner.js';
 import { changesSession } from './session-state.js';
 import { directReads } from '../direct-reads.js';
+import { LastCheck } from '../wire-recheck.js';
 
 /** Largest client packet: statements and execute packets up to 16 MiB - 1 (no split packets). */
 export const MAX_CLIENT_PACKET = 0xffffff - 1;
@@ -75,6 +76,8 @@ export class ClientSession {
   readonly #statements = new Map<number, ClientStatement>();
   #nextStatement = 1;
   readonly #abort = new AbortController();
+  /** When #livePool's check last passed. */
+  readonly #lastCheck = new LastCheck();
 
   /** Where the TCP connection's bytes go: the packet reader, until a TLS upgrade takes them. */
   #fromTcp: (chunk: Buffer) => void = (c) => this.#onData(c);
@@ -401,13 +404,18 @@ export class ClientSession {
   /** The pool as the current snapshot has it, checked again on every admission (suspension, key revocation). */
   #livePool(): PoolEntry | string {
     const snap = this.#deps.snapshots.current;
+    if (this.#lastCheck.holds(snap, this.#deps.clock)) return this.#pool!;
     const pool = snap.pools.get(this.#pool!.subdomain.toLowerCase());
     if (!pool || pool.id !== this.#pool!.id || pool.backend !== 'mysql') return 'the pool no longer exists';
     if (pool.status !== 'active') return 'the pool is suspended';
+    let expiresAt: number | null = null;
     if (this.#keyHash !== null) {
-      if (liveKey(snap.keys, this.#keyHash, pool.id, this.#deps.clock()) === null) return 'the pool key was revoked or has expired';
+      const key = liveKey(snap.keys, this.#keyHash, pool.id, this.#deps.clock());
+      if (key === null) return 'the pool key was revoked or has expired';
+      expiresAt = key.expiresAt;
     } else if (pool.requireKey) return 'the pool now requires a key';
     this.#pool = pool;
+    this.#lastCheck.passed(snap, expiresAt);
     return pool;
   }
 

@@ -23,6 +23,7 @@ import type { ServerPool, ServerPools } from './server-pool.js';
 import { ClientStatements, type Expect, QUERY_END, SYNC } from './statements.js';
 import { Outbox } from './outbox.js';
 import { directReads } from '../direct-reads.js';
+import { LastCheck } from '../wire-recheck.js';
 
 /** What the listener gives each client connection. */
 export interface WireContext {
@@ -91,11 +92,8 @@ export class ClientConn implements ServerLink {
   #setupAnswers = 0;
   #setupError: Buffer | null = null;
 
-  /** The last check that this client may use its pool passed against this snapshot, at this count of key updates. */
-  #checkedSnap: Snapshot | null = null;
-  #checkedEdits = 0;
-  /** The key's expiry as of that check (ms), or null: the one thing that changes with no snapshot change. */
-  #keyExpiresAt: number | null = null;
+  /** When the check that this client may still use its pool last passed (#currentPool). */
+  readonly #lastCheck = new LastCheck();
 
   // The link: a slot and a server connection.
   #permit: Permit | null = null;
@@ -319,7 +317,7 @@ export class ClientConn implements ServerLink {
     if (pool.status !== 'active') return fatal(SQLSTATE.rejectedEstablishment, `pool ${pool.subdomain} is suspended`);
     const r = this.#ctx.policies?.wireRefusal(pool, key, this.address, 'POSTGRES') ?? null;
     if (r === null) {
-      this.#keyExpiresAt = key.expiresAt;
+      this.#lastCheck.passed(snap, key.expiresAt);
       return null;
     }
     if (r.reason === 'needs_http') return fatal(SQLSTATE.invalidAuthorization, `pool ${pool.subdomain} requires ${r.policy}, which wire connections cannot carry`);
@@ -517,11 +515,7 @@ export class ClientConn implements ServerLink {
   /** The pool as the current snapshot has it, after checking this client may still use it; null (and closed) if not. */
   #currentPool(): PoolEntry | null {
     const snap = this.#ctx.snapshot();
-    // Nothing the check reads has changed since it last passed (the same snapshot, no key update since):
-    // only the key's expiry can have come.
-    if (snap === this.#checkedSnap && snap.keyEdits === this.#checkedEdits && (this.#keyExpiresAt === null || this.#keyExpiresAt > this.#ctx.clock())) {
-      return this.#pool;
-    }
+    if (this.#lastCheck.holds(snap, this.#ctx.clock)) return this.#pool;
     const pool = snap.pools.get(this.#poolName);
     if (!pool || pool.id !== this.#pool!.id) {
       this.#fatal(SQLSTATE.unknownPool, `pool ${this.#pool!.subdomain} no longer exists`);
@@ -533,8 +527,6 @@ export class ClientConn implements ServerLink {
       return null;
     }
     this.#pool = pool;
-    this.#checkedSnap = snap;
-    this.#checkedEdits = snap.keyEdits;
     return pool;
   }
 
