@@ -59,14 +59,14 @@ export interface Snapshot {
   readonly budgets: readonly BudgetLimits[];
   readonly loadedAt: number;
   /**
-   * Bumped each time `keys` is patched in place (key point updates, here and in a thread's copy). A check made against this
-   * snapshot at the same count still holds: the wire listeners re-check a client's key only when it moved.
+   * Bumped each time `keys` is patched in place (key point updates, here and in a thread's copy). A check
+   * made against this snapshot at the same count still holds: the wire listeners re-check a client's key
+   * only when it moved.
    */
   keyEdits: number;
 }
 
 export const EMPTY_SNAPSHOT: Snapshot = { pools: new Map(), keys: new Map(), budgets: [], loadedAt: 0, keyEdits: 0 };
-
 
 interface PoolRow {
   id: number;
