@@ -325,7 +325,7 @@ export function proxySection(report, current) {
     `- settings: ${s.duration_s} s per row after a ${s.warmup_s} s autocannon warm-up; wrk \`-t2 --latency\`; no pipelining` +
       (s.rounds > 1 ? `; ${s.rounds} rounds over every target, interleaved: each figure is the median of the rounds (rps of each round in the JSON), errors added up` : ''),
     ...(s.paced_rate
-      ? [`- paced rows: open loop, ${s.paced_rate} requests/s started on a 1 ms tick over ${s.connections[0]} undici keep-alive connections, latency in µs resolution — the added-latency figure (closed-loop p99 at ${s.connections[0]} connections is mostly the queue in front of a saturated server)`]
+      ? [`- paced rows: open loop, ${s.paced_rate} requests/s started on a 1 ms tick over ${s.connections[0]} undici keep-alive connections (all opened before the clock starts), latency in µs resolution — the added-latency figure (closed-loop p99 at ${s.connections[0]} connections is mostly the queue in front of a saturated server)`]
       : []),
     '',
     ...table,
