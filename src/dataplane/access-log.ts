@@ -99,15 +99,31 @@ export class AccessLog {
     this.#log.info(r);
   }
 
-  /** Flushes what is buffered and closes a file destination. */
+  /** Writes everything gathered and buffered; a file destination is closed once it is written. */
   async close(): Promise<void> {
     this.#batch.flush();
-    await new Promise<void>((resolve) => {
-      this.#destination.flush((err) => {
-        void err;
-        resolve();
+    const dest = this.#destination;
+    // flush()'s callback comes when the write in flight is done, while lines short of minLength may still be
+    // buffered; before, close() then returned with them unwritten (a shutdown could lose the last lines).
+    if (this.#toFile) {
+      // end() writes everything buffered, then closes the file: 'close' means it is all written.
+      await new Promise<void>((resolve) => {
+        dest.once('close', () => resolve());
+        dest.once('error', () => resolve());
+        try {
+          dest.end();
+        } catch {
+          resolve();
+        }
       });
-    }).catch(() => {});
-    if (this.#toFile) this.#destination.end();
+      return;
+    }
+    // stderr stays open: let the write in flight finish, then write the rest synchronously.
+    await new Promise<void>((resolve) => dest.flush(() => resolve()));
+    try {
+      dest.flushSync();
+    } catch {
+      // Destroyed or not open: nothing more can be written.
+    }
   }
 }
