@@ -1,7 +1,7 @@
 // The access log writes one JSON line per request (pino's format, ISO time), gathered per event-loop turn
 // before they reach the file: every line must still come out whole, once, in order, and close() must
 // write what is still gathered.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,6 +20,13 @@ const record = (i: number, over: Partial<AccessRecord> = {}): AccessRecord => ({
   ...over,
 });
 
+/** A fresh access-log file path, removed after the test. */
+function tempLogFile(t: Test): string {
+  const dir = mkdtempSync(join(tmpdir(), 'poolgate-access-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  return join(dir, 'access.log');
+}
+
 function lines(file: string): Array<Record<string, unknown>> {
   return readFileSync(file, 'utf8')
     .trim()
@@ -28,9 +35,7 @@ function lines(file: string): Array<Record<string, unknown>> {
 }
 
 t.test('lines written in one turn and over several turns all reach the file, whole and in order', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'poolgate-access-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  const file = join(dir, 'access.log');
+  const file = tempLogFile(t);
   const log = new AccessLog({ file, sample: 1 });
   // More than one batch in a single turn, then a few turns of a few lines each.
   for (let i = 0; i < 600; i++) log.write(record(i));
@@ -56,9 +61,7 @@ t.test('lines written in one turn and over several turns all reach the file, who
 });
 
 t.test('sampling keeps one success in N and every refusal or error', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'poolgate-access-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  const file = join(dir, 'access.log');
+  const file = tempLogFile(t);
   const log = new AccessLog({ file, sample: 4 });
   for (let i = 0; i < 40; i++) log.write(record(i));
   for (let i = 0; i < 5; i++) log.write(record(100 + i, { status: 429, outcome: 'too_many_requests' }));
@@ -66,4 +69,20 @@ t.test('sampling keeps one success in N and every refusal or error', async (t) =
   const got = lines(file);
   t.equal(got.filter((l) => l.status === 200).length, 10);
   t.equal(got.filter((l) => l.status === 429).length, 5);
+});
+
+t.test('a line written after close() is dropped, not a crash; close() twice is one close', async (t) => {
+  const file = tempLogFile(t);
+  const log = new AccessLog({ file, sample: 1 });
+  log.write(record(1));
+  await log.close();
+  // A request cut at shutdown settles after the log closed: writing to the ended file would throw, and from
+  // the batch's immediate that would be an uncaught exception.
+  log.write(record(2, { status: 502, outcome: 'upstream_unreachable' }));
+  await new Promise((r) => setImmediate(r));
+  await log.close();
+  t.same(
+    lines(file).map((l) => l.path),
+    [record(1).path],
+  );
 });

@@ -15,12 +15,16 @@ class TurnBatch {
   readonly #dest: Destination;
   readonly #lines: string[] = [];
   #scheduled = false;
+  /** The destination is closing or closed: a write to it would throw, and from an immediate nothing catches it. */
+  #ended = false;
 
   constructor(dest: Destination) {
     this.#dest = dest;
   }
 
   write(line: string): boolean {
+    // A request cut at shutdown (past the drain time) settles after the log closed: its line has nowhere to go.
+    if (this.#ended) return true;
     this.#lines.push(line);
     if (this.#lines.length >= MAX_BATCH_LINES) this.flush();
     else if (!this.#scheduled) {
@@ -35,8 +39,15 @@ class TurnBatch {
     this.flush();
   };
 
+  /** Hands what is gathered to the destination now, and takes no more lines. */
+  end(): void {
+    this.flush();
+    this.#ended = true;
+  }
+
   /** Hands what is gathered to the destination now. */
   flush(): void {
+    if (this.#ended) return;
     const n = this.#lines.length;
     if (n === 0) return;
     this.#dest.write(n === 1 ? this.#lines[0]! : this.#lines.join(''));
@@ -79,6 +90,7 @@ export class AccessLog {
   readonly #sample: number;
   readonly #toFile: boolean;
   #seen = 0;
+  #closing: Promise<void> | null = null;
 
   /** `file` null writes to stderr; `sample` N logs one successful request in N (0: none). */
   constructor(opts: { file: string | null; sample: number }) {
@@ -100,8 +112,13 @@ export class AccessLog {
   }
 
   /** Writes everything gathered and buffered; a file destination is closed once it is written. */
-  async close(): Promise<void> {
-    this.#batch.flush();
+  close(): Promise<void> {
+    this.#closing ??= this.#close();
+    return this.#closing;
+  }
+
+  async #close(): Promise<void> {
+    this.#batch.end();
     const dest = this.#destination;
     // flush()'s callback comes when the write in flight is done, while lines short of minLength may still be
     // buffered; before, close() then returned with them unwritten (a shutdown could lose the last lines).

@@ -106,10 +106,12 @@ export class ClientConn implements ServerLink {
   /** Aborts a slot wait when the client leaves (one per client: the governor drops its listener after each wait). */
   #abort: AbortController | null = null;
   /** What the governor checks: the client is gone; the AbortController only once a wait needs its signal. */
-  readonly #abortable: { aborted: boolean } & LazyAbortSignal = {
-    aborted: false,
-    signal: () => (this.#abort ??= new AbortController()).signal,
-  };
+  readonly #abortable: LazyAbortSignal = ((conn: ClientConn) => ({
+    get aborted() {
+      return conn.#gone;
+    },
+    signal: () => (conn.#abort ??= new AbortController()).signal,
+  }))(this);
   #linkStarted = 0;
   #queuedMs = 0;
   /** Client frames waiting for a link. */
@@ -307,7 +309,10 @@ export class ClientConn implements ServerLink {
     this.#finishLogin(servers).catch(this.#crashed);
   }
 
-  /** Why this client may not use the pool now (a FATAL to send), or null. Checked at login and at every link. */
+  /**
+   * Why this client may not use the pool now (a FATAL to send), or null, recorded in #lastCheck as a pass.
+   * Checked at login and at a link when something it reads may have changed (#currentPool).
+   */
   #admissible(pool: PoolEntry, snap: Snapshot): Buffer | null {
     const key = liveKey(snap.keys, this.#keyHash, pool.id, this.#ctx.clock());
     if (key === null) {
@@ -736,7 +741,6 @@ export class ClientConn implements ServerLink {
     this.#phase = 'closed';
     if (this.#loginTimer) clearTimeout(this.#loginTimer);
     this.#ctx.unregister(this);
-    this.#abortable.aborted = true;
     this.#abort?.abort();
     this.#queue.length = 0;
     const server = this.#server;
