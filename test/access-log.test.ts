@@ -5,6 +5,7 @@ import t, { type Test } from 'tap';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pino } from 'pino';
 import { AccessLog, type AccessRecord } from '../src/dataplane/access-log.js';
 
 const record = (i: number, over: Partial<AccessRecord> = {}): AccessRecord => ({
@@ -85,4 +86,31 @@ t.test('a line written after close() is dropped, not a crash; close() twice is o
     lines(file).map((l) => l.path),
     [record(1).path],
   );
+});
+
+t.test('each line is the line pino would write for the record: same fields, same order, same values', async (t) => {
+  const file = tempLogFile(t);
+  const log = new AccessLog({ file, sample: 1 });
+  const records: AccessRecord[] = [
+    record(1),
+    // Strings a client chose, with everything JSON must escape; absent values; numbers JSON has no form for.
+    record(2, { pool: null, method: 'GE"T', path: '/\u0000\u001f\u2028\ud83d\ude00\ud800"\\\n\t é', upstreamMs: null, keyId: null }),
+    record(3, { status: 504, outcome: 'upstream_timeout', queuedMs: Number.NaN, totalMs: Number.POSITIVE_INFINITY }),
+  ];
+  for (const r of records) log.write(r);
+  await log.close();
+  const ours = readFileSync(file, 'utf8').trim().split('\n');
+  // pino itself, as the access log used it before: base { log: 'access' } and an ISO time.
+  const pinos: string[] = [];
+  const reference = pino({ base: { log: 'access' }, timestamp: pino.stdTimeFunctions.isoTime }, { write: (s: string) => void pinos.push(s) });
+  for (const r of records) reference.info(r);
+  t.equal(ours.length, records.length);
+  for (let i = 0; i < records.length; i++) {
+    const a = JSON.parse(ours[i]!) as Record<string, unknown>;
+    const b = JSON.parse(pinos[i]!) as Record<string, unknown>;
+    t.same(Object.keys(a), Object.keys(b), `line ${i}: the same fields in the same order`);
+    delete a.time;
+    delete b.time;
+    t.strictSame(a, b, `line ${i}: the same values`);
+  }
 });
