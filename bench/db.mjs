@@ -24,6 +24,7 @@ import { ensureTool } from './lib/wrk.mjs';
 import { startPgbouncer } from './lib/pgbouncer.mjs';
 import { pgbench } from './lib/pgbench.mjs';
 import { sysbench } from './lib/sysbench.mjs';
+import { cpuMeter } from './lib/cpu.mjs';
 import { startChild } from './lib/child.mjs';
 
 function intEnv(name, def, min) {
@@ -166,33 +167,6 @@ async function ready(name, probe) {
   throw new Error(`${name}: no query got through: ${last?.message}`);
 }
 
-/**
- * CPU time (user + system) the proxy process spends per transaction during one run: the efficiency figure,
- * much steadier than TPS on a shared machine, since it does not depend on how much CPU the proxy was given.
- */
-function cpuMeter(pid) {
-  const ticks = () => {
-    try {
-      // Fields 14 and 15 of /proc/<pid>/stat (after the parenthesised command name): utime and stime, in clock ticks.
-      const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-      return [Number(f[11]), Number(f[12])];
-    } catch {
-      return null;
-    }
-  };
-  const hz = pid ? Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100 : 100;
-  const start = pid ? ticks() : null;
-  return {
-    /** { total, user, system } µs per transaction, or null. */
-    perTransaction(transactions) {
-      const end = start === null ? null : ticks();
-      if (end === null || !transactions) return null;
-      const us = (t) => Math.round((((t) / hz) * 1e6) / transactions * 10) / 10;
-      return { total: us(end[0] + end[1] - start[0] - start[1]), user: us(end[0] - start[0]), system: us(end[1] - start[1]) };
-    },
-  };
-}
-
 /** A run's proxy CPU fields: the total, and its user and system parts (µs per transaction). */
 const cpuFields = (c) => ({ proxy_cpu_us_per_txn: c?.total ?? null, proxy_cpu_user_us: c?.user ?? null, proxy_cpu_system_us: c?.system ?? null });
 const cpuText = (r) => (r.proxy_cpu_us_per_txn === null ? '—' : `${r.proxy_cpu_us_per_txn} (user ${r.proxy_cpu_user_us}, sys ${r.proxy_cpu_system_us})`);
@@ -293,7 +267,7 @@ async function main() {
           if (w.skip?.includes(name)) continue;
           const cpu = cpuMeter(tg.pid);
           const r = await pgbench({ ...tg, args: settings.rate ? [...w.args, '-R', String(settings.rate)] : w.args, clients: settings.clients, threads: settings.pgbench_threads, duration: settings.duration_s });
-          Object.assign(r, cpuFields(cpu.perTransaction(r.transactions)));
+          Object.assign(r, cpuFields(cpu.per(r.transactions)));
           log(`round ${round} pgbench ${w.name} ${name}: ${r.ok ? `${r.tps} tps, p95 ${r.latency_ms?.p95} ms, proxy CPU ${cpuText(r)} µs/txn` : r.error}`);
           ((runs.pg[w.name] ??= {})[name] ??= []).push({ round, ...r });
         }
@@ -301,7 +275,7 @@ async function main() {
       for (const [name, tg] of Object.entries(myTargets)) {
         const cpu = cpuMeter(tg.pid);
         const r = await sysbench({ ...sysbenchBase(), ...tg, threads: settings.clients, duration: settings.duration_s });
-        Object.assign(r, cpuFields(cpu.perTransaction(r.transactions)));
+        Object.assign(r, cpuFields(cpu.per(r.transactions)));
         log(`round ${round} sysbench oltp_read_only ${name}: ${r.ok ? `${r.tps} tps, p95 ${r.latency_ms?.p95} ms, proxy CPU ${cpuText(r)} µs/txn` : r.error}`);
         ((runs.mysql['oltp_read_only'] ??= {})[name] ??= []).push({ round, ...r });
       }

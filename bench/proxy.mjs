@@ -2,7 +2,10 @@
 // (a) nothing, (b) poolgate, (c) nginx with limit_conn, (d) fastify + @fastify/http-proxy, each driven
 // side by side in one run by autocannon and (when installed) wrk over plain http.
 // Usage: npm run bench:proxy   (env BENCH_DURATION seconds, default 8; BENCH_WARMUP, default 2;
-// BENCH_CONNECTIONS, default "50,100"; BENCH_CPU_PROF=<dir> runs poolgate with --cpu-prof into dir;
+// BENCH_CONNECTIONS, default "50,100"; BENCH_CPU_PROF=<dir> runs poolgate with --cpu-prof into dir; BENCH_NODE_ARGS
+// adds node flags to poolgate's command line (e.g. --perf-basic-prof; --trace-gc with BENCH_CHILD_STDOUT=<file>, which
+// appends poolgate's stdout there; BENCH_CHILD_STDERR likewise); BENCH_PACED_SERIES=<prefix> writes each paced request's
+// start and latency (bench/lib/paced.mjs);
 // BENCH_LABEL names the run in the JSON; BENCH_TARGETS=direct,poolgate,nginx,node_peer picks targets;
 // BENCH_NO_SECTION=1 leaves RESULTS.md alone; BENCH_ROUNDS=N measures every target N times, interleaved, and reports medians; BENCH_THREADS=N adds poolgate with N data plane threads,
 // default 2, 0 for none). Writes bench/out/proxy-*.json and the "## Proxy" section.
@@ -18,6 +21,7 @@ import { startChild } from './lib/child.mjs';
 import { startNginx } from './lib/nginx.mjs';
 import { ensureTool, wrkSpread } from './lib/wrk.mjs';
 import { paced } from './lib/paced.mjs';
+import { cpuMeter } from './lib/cpu.mjs';
 
 function intEnv(name, def, min) {
   const raw = process.env[name];
@@ -74,6 +78,8 @@ async function startPoolgateTarget(origin, caFile, dir, bin, threads = 1) {
     POOLGATE_ACCESS_LOG_FILE: join(dir, 'poolgate-access.log'),
   };
   const nodeArgs = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
+  // e.g. --perf-basic-prof, for `perf record` with JavaScript symbols.
+  if (process.env.BENCH_NODE_ARGS) nodeArgs.push(...process.env.BENCH_NODE_ARGS.split(' ').filter(Boolean));
   const svc = await startPoolgate(env, { nodeArgs, bin });
   const stop = () => svc.stop();
   try {
@@ -113,6 +119,8 @@ async function probe(t) {
 }
 
 const ratio = (a, b) => (a && b ? Math.round((a / b) * 100) / 100 : null);
+/** ", proxy CPU x µs/request (user u, sys s)" for a row that has it. */
+const cpuLog = (r) => (r.cpu_us ? `, proxy CPU ${r.cpu_us.total} µs/request (user ${r.cpu_us.user}, sys ${r.cpu_us.system})` : '');
 const diff = (a, b) => (a !== null && b !== null && a !== undefined && b !== undefined ? Math.round((a - b) * 1000) / 1000 : null);
 
 /** Ratios per tool and connection count: poolgate against nginx, the Node.js peer, the origin itself and the before build. */
@@ -169,30 +177,30 @@ async function main() {
 
     const poolgate = await startPoolgateTarget(originUrl, certFile, dir);
     stops.push(() => poolgate.stop());
-    targets.push({ name: 'poolgate', key: 'poolgate', url: poolgate.url, headers: poolgate.headers });
+    targets.push({ name: 'poolgate', key: 'poolgate', url: poolgate.url, headers: poolgate.headers, pid: poolgate.pid });
     log(`poolgate pid ${poolgate.pid} on ${poolgate.url}`);
     if (settings.dataplane_threads > 1) {
       const threaded = await startPoolgateTarget(originUrl, certFile, dir, undefined, settings.dataplane_threads);
       stops.push(() => threaded.stop());
-      targets.push({ name: `poolgate, ${settings.dataplane_threads} threads (one port)`, key: 'poolgate_threads', url: threaded.url, urls: threaded.urls, headers: threaded.headers });
+      targets.push({ name: `poolgate, ${settings.dataplane_threads} threads (one port)`, key: 'poolgate_threads', url: threaded.url, urls: threaded.urls, headers: threaded.headers, pid: threaded.pid });
       log(`poolgate (${settings.dataplane_threads} threads) pid ${threaded.pid} on ${threaded.url}`);
     }
     // BENCH_BEFORE_ROOT=<dir with another build>: that build too, side by side (a fix's before and after).
     if (process.env.BENCH_BEFORE_ROOT) {
       const before = await startPoolgateTarget(originUrl, certFile, dir, join(process.env.BENCH_BEFORE_ROOT, 'bin', 'poolgate.js'));
       stops.push(() => before.stop());
-      targets.push({ name: `poolgate before (${process.env.BENCH_BEFORE_LABEL ?? process.env.BENCH_BEFORE_ROOT})`, key: 'poolgate_before', url: before.url, headers: before.headers });
+      targets.push({ name: `poolgate before (${process.env.BENCH_BEFORE_LABEL ?? process.env.BENCH_BEFORE_ROOT})`, key: 'poolgate_before', url: before.url, headers: before.headers, pid: before.pid });
     }
 
     if (haveNginx) {
       const nginx = await startNginx({ originHost: settings.origin_host, originPort: origin.port, caFile: certFile, tlsName: 'localhost', limitConn: settings.pool_max_concurrent });
       stops.push(() => nginx.stop());
-      targets.push({ name: 'nginx (limit_conn, keepalive upstream)', key: 'nginx', url: `http://127.0.0.1:${nginx.port}/`, headers: {} });
+      targets.push({ name: 'nginx (limit_conn, keepalive upstream)', key: 'nginx', url: `http://127.0.0.1:${nginx.port}/`, headers: {}, pid: nginx.pid });
     }
 
     const peer = await startChild(join(root, 'bench/lib/node-peer.mjs'), [originUrl, certFile]);
     stops.push(() => peer.stop());
-    targets.push({ name: 'fastify + @fastify/http-proxy', key: 'node_peer', url: `http://127.0.0.1:${peer.port}/`, headers: {} });
+    targets.push({ name: 'fastify + @fastify/http-proxy', key: 'node_peer', url: `http://127.0.0.1:${peer.port}/`, headers: {}, pid: peer.pid });
 
     for (const t of targets) {
       if (t.key !== 'direct') await probe(t);
@@ -206,18 +214,22 @@ async function main() {
       for (const t of targets) {
         const spec = { name: t.name, url: t.url, urls: t.urls, headers: t.headers, connections };
         if (settings.warmup_s > 0) await measure({ ...spec, duration: settings.warmup_s });
+        // The proxy's CPU time per request (the direct target has no proxy): steadier than rps on a shared machine.
+        let cpu = cpuMeter(t.pid);
         const a = await measure({ ...spec, duration: settings.duration_s });
-        rows.push({ target: t.key, tool: 'autocannon', connections, round, ...a });
-        log(`${t.name} c=${connections} autocannon: ${a.rps} req/s, p50 ${a.latency_ms.p50} ms, p99 ${a.latency_ms.p99} ms, errors ${a.errors}, non-2xx ${a.non2xx}`);
+        rows.push({ target: t.key, tool: 'autocannon', connections, round, ...a, cpu_us: cpu.per(a.requests) });
+        log(`${t.name} c=${connections} autocannon: ${a.rps} req/s, p50 ${a.latency_ms.p50} ms, p99 ${a.latency_ms.p99} ms, errors ${a.errors}, non-2xx ${a.non2xx}${cpuLog(rows.at(-1))}`);
         if (haveWrk) {
+          cpu = cpuMeter(t.pid);
           const w = await wrkSpread({ ...spec, duration: settings.duration_s });
-          rows.push({ target: t.key, connections, round, ...w });
-          log(`${t.name} c=${connections} wrk: ${w.rps} req/s, p50 ${w.latency_ms.p50} ms, p99 ${w.latency_ms.p99} ms, errors ${w.errors}, non-2xx ${w.non2xx}`);
+          rows.push({ target: t.key, connections, round, ...w, cpu_us: cpu.per(w.requests) });
+          log(`${t.name} c=${connections} wrk: ${w.rps} req/s, p50 ${w.latency_ms.p50} ms, p99 ${w.latency_ms.p99} ms, errors ${w.errors}, non-2xx ${w.non2xx}${cpuLog(rows.at(-1))}`);
         }
         if (settings.paced_rate > 0 && connections === settings.connections[0]) {
+          cpu = cpuMeter(t.pid);
           const p = await paced({ ...spec, rate: settings.paced_rate, duration: settings.duration_s });
-          rows.push({ target: t.key, round, ...p, tool: 'paced' });
-          log(`${t.name} c=${connections} paced ${settings.paced_rate}/s: p50 ${p.latency_ms.p50} ms, p99 ${p.latency_ms.p99} ms, errors ${p.errors}, non-2xx ${p.non2xx}`);
+          rows.push({ target: t.key, round, ...p, tool: 'paced', cpu_us: cpu.per(p.requests) });
+          log(`${t.name} c=${connections} paced ${settings.paced_rate}/s: p50 ${p.latency_ms.p50} ms, p99 ${p.latency_ms.p99} ms, errors ${p.errors}, non-2xx ${p.non2xx}${cpuLog(rows.at(-1))}`);
         }
       }
     }
@@ -269,6 +281,9 @@ function medianRows(rows) {
     rps: median(g.map((r) => r.rps)),
     rps_each_round: g.map((r) => r.rps),
     latency_ms: { p50: median(g.map((r) => r.latency_ms.p50)), p99: median(g.map((r) => r.latency_ms.p99)) },
+    cpu_us: g.some((r) => r.cpu_us)
+      ? { total: median(g.map((r) => r.cpu_us?.total)), user: median(g.map((r) => r.cpu_us?.user)), system: median(g.map((r) => r.cpu_us?.system)) }
+      : null,
     errors: g.reduce((a, r) => a + r.errors, 0),
     non2xx: g.reduce((a, r) => a + r.non2xx, 0),
   }));
@@ -281,9 +296,13 @@ export function proxySection(report, current) {
   const ratios = ratiosOf(rows, s.connections);
   const f = (n) => (n === null || n === undefined ? '–' : String(n));
   const table = [
-    '| target | tool | connections | rps | p50 ms | p99 ms | errors | non-2xx | rps each round |',
-    '|---|---|---:|---:|---:|---:|---:|---:|---|',
-    ...rows.map((r) => `| ${r.name} | ${r.tool} | ${r.connections} | ${r.rps} | ${f(r.latency_ms.p50)} | ${f(r.latency_ms.p99)} | ${r.errors} | ${r.non2xx} | ${r.rps_each_round ? r.rps_each_round.join(' / ') : ''} |`),
+    '| target | tool | connections | rps | p50 ms | p99 ms | proxy CPU µs/request (user / sys) | errors | non-2xx | rps each round |',
+    '|---|---|---:|---:|---:|---:|---:|---:|---:|---|',
+    ...rows.map(
+      (r) =>
+        `| ${r.name} | ${r.tool} | ${r.connections} | ${r.rps} | ${f(r.latency_ms.p50)} | ${f(r.latency_ms.p99)} | ${r.cpu_us ? `${r.cpu_us.total} (${r.cpu_us.user} / ${r.cpu_us.system})` : '–'} | ` +
+        `${r.errors} | ${r.non2xx} | ${r.rps_each_round ? r.rps_each_round.join(' / ') : ''} |`,
+    ),
   ];
   const ratioTable = [
     '| tool | connections | poolgate / nginx rps (target ≥ 0.5) | poolgate / Node.js peer rps (target ≥ 1.5) | poolgate − direct p50 ms | poolgate − direct p99 ms (target < 1 at 50) | nginx − direct p50 ms | nginx − direct p99 ms | poolgate / before rps | N threads / nginx rps | N threads / Node.js peer rps | N threads / 1 thread rps | N threads − direct p99 ms |',
@@ -324,6 +343,7 @@ export function proxySection(report, current) {
     `- machine: ${m.nproc} CPUs (${m.cpu}), ${m.memory_gib} GiB, ${m.platform}, Node.js ${m.node}; load generator, origin and proxy all on this machine; load average ${m.loadavg_1m} at the start${m.loadavg_1m_end === undefined ? '' : `, ${m.loadavg_1m_end} at the end`}`,
     `- settings: ${s.duration_s} s per row after a ${s.warmup_s} s autocannon warm-up; wrk \`-t2 --latency\`; no pipelining` +
       (s.rounds > 1 ? `; ${s.rounds} rounds over every target, interleaved: each figure is the median of the rounds (rps of each round in the JSON), errors added up` : ''),
+    '- proxy CPU: user and system CPU time of the proxy process (all its threads; nginx: master and workers) during the row, per request answered; steadier than rps on a shared machine',
     ...(s.paced_rate
       ? [`- paced rows: open loop, ${s.paced_rate} requests/s started on a 1 ms tick over ${s.connections[0]} undici keep-alive connections (all opened before the clock starts), latency in µs resolution — the added-latency figure (closed-loop p99 at ${s.connections[0]} connections is mostly the queue in front of a saturated server)`]
       : []),

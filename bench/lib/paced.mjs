@@ -2,6 +2,7 @@
 // mostly the queue in front of a saturated server, so a proxy's own added latency is measured here at a
 // rate every target sustains. undici Pool of `connections` keep-alive connections; requests are started on
 // a 1 ms tick whatever the answers do, so a slow target builds a backlog that shows in its tail.
+import { writeFileSync } from 'node:fs';
 import { Pool } from 'undici';
 
 /**
@@ -38,11 +39,16 @@ export async function paced(spec) {
       const res = await pool.request({ path: u.pathname, method: 'GET', headers: spec.headers });
       await res.body.dump();
       if (res.statusCode < 200 || res.statusCode > 299) non2xx++;
-      latencies.push(performance.now() - started);
+      const latency = performance.now() - started;
+      latencies.push(latency);
+      series?.push([Math.round((started - t0) * 1000) / 1000, Math.round(latency * 1000) / 1000]);
     } catch {
       errors++;
     }
   };
+  // BENCH_PACED_SERIES=<prefix>: every request's [start, latency] in ms, to <prefix>-<target>.json (is the tail
+  // spread over the run, or a few stalls?).
+  const series = process.env.BENCH_PACED_SERIES ? [] : null;
   const total = spec.rate * spec.duration;
   const t0 = performance.now();
   let sent = 0;
@@ -63,6 +69,7 @@ export async function paced(spec) {
   });
   await Promise.all(inflight);
   await Promise.all(pools.map((p) => p.close()));
+  if (series) writeFileSync(`${process.env.BENCH_PACED_SERIES}-${spec.name.replace(/\W+/g, '_')}.json`, JSON.stringify(series));
   latencies.sort((a, b) => a - b);
   const pct = (p) => (latencies.length ? Math.round(latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))] * 1000) / 1000 : null);
   return {

@@ -51,6 +51,7 @@ export async function startPoolgate(extraEnv = {}, opts = {}) {
     const timer = setTimeout(() => reject(new Error(`poolgate did not print its listening line within 120 s (a busy machine)\n${stderr}`)), 120_000);
     const lines = createInterface({ input: child.stdout });
     lines.on('line', (line) => {
+      if (process.env.BENCH_CHILD_STDOUT) appendFileSync(process.env.BENCH_CHILD_STDOUT, `${line}\n`);
       try {
         const msg = JSON.parse(line);
         if (msg.event === 'listening') {
