@@ -22,16 +22,15 @@ class TurnBatch {
     this.#dest = dest;
   }
 
-  write(line: string): boolean {
+  write(line: string): void {
     // A request cut at shutdown (past the drain time) settles after the log closed: its line has nowhere to go.
-    if (this.#ended) return true;
+    if (this.#ended) return;
     this.#lines.push(line);
     if (this.#lines.length >= MAX_BATCH_LINES) this.flush();
     else if (!this.#scheduled) {
       this.#scheduled = true;
       setImmediate(this.#onTurnEnd);
     }
-    return true;
   }
 
   readonly #onTurnEnd = (): void => {
