@@ -325,6 +325,14 @@ t.test('forwarding: managed credentials injected, pool auth and hop-by-hop heade
     t.match(bad, /^HTTP\/1.1 4\d\d /, `${line} → 4xx`);
   }
   for (const gone of ['keep-alive', 'upgrade', 'trailer', 'x-drop-me']) t.notOk(gone in rh, `${gone} does not reach the origin`);
+  // A header named as a property of every plain object reaches the origin as sent, not joined to that property
+  // (`constructor` went out as "function Object() { [native code] }, c1"). uWS refuses `__proto__` itself.
+  const named = await rawRequest(
+    `GET /raw HTTP/1.1\r\nHost: bearer.pools.localhost\r\nX-Service-Key: ${b.key}\r\nConnection: close\r\nConstructor: c1\r\nToString: t1\r\nHasOwnProperty: h1\r\n\r\n`,
+  );
+  t.match(named, /^HTTP\/1.1 200 /, named);
+  const nh = JSON.parse(named.slice(named.indexOf('\r\n\r\n') + 4)).headers as Record<string, unknown>;
+  t.same([nh.constructor, nh.tostring, nh.hasownproperty], ['c1', 't1', 'h1'], 'headers named like Object properties forwarded as sent');
 
   await createPool('apikey', { credential: { method: 'api_key', api_key: 'k-123', header_name: 'X-Origin-Key' } });
   const a = await mintKey('apikey');

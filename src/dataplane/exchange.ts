@@ -75,12 +75,24 @@ export interface Exchange {
 /** A synchronous gate: null lets the request continue, a Reply stops it. Gates never throw to refuse. */
 export type Gate = (ex: Exchange) => Reply | null;
 
-/** The request's headers (lower-case names; repeated headers joined with ", "), read while `req` is valid. */
+/**
+ * The request's headers (lower-case names; repeated headers joined with ", "), read while `req` is valid, in an
+ * object without a prototype.
+ */
 export function readRequestHeaders(req: HttpRequest): Record<string, string> {
-  const headers: Record<string, string> = {};
-  req.forEach((k, v) => {
-    const prev = headers[k];
-    headers[k] = prev === undefined ? v : `${prev}, ${v}`;
-  });
+  // No prototype: a header named `constructor` or `__proto__` is a header like any other, not a property of Object.
+  const headers = Object.create(null) as Record<string, string>;
+  collecting = headers;
+  req.forEach(collectHeader);
+  collecting = NONE;
   return headers;
+}
+
+// uWS calls forEach's callback synchronously: one module-level callback and the object it fills, instead of a
+// closure per request.
+const NONE: Record<string, string> = {};
+let collecting = NONE;
+function collectHeader(k: string, v: string): void {
+  const prev = collecting[k];
+  collecting[k] = prev === undefined ? v : `${prev}, ${v}`;
 }
