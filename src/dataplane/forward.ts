@@ -113,13 +113,17 @@ export interface ForwardDeps {
   governor: Governor;
 }
 
+/** Told once how a forwarded request ended. One function for every request (no closure per request). */
+export type ForwardEnd = (ex: Exchange, s: Settlement) => void;
+
 /**
- * Sends the admitted request to the origin and streams the answer to the client. Resolves (never
- * rejects) with how it ended; an error reply is sent here when no response had started. Forwarding watches
- * the client itself (no listener per request).
+ * Sends the admitted request to the origin and streams the answer to the client; `end` is called exactly once
+ * with how it ended, from whichever callback ends it (no promise, so the slot is released in that callback, not a
+ * microtask later). An error reply is sent here when no response had started. Forwarding watches the client
+ * itself (no listener per request).
  */
-export function forward(deps: ForwardDeps, ex: Exchange, client: ClientResponse, body: RequestBody | null): Promise<Settlement> {
-  return new Promise((resolve) => new Forwarding(deps, ex, client, body, resolve).start());
+export function forward(deps: ForwardDeps, ex: Exchange, client: ClientResponse, body: RequestBody | null, end: ForwardEnd): void {
+  new Forwarding(deps, ex, client, body, end).start();
 }
 
 const CONNECT_REFUSED = reply(400, 'bad_request', 'the request cannot be forwarded: CONNECT is not supported');
@@ -136,7 +140,7 @@ class Forwarding implements Dispatcher.DispatchHandler {
   readonly #ex: Exchange;
   readonly #client: ClientResponse;
   readonly #body: RequestBody | null;
-  readonly #resolve: (s: Settlement) => void;
+  readonly #end: ForwardEnd;
   readonly #started = performance.now();
   /** waiting: no response yet; streaming: the body is going to the client; done: resolved. */
   #state: 'waiting' | 'streaming' | 'done' = 'waiting';
@@ -151,12 +155,12 @@ class Forwarding implements Dispatcher.DispatchHandler {
   /** The origin's body ended while a chunk was still pending. */
   #endedWhilePending = false;
 
-  constructor(deps: ForwardDeps, ex: Exchange, client: ClientResponse, body: RequestBody | null, resolve: (s: Settlement) => void) {
+  constructor(deps: ForwardDeps, ex: Exchange, client: ClientResponse, body: RequestBody | null, end: ForwardEnd) {
     this.#deps = deps;
     this.#ex = ex;
     this.#client = client;
     this.#body = body;
-    this.#resolve = resolve;
+    this.#end = end;
   }
 
   start(): void {
@@ -215,7 +219,9 @@ class Forwarding implements Dispatcher.DispatchHandler {
       controller.abort(ABORTED);
       return;
     }
-    client.writeHead(status, [...clientResponseHeaders(headers), ...governorHeaders(this.#deps.governor, ex.pool!.id, ex.queuedMs)]);
+    const head = clientResponseHeaders(headers);
+    for (const h of governorHeaders(this.#deps.governor, ex.pool!.id, ex.queuedMs)) head.push(h);
+    client.writeHead(status, head);
     const cl = headers['content-length'];
     const length = typeof cl === 'string' && /^\d+$/.test(cl) ? Number(cl) : null;
     if (ex.method === 'HEAD' || NO_BODY_STATUS.has(status)) {
@@ -336,7 +342,7 @@ class Forwarding implements Dispatcher.DispatchHandler {
     this.#state = 'done';
     this.#clearTimer();
     this.#ex.upstreamMs = performance.now() - this.#started;
-    this.#resolve(s);
+    this.#end(this.#ex, s);
   }
 
   #clearTimer(): void {

@@ -13,7 +13,7 @@ import { admit, refusalReply, requestedWait, governorHeaders } from './admit.js'
 import { authenticateGate } from './authenticate.js';
 import { ClientResponse } from './client-response.js';
 import { readRequestHeaders, reply, type Exchange, type Gate, type Reply } from './exchange.js';
-import { forward, Upstreams } from './forward.js';
+import { forward, Upstreams, type ForwardDeps } from './forward.js';
 import { releaseStage, type DataplaneMetrics, type Settlement } from './release.js';
 import { RequestBody } from './request-body.js';
 import { acceptJob, asyncEligible, asyncRequested, JOB_TOO_LARGE, tooLargeForJob, type JobIntake } from '../jobs/intake.js';
@@ -78,6 +78,9 @@ export class Dataplane {
   readonly #app: TemplatedApp;
   readonly #gates: readonly Gate[];
   readonly #upstreams: Upstreams;
+  readonly #forwardDeps: ForwardDeps;
+  /** Stage 7 for a forwarded request (one function for all of them). */
+  readonly #forwarded = (ex: Exchange, s: Settlement): void => this.#settle(ex, s);
   readonly #accessLog: AccessLog;
   readonly #release: ReturnType<typeof releaseStage>;
   readonly #bodyLimit: number;
@@ -97,6 +100,7 @@ export class Dataplane {
     const trustedProxies = opts.config.trustedProxies.split(',').map((c) => c.trim()).filter(Boolean);
     const targets = { allowPrivate: opts.config.allowPrivateTargets, lookup: opts.lookup ?? systemLookup };
     this.#upstreams = new Upstreams({ caFile: opts.config.originCaFile, targets, trustedProxies });
+    this.#forwardDeps = { upstreams: this.#upstreams, governor: opts.governor };
     this.#accessLog = new AccessLog({ file: opts.config.accessLogFile, sample: opts.config.accessLogSample });
     this.#release = releaseStage(opts.metrics ?? null, this.#accessLog);
     // Stage 4 (policies: IP allowlist, HMAC, JWT) joins this chain between scope and admit.
@@ -325,15 +329,8 @@ export class Dataplane {
       this.#settle(ex, { outcome: 'client_aborted', status: 0 });
       return;
     }
-    forward({ upstreams: this.#upstreams, governor: this.governor }, ex, client, body).then(
-      (s) => this.#settle(ex, s),
-      (err: unknown) => {
-        // forward() resolves on every failure it knows; this is a bug, but the slot must still come back.
-        this.#opts.log.error({ err }, 'forward failed unexpectedly');
-        client.close();
-        this.#settle(ex, { outcome: 'upstream_unreachable', status: 502 });
-      },
-    );
+    // A throw from here reaches #handle's or the queued path's catch, which answers 500 and settles.
+    forward(this.#forwardDeps, ex, client, body, this.#forwarded);
   }
 
   /** The reason a refused request becomes an async job instead of a refusal, or null. */
