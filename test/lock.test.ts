@@ -413,11 +413,12 @@ t.test('the release outcome reaches the permit: status, throttled, retryAfterMs,
   const r = await post(`/pools/lk-outcome/lock/${g.slotId}/release`, {
     key,
     on: client,
-    body: { status: 429, throttled: 2, retryAfterMs: 1500, rate, headers: { 'Retry-After': '2', 'x-ratelimit-remaining': '0' } },
+    body: { status: 429, throttled: 2, retryAfterMs: 1500, rate, headers: { 'Retry-After': '2', 'x-ratelimit-remaining': '0', Constructor: 'c1' } },
   });
   t.same(r.json, { released: true });
   t.equal(seen.length, 1);
   t.match(seen[0], { status: 429, throttled: 2, retryAfterMs: 1500, rate, headers: { 'retry-after': '2', 'x-ratelimit-remaining': '0' } });
+  t.equal(seen[0]!.headers!.constructor, 'c1', 'a header named like an Object property is a header like any other');
   t.notOk(seen[0]!.dropped, 'a release is a sample, not dropped work');
   // A lease reclaimed by the janitor is settled as dropped work (another pool: the 429 above shut this one's rate gate).
   const shortRes = await post('/pools/lk-outcome-short/lock/acquire', { key: shortKey, on: client });

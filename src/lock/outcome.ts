@@ -83,7 +83,8 @@ function parseHeaders(v: unknown): Parsed<Record<string, string>> {
   if (!isObject(v)) return { ok: false, message: 'headers must be an object of header name to string' };
   const keys = Object.keys(v);
   if (keys.length > MAX_HEADERS) return { ok: false, message: `headers has more than ${MAX_HEADERS} members` };
-  const out: Record<string, string> = {};
+  // No prototype: `constructor` is a header name like any other here (it would have read Object's property).
+  const out = Object.create(null) as Record<string, string>;
   for (const k of keys) {
     const x = v[k];
     if (k.length > MAX_HEADER_NAME || !HEADER_NAME.test(k)) return { ok: false, message: `headers: ${JSON.stringify(k.slice(0, 64))} is not a header name` };
