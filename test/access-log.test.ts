@@ -2,7 +2,7 @@
 // before they reach the file: every line must still come out whole, once, in order, and close() must
 // write what is still gathered.
 import t, { type Test } from 'tap';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
@@ -113,4 +113,25 @@ t.test('each line is the line pino would write for the record: same fields, same
     delete b.time;
     t.strictSame(a, b, `line ${i}: the same values`);
   }
+});
+
+t.test('on a quiet pool a line reaches the file within about a second, without waiting for more lines', async (t) => {
+  const file = tempLogFile(t);
+  const log = new AccessLog({ file, sample: 1 });
+  t.teardown(() => log.close());
+  log.write(record(1));
+  // Short of the batch size: the line is held for at most a second, then written (not only at close()).
+  await new Promise((r) => setTimeout(r, 100));
+  const early = existsSync(file) ? readFileSync(file, 'utf8') : '';
+  t.equal(early, '', 'held while more lines may come');
+  let got = '';
+  for (let i = 0; i < 40 && !got; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    got = existsSync(file) ? readFileSync(file, 'utf8') : '';
+  }
+  t.same(JSON.parse(got).path, record(1).path, 'written within 1 s, while the log is still open');
+  // Enough lines for a batch go out at the end of the turn.
+  for (let i = 2; i < 40; i++) log.write(record(i));
+  await new Promise((r) => setTimeout(r, 200));
+  t.equal(readFileSync(file, 'utf8').trim().split('\n').length, 39, 'a full batch is written at once');
 });

@@ -6,35 +6,47 @@ import type { OutcomeName } from './exchange.js';
 type Destination = ReturnType<typeof pino.destination>;
 
 /**
- * The lines of one event-loop turn, handed to the destination as one string. SonicBoom
- * measures the UTF-8 length of its whole pending buffer on every write (flattening it), so one write per
- * request cost more than formatting the line: under load, pino's write was 8.5% of the data plane's CPU,
- * a fifth of it in that measurement (bench/RESULTS.md, "Proxy").
+ * Gathers lines and hands them to the destination in few, large writes: at the end of an event-loop turn once
+ * `holdChars` are gathered, else within HOLD_MS. SonicBoom measures the UTF-8 length of its last pending chunk on
+ * every write (flattening it): one write per request cost more than formatting the line (pino's write was 8.5% of
+ * the data plane's CPU under load, bench/RESULTS.md "Proxy"), and with its own `minLength` buffering a quiet pool's
+ * lines waited for 4 KB, however long that took, and each small write flattened all of them again.
  */
-class TurnBatch {
+class LineBatch {
   readonly #dest: Destination;
+  readonly #holdChars: number;
   readonly #lines: string[] = [];
-  #scheduled = false;
+  #chars = 0;
+  #turnScheduled = false;
+  #timer: NodeJS.Timeout | null = null;
   /** The destination is closing or closed: a write to it would throw, and from an immediate nothing catches it. */
   #ended = false;
 
-  constructor(dest: Destination) {
+  constructor(dest: Destination, holdChars: number) {
     this.#dest = dest;
+    this.#holdChars = holdChars;
   }
 
   write(line: string): void {
     // A request cut at shutdown (past the drain time) settles after the log closed: its line has nowhere to go.
     if (this.#ended) return;
     this.#lines.push(line);
+    this.#chars += line.length;
     if (this.#lines.length >= MAX_BATCH_LINES) this.flush();
-    else if (!this.#scheduled) {
-      this.#scheduled = true;
+    else if (!this.#turnScheduled) {
+      this.#turnScheduled = true;
       setImmediate(this.#onTurnEnd);
     }
   }
 
   readonly #onTurnEnd = (): void => {
-    this.#scheduled = false;
+    this.#turnScheduled = false;
+    if (this.#chars >= this.#holdChars) this.flush();
+    else if (this.#timer === null && this.#lines.length > 0) this.#timer = setTimeout(this.#onHeldLong, HOLD_MS).unref();
+  };
+
+  readonly #onHeldLong = (): void => {
+    this.#timer = null;
     this.flush();
   };
 
@@ -47,14 +59,23 @@ class TurnBatch {
   /** Hands what is gathered to the destination now. */
   flush(): void {
     if (this.#ended) return;
+    if (this.#timer !== null) {
+      clearTimeout(this.#timer);
+      this.#timer = null;
+    }
     const n = this.#lines.length;
     if (n === 0) return;
     this.#dest.write(n === 1 ? this.#lines[0]! : this.#lines.join(''));
     this.#lines.length = 0;
+    this.#chars = 0;
   }
 }
 
 const MAX_BATCH_LINES = 256;
+/** A file gets lines in writes of at least this many characters, unless they have waited HOLD_MS. */
+const FILE_HOLD_CHARS = 4096;
+/** The longest a line waits before it is handed to the destination. */
+const HOLD_MS = 1000;
 
 let stampedAt = -1;
 let stamp = '';
@@ -102,7 +123,7 @@ export interface AccessRecord {
 
 export class AccessLog {
   readonly #destination: Destination;
-  readonly #batch: TurnBatch;
+  readonly #batch: LineBatch;
   readonly #sample: number;
   readonly #toFile: boolean;
   #seen = 0;
@@ -110,10 +131,10 @@ export class AccessLog {
 
   /** `file` null writes to stderr; `sample` N logs one successful request in N (0: none). */
   constructor(opts: { file: string | null; sample: number }) {
-    this.#destination = opts.file
-      ? pino.destination({ dest: opts.file, sync: false, mkdir: true, minLength: 4096 })
-      : pino.destination({ fd: 2, sync: false });
-    this.#batch = new TurnBatch(this.#destination);
+    // The batch does the buffering (SonicBoom's own minLength has no time limit): the destination writes what it is given.
+    this.#destination = opts.file ? pino.destination({ dest: opts.file, sync: false, mkdir: true }) : pino.destination({ fd: 2, sync: false });
+    // stderr gets each turn's lines at once (a terminal or a container log is read as it happens).
+    this.#batch = new LineBatch(this.#destination, opts.file ? FILE_HOLD_CHARS : 0);
     this.#sample = opts.sample;
     this.#toFile = opts.file !== null;
   }
@@ -135,8 +156,8 @@ export class AccessLog {
   async #close(): Promise<void> {
     this.#batch.end();
     const dest = this.#destination;
-    // flush()'s callback comes when the write in flight is done, while lines short of minLength may still be
-    // buffered; before, close() then returned with them unwritten (a shutdown could lose the last lines).
+    // flush()'s callback comes when the write in flight is done, while later lines may still be buffered; close()
+    // once returned with them unwritten (a shutdown could lose the last lines).
     if (this.#toFile) {
       // end() writes everything buffered, then closes the file: 'close' means it is all written.
       await new Promise<void>((resolve) => {
