@@ -145,6 +145,10 @@ t.test('access proxy: identity trusted only from the proxy; direct or spoofed ca
   const spoof = await untouched(id, () => call(v6, 'pol-ap', '/who', { headers: { 'x-auth-request-user': 'admin', 'x-forwarded-for': '127.0.0.1' } }));
   t.equal(spoof.status, 403, 'an identity header (and forwarded address) from a non-proxy peer is refused');
   t.equal(await refusals('pol-ap', 'access_proxy', 'untrusted_source'), 1);
+  // An identity header named like a property of every object is read as a header: absent is no identity, not a 5xx.
+  await createPool('pol-ap-ctor', { accessProxy: { proxies: ['127.0.0.1/32'], header: 'constructor' } });
+  t.equal((await call(v4, 'pol-ap-ctor', '/who')).status, 401, 'no identity header sent');
+  t.equal((await call(v4, 'pol-ap-ctor', '/who', { headers: { constructor: 'alice' } })).status, 200, 'the identity header sent');
 });
 
 t.test('HMAC: signed requests pass; bad, stale, tampered or replayed ones are 401 before a slot', async (t) => {

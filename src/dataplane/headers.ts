@@ -54,8 +54,7 @@ export interface UpstreamHeaderInput {
 export function upstreamRequestHeaders(input: UpstreamHeaderInput): Record<string, string> {
   const { headers } = input;
   const listed = connectionListed(headers.connection);
-  // No prototype, as the client's headers (readRequestHeaders): `__proto__` is then a name like any other.
-  const out = Object.create(null) as Record<string, string>;
+  const out: Record<string, string> = {};
   for (const name in headers) {
     if (isHopByHop(name, listed)) continue;
     // Pool auth and our own control headers never reach the origin.

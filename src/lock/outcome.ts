@@ -83,15 +83,15 @@ function parseHeaders(v: unknown): Parsed<Record<string, string>> {
   if (!isObject(v)) return { ok: false, message: 'headers must be an object of header name to string' };
   const keys = Object.keys(v);
   if (keys.length > MAX_HEADERS) return { ok: false, message: `headers has more than ${MAX_HEADERS} members` };
-  // No prototype: `constructor` is a header name like any other here (it would have read Object's property).
-  const out = Object.create(null) as Record<string, string>;
+  const out: Record<string, string> = {};
   for (const k of keys) {
     const x = v[k];
     if (k.length > MAX_HEADER_NAME || !HEADER_NAME.test(k)) return { ok: false, message: `headers: ${JSON.stringify(k.slice(0, 64))} is not a header name` };
     if (typeof x !== 'string' || x.length > MAX_HEADER_VALUE) return { ok: false, message: `headers.${k} must be a string of at most ${MAX_HEADER_VALUE} characters` };
     // Header names are case-insensitive; the learner reads them lower-case, as undici delivers them.
     const name = k.toLowerCase();
-    out[name] = out[name] === undefined ? x : `${out[name]}, ${x}`;
+    // Joined only to an own property (`constructor` was joined to Object's), as readRequestHeaders does.
+    out[name] = Object.hasOwn(out, name) ? `${out[name]}, ${x}` : x;
   }
   return { ok: true, value: out };
 }

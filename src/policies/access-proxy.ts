@@ -2,6 +2,7 @@
 // proxy addresses are admitted, and they must carry the identity header; a connection from anywhere
 // else is refused (not stripped), since reaching the pool around the proxy is the attack.
 import type { AccessProxyPolicy } from '../store/pool-settings.js';
+import { headerValue } from '../dataplane/exchange.js';
 import { CidrList } from './cidr.js';
 import { refuse, type Policy, type PolicyRefusal, type PolicyRequest } from './policy.js';
 
@@ -22,7 +23,7 @@ export function accessProxyPolicy(cfg: AccessProxyPolicy): Policy {
     check(req: PolicyRequest) {
       // The socket peer, never a forwarded address: the proxy itself connects to us.
       if (!proxies.hasText(req.peer)) return UNTRUSTED;
-      const identity = req.headers[header];
+      const identity = headerValue(req.headers, header);
       return identity === undefined || identity.trim() === '' ? NO_IDENTITY : null;
     },
   };

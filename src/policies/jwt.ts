@@ -7,6 +7,7 @@ import { Agent, fetch as undiciFetch } from 'undici';
 import { guardedConnector, type ConnectTargets } from '../security/connect-guard.js';
 import { systemLookup } from '../security/targets.js';
 import type { JwtPolicy } from '../store/pool-settings.js';
+import { headerValue } from '../dataplane/exchange.js';
 import { importStaticKey } from './jwt-keys.js';
 import { refuse, type Policy, type PolicyRefusal, type PolicyRequest, type Verdict } from './policy.js';
 
@@ -122,7 +123,7 @@ export function jwtPolicy(cfg: JwtPolicy, fetchJwks?: JwksFetch): Policy {
     name: 'jwt',
     check(req: PolicyRequest): Verdict | Promise<Verdict> {
       let token: string | undefined;
-      const raw = req.headers[header];
+      const raw = headerValue(req.headers, header);
       if (header === 'authorization') {
         if (req.keyInAuthorization) return KEY_IN_AUTHORIZATION;
         token = raw === undefined ? undefined : BEARER.exec(raw)?.[1];
