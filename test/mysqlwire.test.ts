@@ -234,6 +234,18 @@ if (skip) {
     t.equal(mine.m, 'kept');
     await b.commit();
     await b.end();
+    // The same through prepared statements: MariaDB runs USE and SET prepared, with COM_STMT_EXECUTE.
+    const c = await w.connect();
+    await c.execute('USE information_schema');
+    await c.execute("SET @prepared = 'from c'");
+    const [[cid]] = (await c.query('SELECT CONNECTION_ID() AS id')) as any;
+    await c.end();
+    const d = await w.connect();
+    const [[after]] = (await d.query('SELECT DATABASE() AS d, @prepared AS p, CONNECTION_ID() AS id')) as any;
+    t.equal(after.id, cid.id, 'the same server connection again');
+    t.equal(after.d, w.db, "the pool's database after a prepared USE");
+    t.equal(after.p, null, 'no variable set by a prepared SET');
+    await d.end();
     await w.setPool(2, { adaptive: false });
   });
 

@@ -383,6 +383,7 @@ export class ClientSession {
         this.#send(wireError(1, 'unknownCommand', 'malformed COM_STMT_EXECUTE'));
         return { error: true, status: conn.status, bytes: null };
       }
+      if (st.changesSession) conn.dirty = true;
       for (const d of st.longData) conn.send(longDataFor(d, server.id));
       st.longData = [];
       st.longBytes = 0;

@@ -1,4 +1,4 @@
-// Spots COM_QUERY text that may change session state a later client would inherit on the same server
+// Spots COM_QUERY (or COM_STMT_PREPARE) text that may change session state a later client would inherit on the same server
 // connection: a statement starting with USE, SET, PREPARE, LOCK, CALL, HANDLER or CREATE TEMPORARY (at the
 // start of the text or after a `;`), a user variable (`@x`, as in `SELECT … INTO @x`) or GET_LOCK. A few
 // passes over the bytes, no allocation; a false positive (an `@` in a string) costs only a reset.

@@ -3,6 +3,7 @@
 // prepared on first use there. Execute packets are rewritten to the server's id (and given the types).
 import { COM, frame, splitPackets } from './packets.js';
 import type { ServerConn, ServerStatement } from './server-conn.js';
+import { changesSession } from './session-state.js';
 
 /** Server statements kept per connection; the oldest is closed beyond this. */
 const PER_CONNECTION = 256;
@@ -14,6 +15,8 @@ export class ClientStatement {
   readonly prepare: Buffer;
   readonly key: string;
   readonly params: number;
+  /** Executing it may change session state (MariaDB prepares USE and SET too): its connection is reset before reuse. */
+  readonly changesSession: boolean;
   /** Parameter types (2 bytes each) the client last bound. */
   types: Buffer | null = null;
   /** COM_STMT_SEND_LONG_DATA payloads since the last execute. */
@@ -24,6 +27,8 @@ export class ClientStatement {
     this.prepare = prepare;
     this.key = prepare.toString('latin1', 1);
     this.params = params;
+    // The payload has COM_QUERY's shape: a command byte, then the SQL.
+    this.changesSession = changesSession(prepare);
   }
 
   /** The execute payload to send for server statement `serverId`: new id, and the last types when the client sent none. */
