@@ -55,6 +55,14 @@ export const ConfigSchema = Type.Object(
       description: 'Address shown as dashboard_url in auth handoffs; the Control API base when null.',
     }),
     dataDir: Type.String({ minLength: 1, default: './data', env: 'POOLGATE_DATA_DIR', description: 'Embedded store, generated master key and admin socket.' }),
+    embeddedSharedBuffersMb: Type.Integer({
+      minimum: 1,
+      maximum: 4096,
+      default: 32,
+      env: 'POOLGATE_EMBEDDED_SHARED_BUFFERS_MB',
+      description:
+        "shared_buffers of the embedded PGlite store, in MB. Its WebAssembly memory never shrinks, so this bounds the store's share of the resident set (PostgreSQL's 128 MB default made an idle embedded service ~410 MB).",
+    }),
     databaseUrl: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
       default: null,
       env: 'DATABASE_URL',

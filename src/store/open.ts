@@ -6,10 +6,10 @@ import { openPglite } from './pglite.js';
 import { openPostgres } from './postgres.js';
 import type { Sql } from './sql.js';
 
-export async function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'>): Promise<Sql> {
+export async function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'> & Partial<Pick<Config, 'embeddedSharedBuffersMb'>>): Promise<Sql> {
   const sql = config.databaseUrl
     ? await openPostgres(config.databaseUrl)
-    : await openPglite(join(resolve(config.dataDir), 'pglite'));
+    : await openPglite(join(resolve(config.dataDir), 'pglite'), { sharedBuffersMb: config.embeddedSharedBuffersMb });
   try {
     await migrate(sql);
   } catch (err) {
