@@ -1,5 +1,5 @@
-// Starts poolgate in-process on random ports with a fresh store (PGlite in a temp dir, or a fresh
-// PostgreSQL database), and tears everything down after the test.
+// Starts poolgate in-process on random ports with a fresh store (PGlite in a temp dir, copied from the
+// run's migrated template, or a fresh PostgreSQL database), and tears everything down after the test.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,10 +10,12 @@ import { loadConfig } from '../../src/config/load.js';
 import type { Config } from '../../src/config/schema.js';
 import { startService, type RoleName, type Service } from '../../src/service.js';
 import { runAdmin } from '../../src/admin/commands.js';
+import type { JobRunnerTuning } from '../../src/jobs/runner.js';
 import type { Lookup } from '../../src/security/targets.js';
 import { createLogger } from '../../src/log.js';
 import { PG_URL } from './servers.js';
 import { OpenApiOracle, type OpenApiDoc } from './openapi.js';
+import { seedPgliteDataDir } from './pglite-template.js';
 
 export type Engine = 'pglite' | 'postgres';
 
@@ -61,9 +63,19 @@ export async function freshPostgresDatabase(): Promise<{ url: string; drop(): Pr
 }
 
 export async function startTestService(
-  opts: { engine?: Engine; roles?: RoleName[]; overrides?: Partial<Record<keyof Config, unknown>>; lookup?: Lookup; dataDir?: string } = {},
+  opts: {
+    engine?: Engine;
+    roles?: RoleName[];
+    overrides?: Partial<Record<keyof Config, unknown>>;
+    lookup?: Lookup;
+    dataDir?: string;
+    /** The job runner's limits: small result caps and backoffs keep job tests fast. */
+    jobs?: JobRunnerTuning;
+  } = {},
 ): Promise<TestService> {
   const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'poolgate-test-'));
+  // A data dir the caller passes is used as it is (restart tests, stores shared by two services).
+  if (!opts.dataDir && opts.engine !== 'postgres' && !opts.overrides?.databaseUrl) await seedPgliteDataDir(dataDir);
   const db = opts.engine === 'postgres' ? await freshPostgresDatabase() : null;
   const config = loadConfig({
     env: {},
@@ -83,12 +95,21 @@ export async function startTestService(
       ...opts.overrides,
     },
   });
-  const service = await startService({
-    config,
-    roles: opts.roles ?? ['control', 'dataplane', 'worker'],
-    lookup: opts.lookup,
-    log: createLogger(process.env.POOLGATE_TEST_LOG ?? 'silent'),
-  });
+  let service: Service;
+  try {
+    service = await startService({
+      config,
+      roles: opts.roles ?? ['control', 'dataplane', 'worker'],
+      lookup: opts.lookup,
+      jobs: opts.jobs,
+      log: createLogger(process.env.POOLGATE_TEST_LOG ?? 'silent'),
+    });
+  } catch (err) {
+    // A service that did not start leaves no temp dir or database behind.
+    if (db) await db.drop().catch(() => {});
+    if (!opts.dataDir) rmSync(dataDir, { recursive: true, force: true });
+    throw err;
+  }
   const controlUrl = `http://127.0.0.1:${service.ports.control}`;
   const deps = { config, sql: service.sql, box: service.box, now: () => new Date() };
   let oracle: Promise<OpenApiOracle> | null = null;
