@@ -30,7 +30,7 @@ import { SharedMemoryGovernor } from './governor/shared-memory.js';
 import { storeIntake } from './jobs/intake.js';
 import { MemoryNonceStore } from './policies/nonce-store.js';
 import type { Governor } from './governor/governor.js';
-import { JobRunner } from './jobs/runner.js';
+import { JobRunner, type JobRunnerTuning } from './jobs/runner.js';
 import { DbUpstreams } from './db/upstream.js';
 import { enqueueJobEvent } from './webhooks/outbox.js';
 import { Deliverer } from './webhooks/deliverer.js';
@@ -45,6 +45,8 @@ export interface ServiceOptions {
   lookup?: Lookup;
   now?: () => Date;
   log?: Logger;
+  /** The job runner's limits (result cap, retry backoff, jitter source); tests make them small. */
+  jobs?: JobRunnerTuning;
 }
 
 export interface Ports {
@@ -297,7 +299,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       });
       const runner = new JobRunner({
         sql, governor, snapshot: () => snapshots.current, upstreams, databases, enqueue: enqueueJobEvent, log,
-        poolDomain: config.poolDomain, lockApiUrl, exclusiveStore: !config.databaseUrl,
+        poolDomain: config.poolDomain, lockApiUrl, exclusiveStore: !config.databaseUrl, ...opts.jobs,
       });
       await runner.start();
       // Closed before the data plane: running jobs finish while their slots are still honoured.

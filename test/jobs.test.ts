@@ -11,7 +11,16 @@ import { Pool, request } from 'undici';
 import { startTestService, type TestService } from './helpers/service.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
-import { JOB_BODY_CAP, RESULT_BODY_CAP } from '../src/jobs/limits.js';
+import { JOB_BODY_CAP, RESULT_BODY_CAP, RETRY_BASE_MS, retryDelayMs } from '../src/jobs/limits.js';
+import { soak } from './helpers/soak.js';
+
+/**
+ * The runner's limits here: the result cap is the default 8 MiB in the soak run (test/soak/jobs.test.ts)
+ * and 512 KiB in the default suite (above the 256 KiB inline limit, so the same paths run); the retry base
+ * is 20 ms with no jitter (the default is 1 s, 4 s: see the backoff test).
+ */
+const RESULT_CAP = soak(RESULT_BODY_CAP, 512 * 1024);
+const JOBS_TUNING = { resultBodyCap: RESULT_CAP, retryBaseMs: 20, random: () => 0.5 };
 
 let origin: Origin;
 let svc: TestService;
@@ -37,7 +46,7 @@ t.before(async () => {
   });
   await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
   receiverUrl = `https://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
-  svc = await startTestService({ overrides: { originCaFile: origin.caFile, webhookCaFile: origin.caFile } });
+  svc = await startTestService({ overrides: { originCaFile: origin.caFile, webhookCaFile: origin.caFile }, jobs: JOBS_TUNING });
   const boot = await svc.bootstrap({ plan: 'team' });
   token = boot.token;
   teamId = boot.team.id;
@@ -257,14 +266,14 @@ t.test('large and truncated results: resultUrl in the event, raw bytes on /resul
   t.equal(head.headers['content-length'], '300000', 'HEAD announces the stored length');
   await head.body.dump();
 
-  const huge = await call('jobs-large', `/download/${RESULT_BODY_CAP + 100_000}?chunked=1`, { headers: { 'x-service-key': p.key, 'x-service-async': 'true' } });
+  const huge = await call('jobs-large', `/download/${RESULT_CAP + 100_000}?chunked=1`, { headers: { 'x-service-key': p.key, 'x-service-async': 'true' } });
   const hjob = await settled(huge.json.poll_url, p.key);
   t.equal(hjob.status, 'completed');
   t.equal(hjob.result.truncated, true);
   const hev = await eventOf(huge.json.id);
   t.same(hev.detail, { kind: 'http', resultUrl: huge.json.result_url, truncated: true });
   const hraw = await poll(huge.json.result_url, p.key);
-  t.equal(hraw.body.length, RESULT_BODY_CAP);
+  t.equal(hraw.body.length, RESULT_CAP);
   t.equal(hraw.headers['x-service-job-truncated'], 'true');
 });
 
@@ -276,6 +285,12 @@ t.test('an upstream status is an answer: a 503 from the origin completes the job
   t.equal(job.result.status, 503);
   t.equal(job.attempts, 1);
   t.equal((await eventOf(r.json.id)).detail.status, 503);
+});
+
+t.test('retry backoff: the base, ×4 per attempt, ±25 % jitter from the given random source', async (t) => {
+  t.equal(RETRY_BASE_MS, 1000, 'the service waits 1 s before the second attempt');
+  t.same([1, 2, 3].map((n) => retryDelayMs(n, RETRY_BASE_MS, () => 0.5)), [1000, 4000, 16000]);
+  t.same([0, 0.999999].map((r) => retryDelayMs(2, 20, () => r)), [60, 100], 'jitter spans 75 % to 125 % of 80 ms');
 });
 
 t.test('no answer after every attempt: failed, with one failed event and no detail', async (t) => {

@@ -8,10 +8,12 @@ export const RESULT_BODY_CAP = 8 * 1024 * 1024;
 export const INLINE_BODY_CAP = 256 * 1024;
 /** Upstream attempts before a job that never got an answer is `failed`. */
 export const MAX_ATTEMPTS = 3;
-/** Backoff before attempt n+1 (n = attempts so far): 1 s, 4 s, … ×4, ±25 % jitter. */
-export function retryDelayMs(attempts: number): number {
-  const base = 1000 * 4 ** Math.max(0, attempts - 1);
-  return Math.round(base * (0.75 + Math.random() * 0.5));
+/** First retry's backoff before jitter. */
+export const RETRY_BASE_MS = 1000;
+/** Backoff before attempt n+1 (n = attempts so far): base, base×4, … ×4, ±25 % jitter (1 s, 4 s by default). */
+export function retryDelayMs(attempts: number, baseMs: number = RETRY_BASE_MS, random: () => number = Math.random): number {
+  const base = baseMs * 4 ** Math.max(0, attempts - 1);
+  return Math.round(base * (0.75 + random() * 0.5));
 }
 /** A claim lease outlives the whole upstream exchange (bounded by the pool's requestTimeoutMs) by this. */
 export const LEASE_MARGIN_MS = 30_000;

@@ -21,12 +21,25 @@ import {
   type ClaimedJob,
   type SweptJob,
 } from './job-store.js';
-import { JOB_RETENTION_MS, JOBS_CHANNEL, LEASE_MARGIN_MS, MAX_ATTEMPTS, RESULT_BODY_CAP, RUNNER_MAX_IN_FLIGHT, retryDelayMs } from './limits.js';
+import { JOB_RETENTION_MS, JOBS_CHANNEL, LEASE_MARGIN_MS, MAX_ATTEMPTS, RESULT_BODY_CAP, RETRY_BASE_MS, RUNNER_MAX_IN_FLIGHT, retryDelayMs } from './limits.js';
 import { databaseDetail, httpDetail, resultUrl } from './result-view.js';
 
 export type EnqueueJobEvent = (tx: Queryable, event: JobEvent) => Promise<number>;
 
-export interface JobRunnerOptions {
+/**
+ * The runner's fixed limits, as options so tests can use small ones (no 8 MiB rows, no seconds of real
+ * backoff, a known jitter); the service runs with the defaults.
+ */
+export interface JobRunnerTuning {
+  /** Largest stored result body (default RESULT_BODY_CAP, 8 MiB). */
+  resultBodyCap?: number;
+  /** First retry's backoff before jitter (default RETRY_BASE_MS, 1 s; then ×4 per attempt). */
+  retryBaseMs?: number;
+  /** The jitter's random source, in [0, 1) (default Math.random). */
+  random?: () => number;
+}
+
+export interface JobRunnerOptions extends JobRunnerTuning {
   sql: Sql;
   governor: Governor;
   /** The current config snapshot (pools with their origin, credential and settings). */
@@ -69,9 +82,15 @@ export class JobRunner {
   #sweeping: Promise<void> | null = null;
   #byId = new Map<number, PoolEntry>();
   #byIdOf: Snapshot | null = null;
+  readonly #resultCap: number;
+  readonly #retryBaseMs: number;
+  readonly #random: () => number;
 
   constructor(opts: JobRunnerOptions) {
     this.#o = opts;
+    this.#resultCap = opts.resultBodyCap ?? RESULT_BODY_CAP;
+    this.#retryBaseMs = opts.retryBaseMs ?? RETRY_BASE_MS;
+    this.#random = opts.random ?? Math.random;
   }
 
   /** Recovers what a crashed run left, then follows NOTIFY and the timers. */
@@ -257,7 +276,7 @@ export class JobRunner {
 
   async #run(pool: PoolEntry, job: ClaimedJob, permit: Permit): Promise<void> {
     if (pool.backend !== 'http') return this.#runSql(pool, job, permit);
-    const r = await forwardBuffered(this.#o.upstreams, pool, job.request, RESULT_BODY_CAP);
+    const r = await forwardBuffered(this.#o.upstreams, pool, job.request, this.#resultCap);
     permit.release(r.upstream);
     try {
       if (r.ok) {
@@ -270,7 +289,7 @@ export class JobRunner {
           });
         });
       } else if (r.retryable && job.attempts < MAX_ATTEMPTS) {
-        await retryLater(this.#o.sql, job, retryDelayMs(job.attempts), r.error);
+        await retryLater(this.#o.sql, job, retryDelayMs(job.attempts, this.#retryBaseMs, this.#random), r.error);
       } else {
         await this.#o.sql.transaction(async (tx) => {
           const done = await finishClaimed(tx, job, 'failed', null, r.error);
@@ -303,8 +322,8 @@ export class JobRunner {
         } else answer = r.body;
         const json = Buffer.from(JSON.stringify(answer));
         // Over the result cap the JSON is cut like an origin body (no longer parseable: it is marked truncated).
-        const truncated = json.length > RESULT_BODY_CAP;
-        const result = { status: r.status, headers: { 'content-type': 'application/json' }, body: truncated ? json.subarray(0, RESULT_BODY_CAP) : json, truncated };
+        const truncated = json.length > this.#resultCap;
+        const result = { status: r.status, headers: { 'content-type': 'application/json' }, body: truncated ? json.subarray(0, this.#resultCap) : json, truncated };
         await this.#o.sql.transaction(async (tx) => {
           const done = await finishClaimed(tx, job, 'completed', result, null);
           if (!done) return; // The lease lapsed and the job was taken again: that run reports it.
@@ -318,7 +337,7 @@ export class JobRunner {
       const error = typeof r.body.message === 'string' ? r.body.message : String(r.body.error);
       // A stored body that does not parse (400) would fail the same way on every attempt.
       if (r.status !== 400 && job.attempts < MAX_ATTEMPTS) {
-        await retryLater(this.#o.sql, job, retryDelayMs(job.attempts), error);
+        await retryLater(this.#o.sql, job, retryDelayMs(job.attempts, this.#retryBaseMs, this.#random), error);
         return;
       }
       await this.#o.sql.transaction(async (tx) => {
