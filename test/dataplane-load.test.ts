@@ -1,6 +1,7 @@
 // The data plane under load, through the real listener and a real https origin: the concurrency cap
 // holds under 500 concurrent clients, 200 MB bodies stream both ways with flat memory, client aborts
-// release their slot and cancel the upstream call, and 20,000 mixed requests leave no slot behind.
+// release their slot and cancel the upstream call, and 20,000 mixed requests (soak run; 2,000 in the default
+// suite) leave no slot behind.
 import t from 'tap';
 import { Readable } from 'node:stream';
 import { Pool } from 'undici';
@@ -8,6 +9,10 @@ import { startTestService, type TestService } from './helpers/service.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { churn } from './helpers/churn.js';
+import { soak } from './helpers/soak.js';
+
+/** Requests of the churn test: 20,000 in the soak run (test/soak/), 2,000 in the default suite. */
+const CHURN_TOTAL = soak(20_000, 2_000);
 
 let origin: Origin;
 let svc: TestService;
@@ -162,11 +167,11 @@ t.test('a client that disconnects releases its slot and cancels the upstream cal
   t.ok(await until(() => dp().governor.state(poolId).inFlight === 0));
 });
 
-t.test('20,000 requests with random client aborts, upstream resets and timeouts leave zero slots and zero waiters', async (t) => {
+t.test(`${CHURN_TOTAL.toLocaleString('en-US')} requests with random client aborts, upstream resets and timeouts leave zero slots and zero waiters`, async (t) => {
   const poolId = await createPool('churn', 50, { requestTimeoutMs: 300, queueTimeoutMs: 2000, queueLength: 400 });
   const client = new Pool(proxyUrl(), { connections: 200 });
   t.teardown(() => client.close());
-  const TOTAL = 20_000;
+  const TOTAL = CHURN_TOTAL;
   const started = performance.now();
   const tally = await churn({ clients: [client], host: 'churn.pools.localhost', total: TOTAL, workers: 200, seed: 42 });
   const secs = (performance.now() - started) / 1000;

@@ -1,4 +1,4 @@
-// Fuzzes the PostgreSQL wire listener with 10,000+ random and mutated frames (seeded; FUZZ_SEED=<n> replays a
+// Fuzzes the PostgreSQL wire listener with 10,000+ (soak run; 1,500+ in the default suite) random and mutated frames (seeded; FUZZ_SEED=<n> replays a
 // run, FUZZ_ONLY=<i>,<j> single connections of it, FUZZ_DEBUG=1 shows their bytes) aimed at every phase,
 // then checks the service survived with nothing leaked and nothing committed.
 // FUZZ_TARGET=direct points the same harness at the local PostgreSQL itself (the harness's own proof).

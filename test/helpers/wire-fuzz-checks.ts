@@ -3,8 +3,10 @@
 import type { Test } from 'tap';
 import { startTestService, type TestService } from './service.js';
 import type { FuzzReport } from './wire-fuzz.js';
+import { soak } from './soak.js';
 
-export const FUZZ_FRAMES = 10_000;
+/** 10,000 frames in the soak run (test/soak/), 1,500 in the default suite. */
+export const FUZZ_FRAMES = soak(10_000, 1_500);
 /** How long the server may take to close after the client's FIN, or to answer a probe. */
 export const FUZZ_CLOSE_MS = 15_000;
 

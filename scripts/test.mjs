@@ -1,0 +1,60 @@
+#!/usr/bin/env node
+// Runs tap (`npm test`, `npm run test:soak`) and prints the run's wall time and CPU time at the end.
+//
+// First it makes sure tap's Test class is built with the plugin list in package.json: a fresh `npm ci`
+// ships one built with every default plugin, and tap only rebuilds it inside the run, after it has fixed
+// the test processes' node arguments from the stale build. The first run of a fresh clone then loaded
+// @tapjs/typescript (ts-node and the TypeScript compiler) into every test process besides tsx. Building
+// here, before tap starts, costs one `tap build` per install and nothing afterwards.
+import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+const tapBin = join(root, 'node_modules', 'tap', 'dist', 'esm', 'run.mjs');
+
+/** Whether the built Test class lists exactly the plugins the config asks for (tap's own comparison). */
+async function tapBuildIsCurrent() {
+  try {
+    const { TapConfig } = await import('@tapjs/config');
+    const { signature } = await import('@tapjs/test');
+    const config = await TapConfig.load();
+    return config.pluginSignature === signature;
+  } catch {
+    return false; // cannot tell: build (tap build is always safe)
+  }
+}
+
+function fmt(ms) {
+  const s = Math.round(ms / 1000);
+  return s >= 60 ? `${Math.floor(s / 60)}m${String(s % 60).padStart(2, '0')}s` : `${s}s`;
+}
+
+/** CPU seconds of this process's finished children (Linux: /proc/self/stat cutime + cstime). */
+function childrenCpuMs() {
+  try {
+    const stat = readFileSync('/proc/self/stat', 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // fields[0] is field 3 (state); cutime and cstime are fields 16 and 17, in clock ticks (100 per second).
+    return ((Number(fields[13]) + Number(fields[14])) * 1000) / 100;
+  } catch {
+    return null;
+  }
+}
+
+const started = performance.now();
+if (!(await tapBuildIsCurrent())) {
+  console.error('tap: building the Test class for the configured plugins (once per install)');
+  const built = spawnSync(process.execPath, [tapBin, 'build'], { cwd: root, stdio: 'inherit' });
+  if (built.status !== 0) process.exit(built.status ?? 1);
+}
+
+const child = spawn(process.execPath, [tapBin, ...process.argv.slice(2)], { cwd: root, stdio: 'inherit' });
+for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => child.kill(sig));
+child.on('exit', (code, signal) => {
+  const cpu = childrenCpuMs();
+  const name = process.env.npm_lifecycle_event ? `npm ${process.env.npm_lifecycle_event === 'test' ? 'test' : `run ${process.env.npm_lifecycle_event}`}` : 'tests';
+  console.log(`# ${name}: ${fmt(performance.now() - started)} wall${cpu === null ? '' : `, ${fmt(cpu)} CPU`}`);
+  process.exit(code ?? (signal ? 1 : 0));
+});
