@@ -2,7 +2,8 @@
 // a PGlite store costs ~4 s of CPU; copying a migrated one ~0.5 s, and the suite boots ~70 services.
 //
 // The template lives in node_modules/.cache/poolgate-test/pglite-<key>, where the key hashes the migration
-// files (names and text) and the PGlite version: a changed migration gets a new template, and the stale
+// files (names and text), the code that creates and migrates the store (src/store/pglite.ts, migrate.ts)
+// and the PGlite version: a changed migration gets a new template, and the stale
 // ones are removed when it is built. tap runs each test file in its own process, so the first process to
 // need it builds it under a lock file while the others wait; it is built in a temporary dir and renamed
 // into place, so a reader never sees a half-built template.
@@ -15,8 +16,8 @@ import { openStore } from '../../src/store/open.js';
 
 const CACHE = fromRoot('node_modules', '.cache', 'poolgate-test');
 const MIGRATIONS = fromRoot('src', 'store', 'migrations');
-/** A builder that has not finished in this long is presumed stuck (its lock is taken over). */
-const BUILD_WAIT_MS = 120_000;
+/** A live builder that has not finished in this long is presumed stuck (its lock is taken over). */
+const BUILD_WAIT_MS = 600_000;
 
 /** Hash of everything the migrated store depends on. */
 export function templateKey(): string {
@@ -24,6 +25,11 @@ export function templateKey(): string {
   h.update(`pglite ${JSON.parse(readFileSync(fromRoot('node_modules', '@electric-sql', 'pglite', 'package.json'), 'utf8')).version}\n`);
   for (const f of readdirSync(MIGRATIONS).filter((n) => n.endsWith('.sql')).sort()) {
     h.update(`${f}\n`).update(readFileSync(join(MIGRATIONS, f))).update('\n');
+  }
+  // The code that creates (initdb) and migrates the store.
+  for (const f of ['pglite.ts', 'migrate.ts']) {
+    const file = fromRoot('src', 'store', f);
+    if (existsSync(file)) h.update(readFileSync(file)).update('\n');
   }
   return h.digest('hex').slice(0, 16);
 }
@@ -95,7 +101,12 @@ async function build(dir: string, key: string): Promise<void> {
     // The service's own open path: PGlite in <dataDir>/pglite, migrated.
     const sql = await openStore({ databaseUrl: null, dataDir: tmp });
     await sql.close();
-    renameSync(join(tmp, 'pglite'), dir);
+    try {
+      renameSync(join(tmp, 'pglite'), dir);
+    } catch (err) {
+      // Another builder (one that took over a stuck lock) got there first: its template is as good.
+      if (!existsSync(dir)) throw err;
+    }
   } finally {
     rmSync(tmp, { recursive: true, force: true });
   }
