@@ -378,7 +378,7 @@ export class ClientSession {
         server = { id: ok.id, params: ok.params };
         remember(conn, st.key, server);
       }
-      const exec = st.executeFor(payload, server.id);
+      const exec = st.executeFor(payload, server.id, conn.mariadb);
       if (!exec) {
         this.#send(wireError(1, 'unknownCommand', 'malformed COM_STMT_EXECUTE'));
         return { error: true, status: conn.status, bytes: null };

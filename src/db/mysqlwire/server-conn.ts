@@ -39,6 +39,8 @@ export interface ServerStatement {
 
 export class ServerConn {
   readonly threadId: number;
+  /** The server is MariaDB, which refuses JSON-typed (0xF5) statement parameters. */
+  readonly mariadb: boolean;
   /** The client capabilities (FOUND_ROWS, MULTI_STATEMENTS) this session was opened with. */
   readonly variant: number;
   collation: number;
@@ -64,6 +66,7 @@ export class ServerConn {
 
   constructor(login: LoggedIn, variant: number, collation: number, signature: string) {
     this.threadId = login.threadId;
+    this.mariadb = /mariadb/i.test(login.serverVersion);
     this.variant = variant;
     this.collation = collation;
     this.initialCollation = collation;

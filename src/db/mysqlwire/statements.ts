@@ -5,6 +5,9 @@ import { COM, frame, splitPackets } from './packets.js';
 import type { ServerConn, ServerStatement } from './server-conn.js';
 import { changesSession } from './session-state.js';
 
+const TYPE_JSON = 0xf5;
+const TYPE_VAR_STRING = 0xfd;
+
 /** Server statements kept per connection; the oldest is closed beyond this. */
 const PER_CONNECTION = 256;
 /** COM_STMT_SEND_LONG_DATA bytes held per statement until its execute. */
@@ -31,11 +34,16 @@ export class ClientStatement {
     this.changesSession = changesSession(prepare);
   }
 
-  /** The execute payload to send for server statement `serverId`: new id, and the last types when the client sent none. */
-  executeFor(payload: Buffer, serverId: number): Buffer | null {
+  /**
+   * The execute payload to send for server statement `serverId`: new id, and the last types when the client sent none.
+   * `jsonAsString`: JSON-typed parameters (0xF5) go as VAR_STRING. poolgate announces a MySQL version, so mysql2
+   * sends arrays and objects as JSON, which MariaDB refuses (1210); both carry a length-encoded string, and
+   * mysql2 sends MariaDB itself the same string as VAR_STRING.
+   */
+  executeFor(payload: Buffer, serverId: number, jsonAsString = false): Buffer | null {
     let out = payload;
+    const bound = 10 + ((this.params + 7) >> 3);
     if (this.params > 0) {
-      const bound = 10 + ((this.params + 7) >> 3);
       if (payload.length <= bound) return null;
       if (payload[bound] === 1) {
         if (payload.length < bound + 1 + 2 * this.params) return null;
@@ -47,6 +55,9 @@ export class ClientStatement {
     }
     if (out === payload) out = Buffer.from(payload);
     out.writeUInt32LE(serverId, 1);
+    if (jsonAsString && this.params > 0 && out[bound] === 1) {
+      for (let i = bound + 1; i < bound + 1 + 2 * this.params; i += 2) if (out[i] === TYPE_JSON) out[i] = TYPE_VAR_STRING;
+    }
     return out;
   }
 }
