@@ -9,7 +9,7 @@ import type { Admission, Governor, Permit } from '../../governor/governor.js';
 import type { Logger } from '../../log.js';
 import type { KeyEntry, PoolEntry, SnapshotFeed } from '../../dataplane/snapshot.js';
 import { liveKey } from '../../dataplane/authenticate.js';
-import { refusalOutcome } from '../../dataplane/admit.js';
+import { refusalReply } from '../../dataplane/admit.js';
 import type { DataplaneMetrics } from '../../dataplane/release.js';
 import type { Policies } from '../../policies/index.js';
 import type { OutcomeName } from '../../dataplane/exchange.js';
@@ -33,6 +33,7 @@ const MAX_LOGIN_PACKET = 64 * 1024;
 /** Handshake packets are small; a client must finish logging in within this. */
 const LOGIN_TIMEOUT_MS = 10_000;
 export const SERVER_VERSION = '8.0.36-poolgate';
+const NO_HEADERS: Array<[string, string]> = [];
 
 export interface SessionDeps {
   snapshots: SnapshotFeed;
@@ -438,7 +439,11 @@ export class ClientSession {
       this.#waited = admission.queued === true;
       this.#queuedMs = admission.queuedMs;
       if (!admission.ok) {
-        this.#record(pool, refusalOutcome(admission.reason), 429, admission);
+        // Counted as the HTTP data plane counts the same refusal (429, 504 queue timeout, 503 unavailable);
+        // a client that left while queued gets nothing.
+        const counted = refusalReply(admission, NO_HEADERS);
+        if (!counted) return this.#record(pool, 'client_aborted', 0, admission);
+        this.#record(pool, counted.error, counted.status, admission);
         return this.#send(refusalError(1, admission.reason, pool.subdomain, performance.now() - started));
       }
       if ((this.#phase as Phase) === 'closed') {

@@ -193,7 +193,7 @@ export class ServerPool {
   /**
    * Stops the statement running on `conn` (its deadline passed): `KILL QUERY` from a separate session of
    * the same role, outside the pool's count; if that fails or the statement has not stopped within the
-   * grace, the connection is cut. The client then gets the server's ERR (or ERR 2013).
+   * grace, the connection is cut. The client then gets the server's ERR (or ERR 1317 naming the lost connection).
    */
   async killQuery(pool: PoolEntry, conn: ServerConn): Promise<void> {
     const command = conn.commands;

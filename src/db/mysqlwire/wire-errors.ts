@@ -28,10 +28,12 @@ export const WIRE_ERROR = {
   rateLimited: [1226, '42000'],
   /** Governor unavailable (shared governor's Redis down). */
   unavailable: [1053, '08S01'],
-  /** The upstream database cannot be reached or refuses the pool's role. */
-  cannotConnect: [2003, 'HY000'],
-  /** The upstream connection broke during the command; any open transaction is gone (rolled back). */
-  lostConnection: [2013, 'HY000'],
+  // Only server error numbers: 2000-2999 are the client library's own (CR_*), and libmariadb shows a server
+  // ERR carrying one as `ERROR 2027 Received malformed packet` instead of poolgate's message.
+  /** The upstream database cannot be reached or refuses the pool's role (ER_CONNECT_TO_FOREIGN_DATA_SOURCE). */
+  cannotConnect: [1429, 'HY000'],
+  /** The upstream connection broke during the command; any open transaction is gone, rolled back (ER_QUERY_INTERRUPTED). */
+  lostConnection: [1317, '70100'],
   /** A transaction idle between statements longer than the pool's requestTimeoutMs: rolled back, session closed. */
   idleInTransaction: [4031, 'HY000'],
 } as const satisfies Record<string, readonly [number, string]>;
