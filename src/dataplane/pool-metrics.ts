@@ -79,6 +79,10 @@ export class RequestMetrics implements DataplaneMetrics {
     }
   }
 
+  wirePinned(pool: string, protocol: 'postgres' | 'mysql', reason: string, delta: 1 | -1): void {
+    this.#metrics.wirePinned(pool, protocol, reason, delta);
+  }
+
   /**
    * Counts one lock acquire like a proxy request: a governor answer in the admitted / queued / rejected
    * totals and the summary rollups (a lease is a slot request), the final outcome in

@@ -25,6 +25,8 @@ export interface DataplaneMetrics {
   record(r: RequestRecord): void;
   /** One policy refusal (stage 4), by pool, policy and reason. */
   policyRefused?(pool: string, policy: string, reason: string): void;
+  /** A wire client pinned to its server connection for `reason` (+1), or no longer (-1). */
+  wirePinned?(pool: string, protocol: 'postgres' | 'mysql', reason: string, delta: 1 | -1): void;
 }
 
 export interface Settlement {

@@ -157,6 +157,20 @@ export class PoolMetrics {
     registers: [this.registry],
   });
 
+  readonly #wirePinned = new Gauge({
+    name: 'poolgate_wire_pinned_clients',
+    help: 'Wire clients pinned to their server connection now (holding its slot), by the session state that pins them; a client pinned for two reasons counts in both.',
+    labelNames: ['pool', 'protocol', 'reason'] as const,
+    registers: [this.registry],
+  });
+
+  readonly #wirePins = new Counter({
+    name: 'poolgate_wire_pins_total',
+    help: 'Times a wire client was pinned to its server connection, by the session state that pinned it.',
+    labelNames: ['pool', 'protocol', 'reason'] as const,
+    registers: [this.registry],
+  });
+
   constructor(opts: PoolMetricsOptions = {}) {
     if (opts.defaultMetrics !== false) {
       collectDefaultMetrics({ register: this.registry });
@@ -210,6 +224,12 @@ export class PoolMetrics {
   /** Counts one policy refusal (refusals are the rare path: labels are bound here, not cached). */
   policyRefused(pool: string, policy: string, reason: string): void {
     this.#policyRefusals.inc({ pool, policy, reason });
+  }
+
+  /** A wire client pinned for `reason` (+1: counted and in the gauge) or unpinned (-1). Pins are rare: labels bound here. */
+  wirePinned(pool: string, protocol: 'postgres' | 'mysql', reason: string, delta: 1 | -1): void {
+    this.#wirePinned.inc({ pool, protocol, reason }, delta);
+    if (delta > 0) this.#wirePins.inc({ pool, protocol, reason });
   }
 
   /** Drops a deleted (or renamed) pool's series and handles. */

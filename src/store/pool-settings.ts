@@ -77,6 +77,8 @@ export const PoolSettingsSchema = Type.Object(
     accessProxy: Type.Union([AccessProxyPolicySchema, Type.Null()], { default: null }),
     /** PostgreSQL wire listener: a slot and server connection per transaction, or held for the whole client session. */
     wirePoolMode: Type.Union([Type.Literal('transaction'), Type.Literal('session')], { default: 'transaction' }),
+    /** Wire listeners sharing server connections: a client that creates session state stays on its connection (pinned, holding its slot), or such statements are refused. */
+    wireSessionState: Type.Union([Type.Literal('pin'), Type.Literal('refuse')], { default: 'pin' }),
   },
   { additionalProperties: false },
 );

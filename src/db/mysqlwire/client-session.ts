@@ -22,7 +22,7 @@ import { poolSignature, type ServerPool } from './server-pool.js';
 import { ServerLost, type Answer, type ServerConn } from './server-conn.js';
 import { ClientStatement, LONG_DATA_LIMIT, longDataFor, prepareOk, remember } from './statements.js';
 import type { ResponseKind } from './response-scanner.js';
-import { changesSession } from './session-state.js';
+import { CLEAR, DIRTY, PIN, PIN_MASK, PIN_REASONS, sessionEffects } from './session-state.js';
 import { directReads } from '../direct-reads.js';
 import { LastCheck } from '../wire-recheck.js';
 
@@ -77,6 +77,10 @@ export class ClientSession {
   readonly #statements = new Map<number, ClientStatement>();
   #nextStatement = 1;
   readonly #abort = new AbortController();
+  /** Session state this client made on #conn (session-state.ts PIN bits): it keeps #conn and the slot while any is set. */
+  #pins = 0;
+  /** The slot held now was held pinned at some point: its hold time is no latency sample. */
+  #heldPinned = false;
   /** When #livePool's check last passed. */
   readonly #lastCheck = new LastCheck();
 
@@ -96,7 +100,7 @@ export class ClientSession {
     socket.write(handshakePacket(SERVER_VERSION, id, this.#nonce, caps, STATUS.AUTOCOMMIT));
   }
 
-  /** In a transaction (holding a slot and a server connection between statements). */
+  /** In a transaction or pinned by session state (holding a slot and a server connection between statements). */
   get pinned(): boolean {
     return this.#conn !== null;
   }
@@ -273,12 +277,17 @@ export class ClientSession {
         return;
       case COM.INIT_DB: {
         const db = p.toString('utf8', 1);
+        // Back to the pool's database after a USE elsewhere: the server connection has to hear it.
+        if (db === this.#pool!.database!.name && (this.#pins & PIN.use_database) !== 0) return this.#forward(p, 'single', CLEAR.use_database);
         if (db === this.#pool!.database!.name) this.#send(okPacket(1, this.#status()));
         else this.#send(wireError(1, 'dbAccessDenied', `Access denied to database '${db}' (the pool's database is '${this.#pool!.database!.name}')`));
         return;
       }
-      case COM.QUERY:
-        return this.#forward(p, 'result', changesSession(p));
+      case COM.QUERY: {
+        const effects = sessionEffects(p, this.#pool!.database!.name, this.#conn !== null && !this.#conn.clean);
+        if ((effects & PIN_MASK) !== 0 && this.#pool!.settings.wireSessionState === 'refuse') return this.#refuseState();
+        return this.#forward(p, 'result', effects);
+      }
       case COM.FIELD_LIST:
         return this.#forward(p, 'fields');
       case COM.STATISTICS:
@@ -309,7 +318,7 @@ export class ClientSession {
       }
       case COM.SET_OPTION: {
         if (p.length < 3) return this.#send(wireError(1, 'unknownCommand', 'malformed COM_SET_OPTION'));
-        if (this.#conn) return this.#send(wireError(1, 'notSupported', 'COM_SET_OPTION inside a transaction is not supported by poolgate'));
+        if (this.#conn) return this.#send(wireError(1, 'notSupported', 'COM_SET_OPTION inside a transaction or with session state (pinned) is not supported by poolgate'));
         const on = p.readUInt16LE(1) === 0;
         this.#variant = on ? this.#variant | CLIENT.MULTI_STATEMENTS : this.#variant & ~CLIENT.MULTI_STATEMENTS;
         this.#send(eofPacket(1, this.#status()));
@@ -331,12 +340,58 @@ export class ClientSession {
     return this.#conn ? this.#conn.status : STATUS.AUTOCOMMIT;
   }
 
-  #forward(p: Buffer, kind: ResponseKind, dirties = false): Promise<void> {
+  #forward(p: Buffer, kind: ResponseKind, effects = 0): Promise<void> {
     const cmd = frame(0, p);
-    return this.#withServer((conn) => {
-      if (dirties) conn.dirty = true;
-      return conn.run(cmd, kind, this.#socket);
-    });
+    if (effects === 0) return this.#withServer((conn) => conn.run(cmd, kind, this.#socket));
+    return this.#withServer((conn) => this.#tracked(conn, effects, conn.run(cmd, kind, this.#socket)));
+  }
+
+  /**
+   * Runs a statement that creates or drops session state: its connection is marked for reset, and the client
+   * is pinned to it before it runs (so nothing can take the connection away) and unpinned from what it
+   * dropped once it succeeds. A statement that failed created nothing (unless several ran in one packet).
+   */
+  async #tracked(conn: ServerConn, effects: number, run: Promise<Answer>): Promise<Answer> {
+    if ((effects & (PIN_MASK | DIRTY)) !== 0) conn.dirty = true;
+    const before = this.#pins;
+    this.#pin(effects & PIN_MASK);
+    const a = await run;
+    if (a.error) {
+      if ((this.#variant & CLIENT.MULTI_STATEMENTS) === 0) this.#unpin(this.#pins & ~before);
+    } else {
+      if (effects & CLEAR.lock_tables) this.#unpin(PIN.lock_tables);
+      if (effects & CLEAR.get_lock) this.#unpin(PIN.get_lock);
+      if (effects & CLEAR.use_database) this.#unpin(PIN.use_database);
+    }
+    return a;
+  }
+
+  #pin(bits: number): void {
+    const added = bits & ~this.#pins;
+    if (added === 0) return;
+    this.#pins |= added;
+    this.#heldPinned = true;
+    this.#countPins(added, 1);
+  }
+
+  #unpin(bits: number): void {
+    const gone = bits & this.#pins;
+    if (gone === 0) return;
+    this.#pins &= ~gone;
+    this.#countPins(gone, -1);
+  }
+
+  #countPins(bits: number, delta: 1 | -1): void {
+    const m = this.#deps.metrics;
+    if (!m?.wirePinned || !this.#pool) return;
+    for (const reason of PIN_REASONS) if ((bits & PIN[reason]) !== 0) m.wirePinned(this.#pool.subdomain, 'mysql', reason, delta);
+  }
+
+  /** wireSessionState 'refuse': the statement is not run, and nothing changes. */
+  #refuseState(): void {
+    this.#send(
+      wireError(1, 'notSupported', `this statement creates session state (a user variable, SET, a temporary table, a lock, USE, PREPARE), which pool ${this.#pool!.subdomain} refuses (its wireSessionState setting is 'refuse'; 'pin' keeps such a client on its server connection)`),
+    );
   }
 
   async #prepare(p: Buffer): Promise<void> {
@@ -345,7 +400,7 @@ export class ClientSession {
       const a = await conn.run(frame(0, payload), 'prepare', null);
       const ok = a.error ? null : prepareOk(a.bytes!);
       if (ok) {
-        const st = new ClientStatement(payload, ok.params);
+        const st = new ClientStatement(payload, ok.params, sessionEffects(payload, this.#pool!.database!.name, false));
         remember(conn, st.key, { id: ok.id, params: ok.params });
         const id = this.#nextStatement++;
         this.#statements.set(id, st);
@@ -366,6 +421,7 @@ export class ClientSession {
       st.longBytes = 0;
       return this.#send(wireError(1, 'packetTooLarge', `long data over ${LONG_DATA_LIMIT} bytes`));
     }
+    if ((st.effects & PIN_MASK) !== 0 && this.#pool!.settings.wireSessionState === 'refuse') return this.#refuseState();
     const payload = Buffer.from(p);
     await this.#withServer(async (conn) => {
       let server = conn.statements.get(st.key);
@@ -384,16 +440,17 @@ export class ClientSession {
         this.#send(wireError(1, 'unknownCommand', 'malformed COM_STMT_EXECUTE'));
         return { error: true, status: conn.status, bytes: null };
       }
-      if (st.changesSession) conn.dirty = true;
       for (const d of st.longData) conn.send(longDataFor(d, server.id));
       st.longData = [];
       st.longBytes = 0;
-      return conn.run(frame(0, exec), 'result', this.#socket);
+      const run = conn.run(frame(0, exec), 'result', this.#socket);
+      return st.effects === 0 ? run : this.#tracked(conn, st.effects, run);
     });
   }
 
   #resetSession(): void {
     this.#statements.clear();
+    this.#unpin(PIN_MASK);
     const conn = this.#conn;
     if (conn) {
       this.#conn = null;
@@ -427,6 +484,11 @@ export class ClientSession {
    */
   async #withServer(work: (conn: ServerConn) => Promise<Answer>): Promise<void> {
     let conn = this.#conn;
+    if (conn && conn.clean) {
+      // Pinned outside a transaction, maybe for long: the key and pool are checked at each statement still.
+      const pool = this.#livePool();
+      if (typeof pool === 'string') return this.#fail(1, 'accessDenied', pool);
+    }
     if (!conn) {
       const pool = this.#livePool();
       if (typeof pool === 'string') return this.#fail(1, 'accessDenied', pool);
@@ -477,19 +539,29 @@ export class ClientSession {
       if (!(err instanceof ServerLost)) throw err;
       this.#running = null;
       this.#conn = null;
+      const hadState = this.#pins !== 0;
+      this.#unpin(PIN_MASK);
       this.#settle('upstream_aborted', 502);
       // Bytes of a result already went out: no clean ERR can follow them.
       if (err.forwarded) this.close();
-      else this.#send(wireError(1, 'lostConnection', 'Lost connection to the database during the command; any open transaction was rolled back'));
+      else this.#send(wireError(1, 'lostConnection', `Lost connection to the database during the command; any open transaction was rolled back${hadState ? ' and the session state (variables, temporary tables, locks) is gone' : ''}`));
       return;
     }
     clearTimeout(deadline);
     this.#running = null;
     if ((this.#phase as Phase) === 'closed') return;
-    if (conn.clean || !conn.alive) {
+    if (!conn.alive) {
+      // Gone after its answer: whatever it held is gone with it.
+      this.#unpin(PIN_MASK);
+    }
+    if (!conn.alive || (conn.clean && this.#pins === 0)) {
       this.#conn = null;
       this.#deps.servers.checkin(this.#pool ?? undefined, conn, true);
       this.#settle('proxied', 200);
+    } else if (conn.clean) {
+      // Pinned by session state outside a transaction: the connection and the slot stay with the client
+      // until the state is gone or it leaves (no idle limit: the state is the client's to keep).
+      this.#conn = conn;
     } else {
       // A transaction holds a slot: it may wait for its next statement at most the pool's request timeout.
       const ms = this.#pool!.settings.requestTimeoutMs;
@@ -506,7 +578,9 @@ export class ClientSession {
     if (!permit) return;
     this.#permit = null;
     const latencyMs = performance.now() - this.#heldSince;
-    permit.release(outcome === 'proxied' ? { latencyMs } : { dropped: true });
+    // A pinned hold lasts as long as the client keeps its state: no sample of how long the database takes.
+    permit.release(outcome === 'proxied' && !this.#heldPinned ? { latencyMs } : { dropped: true });
+    this.#heldPinned = false;
     if (this.#pool) this.#record(this.#pool, outcome, status, this.#admission, latencyMs);
   }
 
@@ -530,7 +604,8 @@ export class ClientSession {
     } else if (conn) {
       this.#deps.servers.reset(this.#pool ?? undefined, conn);
     }
-    this.#settle('client_aborted', 0);
+    this.#unpin(PIN_MASK);
+    this.#settle(conn && conn.clean && !running ? 'proxied' : 'client_aborted', conn && conn.clean && !running ? 200 : 0);
     this.#onClose(this);
   }
 }

@@ -1,7 +1,33 @@
-// Spots COM_QUERY (or COM_STMT_PREPARE) text that may change session state a later client would inherit on the same server
-// connection: a statement starting with USE, SET, PREPARE, LOCK, CALL, HANDLER or CREATE TEMPORARY (at the
-// start of the text or after a `;`), a user variable (`@x`, as in `SELECT … INTO @x`) or GET_LOCK. A few
-// passes over the bytes, no allocation; a false positive (an `@` in a string) costs only a reset.
+// Spots COM_QUERY (or prepared) text that creates or drops session state: what keeps a client on its server
+// connection (pinned) in statement pooling, and what marks the connection for COM_RESET_CONNECTION before
+// another client gets it. Only the first keyword of each statement is read (at the start of the text and
+// after each `;`), plus a search for `@` and for GET_LOCK / RELEASE_ALL_LOCKS: native byte searches, no
+// allocation. A false positive pins a client (it keeps its slot) or costs a reset; never a leak.
+
+/** Why a client is pinned: one bit each; the names are the metrics' `reason` label. */
+export const PIN = {
+  set: 1,
+  user_variable: 2,
+  temp_table: 4,
+  get_lock: 8,
+  lock_tables: 16,
+  use_database: 32,
+  prepared_statement: 64,
+  handler: 128,
+} as const;
+export type PinReason = keyof typeof PIN;
+export const PIN_REASONS = Object.keys(PIN) as PinReason[];
+export const PIN_MASK = 0xff;
+
+/** The state a statement drops (applied when it succeeds). */
+export const CLEAR = {
+  lock_tables: 1 << 8,
+  get_lock: 1 << 9,
+  /** `USE` of the pool's own database: back where every session starts. */
+  use_database: 1 << 10,
+} as const;
+/** Changes the session in a way a later client could see, without pinning (CALL, SET GLOBAL, USE of the pool's database). */
+export const DIRTY = 1 << 11;
 
 const SPACE = new Set([0x20, 0x09, 0x0a, 0x0d, 0x0c, 0x0b]);
 const lower = (b: number) => (b >= 0x41 && b <= 0x5a ? b | 0x20 : b);
@@ -35,30 +61,137 @@ function wordAt(p: Buffer, i: number, word: string): boolean {
   return !isWord(p[i + word.length]);
 }
 
-function statementChanges(p: Buffer, i: number): boolean {
+/** The word after the one of length `len` at `i`. */
+const next = (p: Buffer, i: number, len: number) => skipBlank(p, i + len);
+
+/** The identifier at `i` (backquotes removed), for `USE db`. */
+function identifierAt(p: Buffer, i: number): string {
+  if (p[i] === 0x60) {
+    const end = p.indexOf(0x60, i + 1);
+    return end < 0 ? '' : p.toString('utf8', i + 1, end);
+  }
+  let j = i;
+  while (j < p.length && isWord(p[j])) j++;
+  return p.toString('utf8', i, j);
+}
+
+/** Effects of the statement whose text starts at `i`. */
+function statementEffects(p: Buffer, i: number, poolDb: string, inTransaction: boolean): number {
   i = skipBlank(p, i);
-  if (wordAt(p, i, 'use') || wordAt(p, i, 'set') || wordAt(p, i, 'prepare') || wordAt(p, i, 'lock') || wordAt(p, i, 'call') || wordAt(p, i, 'handler')) return true;
-  if (wordAt(p, i, 'create')) {
-    const j = skipBlank(p, i + 6);
-    return wordAt(p, j, 'temporary') || wordAt(p, j, 'or') && wordAt(p, skipBlank(p, j + 2), 'replace') && wordAt(p, skipBlank(p, skipBlank(p, j + 2) + 7), 'temporary');
+  const c = lower(p[i] ?? 0);
+  // Most statements (SELECT, INSERT, UPDATE, DELETE, BEGIN, COMMIT, ...) stop at this switch.
+  switch (c) {
+    case 0x73: // s
+      if (!wordAt(p, i, 'set')) return 0;
+      return setEffects(p, next(p, i, 3), inTransaction);
+    case 0x75: // u
+      if (wordAt(p, i, 'use')) return identifierAt(p, next(p, i, 3)) === poolDb ? CLEAR.use_database | DIRTY : PIN.use_database;
+      if (wordAt(p, i, 'unlock')) return wordAt(p, next(p, i, 6), 'tables') || wordAt(p, next(p, i, 6), 'table') ? CLEAR.lock_tables : 0;
+      return 0;
+    case 0x6c: // l
+      return wordAt(p, i, 'lock') && (wordAt(p, next(p, i, 4), 'tables') || wordAt(p, next(p, i, 4), 'table')) ? PIN.lock_tables : 0;
+    case 0x70: // p
+      return wordAt(p, i, 'prepare') ? PIN.prepared_statement : 0;
+    case 0x68: // h
+      return wordAt(p, i, 'handler') ? PIN.handler : 0;
+    case 0x63: { // c
+      if (wordAt(p, i, 'call')) return DIRTY;
+      if (!wordAt(p, i, 'create')) return 0;
+      let j = next(p, i, 6);
+      if (wordAt(p, j, 'or')) {
+        j = next(p, j, 2);
+        if (!wordAt(p, j, 'replace')) return 0;
+        j = next(p, j, 7);
+      }
+      return wordAt(p, j, 'temporary') ? PIN.temp_table : 0;
+    }
+    default:
+      return 0;
+  }
+}
+
+/**
+ * SET: session variables (and SET NAMES, SET CHARACTER SET, SET SESSION TRANSACTION) pin; a SET of
+ * user variables pins for them; `SET STATEMENT … FOR` lasts one statement; `SET GLOBAL` changes no
+ * session; `SET TRANSACTION` (the next transaction only) pins outside a transaction and not inside one.
+ */
+function setEffects(p: Buffer, j: number, inTransaction: boolean): number {
+  if (wordAt(p, j, 'statement')) return 0;
+  if (wordAt(p, j, 'global') || (p[j] === 0x40 && p[j + 1] === 0x40 && wordAt(p, j + 2, 'global'))) return DIRTY;
+  if (wordAt(p, j, 'transaction')) return inTransaction ? 0 : PIN.set;
+  // autocommit is followed through the server status flags (a client with it off keeps its connection).
+  if ((wordAt(p, j, 'autocommit') || (p[j] === 0x40 && p[j + 1] === 0x40 && wordAt(p, j + 2, 'autocommit'))) && p.indexOf(0x2c, j) < 0) return DIRTY;
+  if (p[j] === 0x40 && p[j + 1] !== 0x40) {
+    // SET @a = 1[, @@session.x = 2]: a system variable further on pins as `set` too.
+    return PIN.user_variable | (p.indexOf('@@', j, 'latin1') >= 0 || hasBareAssignment(p, j) ? PIN.set : 0);
+  }
+  return PIN.set;
+}
+
+/** `SET @a = 1, sql_mode = ''`: an assignment after a comma that is not a user variable. */
+function hasBareAssignment(p: Buffer, j: number): boolean {
+  for (let k = p.indexOf(0x2c, j); k >= 0; k = p.indexOf(0x2c, k + 1)) {
+    const n = skipBlank(p, k + 1);
+    if (p[n] !== 0x40 && isWord(p[n])) return true;
   }
   return false;
 }
 
-/** A user variable: `@` not part of `@@` (system variables are covered by SET). */
-function mentionsUserVariable(p: Buffer): boolean {
-  for (let i = p.indexOf(0x40, 1); i >= 0; i = p.indexOf(0x40, i + 2)) {
-    if (p[i + 1] !== 0x40) return true;
+/**
+ * A user variable assigned outside SET: `SELECT … INTO @x`, `@x := …`, or a CALL's OUT argument. A user
+ * variable only read (`SELECT @x`) creates nothing.
+ */
+function assignsUserVariable(p: Buffer, start: number): boolean {
+  let any = false;
+  for (let i = p.indexOf(0x40, start); i >= 0; i = p.indexOf(0x40, i + 2)) {
+    if (p[i + 1] === 0x40) continue;
+    any = true;
+    break;
+  }
+  if (!any) return false;
+  if (p.indexOf(':=', start, 'latin1') >= 0) return true;
+  for (let i = p.indexOf(0x40, start); i >= 0; i = p.indexOf(0x40, i + 1)) {
+    if (p[i + 1] === 0x40) {
+      i++;
+      continue;
+    }
+    // Walk back over spaces and earlier `@var,` items to the word before: INTO, or a CALL argument list.
+    let k = i - 1;
+    for (;;) {
+      while (k >= start && SPACE.has(p[k]!)) k--;
+      if (p[k] === 0x2c) {
+        k--;
+        while (k >= start && SPACE.has(p[k]!)) k--;
+        while (k >= start && (isWord(p[k]) || p[k] === 0x40 || p[k] === 0x60)) k--;
+        continue;
+      }
+      break;
+    }
+    if (p[k] === 0x28) return true; // CALL p(@out): conservative for any function call taking a variable
+    if (k >= start + 3 && wordAt(p, k - 3, 'into') && !isWord(p[k - 4])) return true;
   }
   return false;
 }
 
-/** `payload` is a COM_QUERY packet payload (command byte first). */
-export function changesSession(payload: Buffer): boolean {
-  if (statementChanges(payload, 1) || mentionsUserVariable(payload)) return true;
-  if (payload.indexOf('get_lock', 1, 'latin1') >= 0 || payload.indexOf('GET_LOCK', 1, 'latin1') >= 0) return true;
-  for (let i = payload.indexOf(0x3b, 1); i >= 0; i = payload.indexOf(0x3b, i + 1)) {
-    if (statementChanges(payload, i + 1)) return true;
-  }
-  return false;
+/**
+ * Effects of a COM_QUERY (or COM_STMT_PREPARE) payload, command byte first: PIN, CLEAR and DIRTY bits.
+ * `poolDb` is the pool's database; `inTransaction` whether the client is inside one.
+ */
+export function sessionEffects(payload: Buffer, poolDb: string, inTransaction: boolean): number {
+  let e = statementEffects(payload, 1, poolDb, inTransaction);
+  for (let i = payload.indexOf(0x3b, 1); i >= 0; i = payload.indexOf(0x3b, i + 1)) e |= statementEffects(payload, i + 1, poolDb, inTransaction);
+  if ((e & PIN.user_variable) === 0 && assignsUserVariable(payload, 1)) e |= PIN.user_variable;
+  if (indexOfWord(payload, 'get_lock') >= 0) e |= PIN.get_lock;
+  if (indexOfWord(payload, 'release_all_locks') >= 0) e |= CLEAR.get_lock;
+  return e;
+}
+
+function indexOfWord(p: Buffer, word: string): number {
+  const at = p.indexOf(word, 1, 'latin1');
+  return at >= 0 ? at : p.indexOf(word.toUpperCase(), 1, 'latin1');
+}
+
+/** Whether the statement text changes session state at all (a prepared statement's marker). */
+export function changesSession(payload: Buffer, poolDb = ''): boolean {
+  return sessionEffects(payload, poolDb, false) !== 0;
 }

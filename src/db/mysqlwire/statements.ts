@@ -3,7 +3,6 @@
 // prepared on first use there. Execute packets are rewritten to the server's id (and given the types).
 import { COM, frame, splitPackets } from './packets.js';
 import type { ServerConn, ServerStatement } from './server-conn.js';
-import { changesSession } from './session-state.js';
 
 const TYPE_JSON = 0xf5;
 const TYPE_VAR_STRING = 0xfd;
@@ -18,20 +17,19 @@ export class ClientStatement {
   readonly prepare: Buffer;
   readonly key: string;
   readonly params: number;
-  /** Executing it may change session state (MariaDB prepares USE and SET too): its connection is reset before reuse. */
-  readonly changesSession: boolean;
+  /** What executing it does to the session (session-state.ts bits; MariaDB prepares USE and SET too). */
+  readonly effects: number;
   /** Parameter types (2 bytes each) the client last bound. */
   types: Buffer | null = null;
   /** COM_STMT_SEND_LONG_DATA payloads since the last execute. */
   longData: Buffer[] = [];
   longBytes = 0;
 
-  constructor(prepare: Buffer, params: number) {
+  constructor(prepare: Buffer, params: number, effects: number) {
     this.prepare = prepare;
     this.key = prepare.toString('latin1', 1);
     this.params = params;
-    // The payload has COM_QUERY's shape: a command byte, then the SQL.
-    this.changesSession = changesSession(prepare);
+    this.effects = effects;
   }
 
   /**
