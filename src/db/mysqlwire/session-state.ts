@@ -149,7 +149,7 @@ function assignsUserVariable(p: Buffer, start: number): boolean {
     break;
   }
   if (!any) return false;
-  if (p.indexOf(':=', start, 'latin1') >= 0) return true;
+  if (p.indexOf(NEEDLE.assign, start) >= 0) return true;
   for (let i = p.indexOf(0x40, start); i >= 0; i = p.indexOf(0x40, i + 1)) {
     if (p[i + 1] === 0x40) {
       i++;
@@ -173,6 +173,13 @@ function assignsUserVariable(p: Buffer, start: number): boolean {
   return false;
 }
 
+const NEEDLE = {
+  lock: Buffer.from('_lock'),
+  LOCK: Buffer.from('_LOCK'),
+  Lock: Buffer.from('_Lock'),
+  assign: Buffer.from(':='),
+};
+
 /**
  * Effects of a COM_QUERY (or COM_STMT_PREPARE) payload, command byte first: PIN, CLEAR and DIRTY bits.
  * `poolDb` is the pool's database; `inTransaction` whether the client is inside one.
@@ -180,15 +187,15 @@ function assignsUserVariable(p: Buffer, start: number): boolean {
 export function sessionEffects(payload: Buffer, poolDb: string, inTransaction: boolean): number {
   let e = statementEffects(payload, 1, poolDb, inTransaction);
   for (let i = payload.indexOf(0x3b, 1); i >= 0; i = payload.indexOf(0x3b, i + 1)) e |= statementEffects(payload, i + 1, poolDb, inTransaction);
-  if ((e & PIN.user_variable) === 0 && assignsUserVariable(payload, 1)) e |= PIN.user_variable;
-  if (indexOfWord(payload, 'get_lock') >= 0) e |= PIN.get_lock;
-  if (indexOfWord(payload, 'release_all_locks') >= 0) e |= CLEAR.get_lock;
+  if ((e & PIN.user_variable) === 0 && payload.indexOf(0x40, 1) >= 0 && assignsUserVariable(payload, 1)) e |= PIN.user_variable;
+  // GET_LOCK and RELEASE_ALL_LOCKS share `_lock`: one search in the usual case (none).
+  if (payload.indexOf(NEEDLE.lock, 1) >= 0 || payload.indexOf(NEEDLE.LOCK, 1) >= 0 || payload.indexOf(NEEDLE.Lock, 1) >= 0) e |= lockCalls(payload);
   return e;
 }
 
-function indexOfWord(p: Buffer, word: string): number {
-  const at = p.indexOf(word, 1, 'latin1');
-  return at >= 0 ? at : p.indexOf(word.toUpperCase(), 1, 'latin1');
+function lockCalls(p: Buffer): number {
+  const t = p.toString('latin1', 1).toLowerCase();
+  return (t.includes('get_lock') ? PIN.get_lock : 0) | (t.includes('release_all_locks') ? CLEAR.get_lock : 0);
 }
 
 /** Whether the statement text changes session state at all (a prepared statement's marker). */
