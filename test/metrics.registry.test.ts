@@ -65,6 +65,8 @@ const POOLGATE_METRICS: Record<string, string> = {
   poolgate_upstream_duration_seconds: 'histogram',
   poolgate_policy_refusals_total: 'counter',
   poolgate_lock_acquires_total: 'counter',
+  poolgate_wire_pinned_clients: 'gauge',
+  poolgate_wire_pins_total: 'counter',
 };
 
 t.test('the registry exposes every poolgate metric once, with process metrics, in valid text format', async (t) => {
