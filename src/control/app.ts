@@ -21,6 +21,7 @@ import { webhookRoutes } from './webhooks.js';
 import { keyRoutes } from './keys.js';
 import { metricsRoutes } from './metrics.js';
 import { settingsRoutes } from './settings.js';
+import { HEALTH_PATHS, healthAnswer } from '../health.js';
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv;
 
@@ -169,6 +170,16 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
   });
 
   app.get('/api/v1/openapi.json', { config: { public: true }, schema: { hide: true } }, async () => ({ ...app.swagger(), servers: [{ url: ctx.urls.base }] }));
+
+  const health = ctx.health;
+  if (health) {
+    for (const path of HEALTH_PATHS) {
+      app.get(path, { config: { public: true }, schema: { hide: true } }, async (_req, reply) => {
+        const { status, body } = await healthAnswer(health, path);
+        return reply.code(status).header('cache-control', 'no-store').send(body);
+      });
+    }
+  }
 
   identityRoutes(app, ctx);
   budgetRoutes(app, ctx);
