@@ -8,6 +8,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY package.json package-lock.json ./
+# npm ci runs the prepare script, which skips the build here (no sources yet); it is built below once they are copied.
+COPY scripts/prepare.mjs ./scripts/prepare.mjs
 RUN npm ci
 COPY tsconfig.json ./
 COPY bin ./bin
