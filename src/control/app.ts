@@ -128,7 +128,7 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
     const status = err.statusCode ?? 500;
     if (status >= 400 && status < 500) {
       const message =
-        status === 413 ? 'request body is too large'
+        status === 413 ? `request body is too large (more than ${ctx.config.controlBodyLimit} bytes; the operator sets it: POOLGATE_CONTROL_BODY_LIMIT)`
         : status === 415 ? 'unsupported content type: send application/json'
         : err.message;
       return reply.code(status).send({ message });
