@@ -106,7 +106,7 @@ t.test('README walk-through: demo origin, npm start, bootstrap, pool, key, reque
   t.equal(code, 0, `the requests block succeeds; stderr: ${err}`);
   const lines = jsonValues(out);
   t.equal(lines.length, 3, `three answers (me, curl, fetch): ${out}`);
-  t.match(lines[0], { data: { team: { name: 'Acme' } } }, '/me');
+  t.match(lines[0], { team: { name: 'Acme' } }, '/me');
   for (const [i, how] of [[1, 'Host'], [2, 'X-Service-Pool']] as const) {
     t.equal(lines[i]!.origin, 'poolgate demo origin', `the request by ${how} reached the demo origin`);
     t.equal(lines[i]!.url, '/v1/things');
@@ -120,5 +120,5 @@ t.test('README walk-through: demo origin, npm start, bootstrap, pool, key, reque
   let out2 = '';
   again.stdout!.on('data', (c: Buffer) => (out2 += c));
   t.equal(await new Promise<number | null>((resolve) => again.once('exit', resolve)), 0, 'the walk-through runs twice');
-  t.match(jsonValues(out2)[0], { data: { team: { name: 'Acme' } } });
+  t.match(jsonValues(out2)[0], { team: { name: 'Acme' } });
 });
