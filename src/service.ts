@@ -10,7 +10,7 @@ import type { Sql } from './store/sql.js';
 import { acquireDataDirLock, type DataDirLock } from './store/data-dir-lock.js';
 import { startAdminSocket, type AdminSocket } from './admin/socket.js';
 import { loadUws } from './http/uws.js';
-import { createLogger, type Logger } from './log.js';
+import { createLogger, type LogFormat, type Logger } from './log.js';
 import { Dataplane } from './dataplane/server.js';
 import { LockServer } from './lock/server.js';
 import { MysqlListener } from './db/mysqlwire/listener.js';
@@ -110,7 +110,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
   // so no Date object is made per request.
   const nowOverride = opts.now;
   const clock: () => number = nowOverride ? () => nowOverride().getTime() : Date.now;
-  const log = opts.log ?? createLogger(config.logLevel);
+  const log = opts.log ?? createLogger(config.logLevel, config.logFormat as LogFormat);
   const closers: Array<() => Promise<void>> = [];
   const ports: Ports = {};
   let control: ControlApp | null = null;
@@ -246,7 +246,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       const mysqlWire = await MysqlListener.start({
         host: config.host, port: config.mysqlPort, snapshots: dp.snapshots, governor, policies: dp.policies, metrics: sink, log,
         clock, allowInsecure: config.dbAllowInsecure, allowPrivate: config.allowPrivateTargets,
-        tlsCertFile: config.wireTlsCertFile, tlsKeyFile: config.wireTlsKeyFile,
+        tlsCertFile: config.wireTlsCertFile, tlsKeyFile: config.wireTlsKeyFile, logSample: config.accessLogSample,
       });
       ports.mysql = mysqlWire.port;
       mysqlListener = mysqlWire;
@@ -255,7 +255,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       const pgWire = await PgWireListener.start({
         host: config.host, port: config.pgPort, governor, snapshot: () => dp.snapshots.current, poolDomain: config.poolDomain,
         tlsCertFile: config.wireTlsCertFile, tlsKeyFile: config.wireTlsKeyFile, allowPrivate: config.allowPrivateTargets,
-        allowInsecure: config.dbAllowInsecure, log, metrics: sink, clock,
+        allowInsecure: config.dbAllowInsecure, log, logSample: config.accessLogSample, metrics: sink, clock,
         maxPreparedStatements: config.wireMaxPreparedStatements, policies: dp.policies,
       });
       ports.pg = pgWire.port;

@@ -111,6 +111,19 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
     // Unknown routes fall through to the not-found handler after auth, so paths are not probeable without a token.
     req.actor = await authenticate(ctx.sql, req.headers.authorization, ctx.now(), actors);
   });
+  // One line per Control API request (issue 20): the route pattern (never the path: an intake token travels in it),
+  // the pool, the status, the time and the API token's id (never the token). Health probes are not logged.
+  app.addHook('onResponse', async (req: FastifyRequest, reply: FastifyReply) => {
+    const route = req.routeOptions.url;
+    if (route !== undefined && (HEALTH_PATHS as readonly string[]).includes(route)) return;
+    const status = reply.statusCode;
+    const line = {
+      event: 'control', method: req.method, route: route ?? null, pool: (req.params as { pool?: string } | undefined)?.pool,
+      status, ms: Math.round(reply.elapsedTime), tokenId: req.actor?.tokenId, teamId: req.actor?.teamId, peer: req.ip,
+    };
+    if (status >= 500) ctx.log.error(line, 'control api request');
+    else ctx.log.info(line, 'control api request');
+  });
   // NUL or an unpaired surrogate would fail (or be mangled) in the store: refuse it as bad input, never a 5xx.
   app.addHook('preValidation', async (req: FastifyRequest) => {
     if (hasUnstorableText(req.params)) throw new ApiError(404, 'not found');
