@@ -8,6 +8,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY package.json package-lock.json ./
+# npm ci runs the prepare script, which skips the build here (no sources yet); it is built below once they are copied.
+COPY scripts/prepare.mjs ./scripts/prepare.mjs
 RUN npm ci
 COPY tsconfig.json ./
 COPY bin ./bin
@@ -32,8 +34,9 @@ USER node
 VOLUME ["/data"]
 # control, proxy (pool traffic), lock API, metrics, PostgreSQL wire, MySQL wire (config/default.json)
 EXPOSE 7070 7071 7072 9465 15432 13306
-HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
-  CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.POOLGATE_CONTROL_PORT || 7070) + '/api/v1/openapi.json').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+# Readiness of every role this process runs (store, snapshot, governor, listeners): docs/decisions/health.md.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.POOLGATE_METRICS_PORT || 9465) + '/readyz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
 # SIGTERM (docker stop) drains in-flight work, then closes the store.
 STOPSIGNAL SIGTERM
 CMD ["node", "--max-semi-space-size=32", "bin/poolgate.js", "start"]

@@ -1,5 +1,7 @@
 // poolgate start | control | dataplane | worker | admin …
-import { resolve } from 'node:path';
+import { join, resolve } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
 import { loadConfig, ConfigError } from './config/load.js';
 import type { Config } from './config/schema.js';
 import { startService, type RoleName } from './service.js';
@@ -9,13 +11,24 @@ import { dataDirOwner } from './store/data-dir-lock.js';
 import { openStore } from './store/open.js';
 import { loadMasterKey, SecretBox } from './security/secret-box.js';
 import { UwsUnavailableError } from './http/uws.js';
+import { DemoOriginError, startDemoOrigin } from './demo-origin.js';
 
 const USAGE = `usage: poolgate <command>
   start       every role in one process (embedded PGlite store in POOLGATE_DATA_DIR unless DATABASE_URL)
   control     the Control API only            (needs DATABASE_URL)
   dataplane   pool traffic, lock API, metrics (needs DATABASE_URL)
   worker      async jobs and webhook deliveries (needs DATABASE_URL)
-  admin …     operator commands: poolgate admin --help`;
+  admin …     operator commands: poolgate admin --help
+  demo-origin a local https origin for trying poolgate without internet: demo-origin [--port 8443] [--host H] [--dir D]
+  --version   the installed version
+
+Configuration comes from config files and environment variables (docs/configuration.md), not from flags.`;
+
+/** The package's version, read from its package.json (two levels above dist/src). */
+export function version(): string {
+  const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+  return pkg.version;
+}
 
 const ROLES: Record<string, RoleName[]> = {
   start: ['control', 'dataplane', 'worker'],
@@ -27,15 +40,31 @@ const ROLES: Record<string, RoleName[]> = {
 async function serve(config: Config, roles: RoleName[]): Promise<void> {
   const service = await startService({ config, roles });
   process.stdout.write(JSON.stringify({ event: 'listening', ...service.ports, roles, store: service.sql.engine }) + '\n');
+  // The start-up summary an operator reads first: what runs, where, on what.
+  service.log.info(
+    {
+      event: 'started', version: version(), roles, ports: service.ports, store: service.sql.engine,
+      governor: config.redisUrl ? 'redis' : (service.dataplaneThreads ? 'shared-memory' : 'memory'),
+      poolDomain: config.poolDomain, dataDir: config.databaseUrl ? undefined : resolve(config.dataDir),
+    },
+    `poolgate ${version()} started: ${roles.join(', ')}; store ${service.sql.engine}; pools at *.${config.poolDomain}`,
+  );
   let stopping = false;
   const stop = (signal: string) => {
     if (stopping) return;
     stopping = true;
-    process.stderr.write(`poolgate: ${signal}, shutting down\n`);
-    const force = setTimeout(() => process.exit(1), 30_000);
+    service.log.info({ event: 'stopping', signal }, `${signal}: not ready any more; draining in-flight work`);
+    const started = Date.now();
+    const force = setTimeout(() => {
+      process.stderr.write('poolgate: shutdown did not finish within 30 s; exiting\n');
+      process.exit(1);
+    }, 30_000);
     force.unref();
     void service.close().then(
-      () => process.exit(0),
+      () => {
+        service.log.info({ event: 'stopped', ms: Date.now() - started }, 'shutdown complete');
+        service.log.flush(() => process.exit(0));
+      },
       (err: unknown) => {
         process.stderr.write(`poolgate: shutdown failed: ${String(err)}\n`);
         process.exit(1);
@@ -67,10 +96,29 @@ async function admin(config: Config, argv: string[]): Promise<number> {
   return result.code;
 }
 
+async function demoOrigin(config: Config, argv: string[]): Promise<void> {
+  const { values } = parseArgs({ args: argv, strict: true, allowPositionals: false, options: { port: { type: 'string' }, host: { type: 'string' }, dir: { type: 'string' } } });
+  const port = values.port === undefined ? 8443 : Number(values.port);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new DemoOriginError('--port must be an integer from 0 to 65535');
+  const origin = await startDemoOrigin({ host: values.host ?? '127.0.0.1', port, dir: values.dir ?? join(config.dataDir, 'demo-origin') });
+  process.stdout.write(JSON.stringify({ event: 'listening', url: origin.url, caFile: origin.caFile }) + '\n');
+  process.stderr.write(
+    `poolgate demo origin at ${origin.url}. Start poolgate trusting its certificate and allowing loopback targets:\n` +
+    `  POOLGATE_ALLOW_PRIVATE_TARGETS=true POOLGATE_ORIGIN_CA_FILE=${origin.caFile} npm start\n`,
+  );
+  const stop = () => void origin.close().then(() => process.exit(0));
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+}
+
 export async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
   if (!command || command === '--help' || command === '-h' || command === 'help') {
     process.stdout.write(USAGE + '\n');
+    return;
+  }
+  if (command === '--version' || command === '-v' || command === 'version') {
+    process.stdout.write(version() + '\n');
     return;
   }
   try {
@@ -79,15 +127,29 @@ export async function main(argv: string[]): Promise<void> {
       process.exitCode = await admin(config, rest);
       return;
     }
+    if (command === 'demo-origin') {
+      await demoOrigin(config, rest);
+      return;
+    }
     const roles = ROLES[command];
     if (!roles) {
       process.stderr.write(`unknown command: ${command}\n${USAGE}\n`);
       process.exitCode = 2;
       return;
     }
+    if (rest.length > 0) {
+      // Flags are not configuration: `start --port 1` must not start on the default port as if it had worked.
+      process.stderr.write(`poolgate ${command} takes no arguments (got ${rest.join(' ')}): configure it with environment variables or POOLGATE_CONFIG, e.g. POOLGATE_PROXY_PORT=8080 (docs/configuration.md)\n`);
+      process.exitCode = 2;
+      return;
+    }
     await serve(config, roles);
   } catch (err) {
-    if (err instanceof ConfigError || err instanceof UwsUnavailableError) process.stderr.write(`poolgate: ${err.message}\n`);
+    if ((err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
+      process.stderr.write(`poolgate ${command}: ${(err as Error).message}\n${USAGE}\n`);
+      process.exit(2);
+    }
+    if (err instanceof ConfigError || err instanceof UwsUnavailableError || err instanceof DemoOriginError) process.stderr.write(`poolgate: ${err.message}\n`);
     else process.stderr.write(`poolgate: ${(err as Error).message}\n`);
     process.exit(1);
   }

@@ -10,7 +10,7 @@ import type { Sql } from './store/sql.js';
 import { acquireDataDirLock, type DataDirLock } from './store/data-dir-lock.js';
 import { startAdminSocket, type AdminSocket } from './admin/socket.js';
 import { loadUws } from './http/uws.js';
-import { createLogger, type Logger } from './log.js';
+import { createLogger, type LogFormat, type Logger } from './log.js';
 import { Dataplane } from './dataplane/server.js';
 import { LockServer } from './lock/server.js';
 import { MysqlListener } from './db/mysqlwire/listener.js';
@@ -35,6 +35,8 @@ import { DbUpstreams } from './db/upstream.js';
 import { enqueueJobEvent } from './webhooks/outbox.js';
 import { Deliverer } from './webhooks/deliverer.js';
 import { closeEnvelopeWorkers } from './webhooks/envelope-body.js';
+import { Health, type HealthCheck } from './health.js';
+import { Registry } from 'prom-client';
 
 export type RoleName = 'control' | 'dataplane' | 'worker';
 
@@ -80,6 +82,8 @@ export interface Service {
   readonly mysql: MysqlListener | null;
   /** The PostgreSQL wire listener, when this process runs the dataplane role. */
   readonly pgWire: PgWireListener | null;
+  /** Liveness and readiness of this process (served at /livez, /readyz, /healthz). */
+  readonly health: Health;
   close(): Promise<void>;
 }
 
@@ -106,7 +110,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
   // so no Date object is made per request.
   const nowOverride = opts.now;
   const clock: () => number = nowOverride ? () => nowOverride().getTime() : Date.now;
-  const log = opts.log ?? createLogger(config.logLevel);
+  const log = opts.log ?? createLogger(config.logLevel, config.logFormat as LogFormat);
   const closers: Array<() => Promise<void>> = [];
   const ports: Ports = {};
   let control: ControlApp | null = null;
@@ -118,6 +122,8 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
   let admin: AdminSocket | null = null;
   let mysqlListener: MysqlListener | null = null;
   // Where jobs are polled: the lock API's public address (its port is known once it listens).
+  const health = new Health(opts.roles);
+  health.add(storeCheck(sql));
   const lockApiUrl = () => config.lockApiUrl ?? `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${ports.lock ?? config.lockPort}`;
 
   try {
@@ -134,6 +140,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         log,
         urls,
         targets: { allowPrivate: config.allowPrivateTargets, ownHosts: own, lookup: opts.lookup ?? systemLookup },
+        health,
       };
       control = await buildControlApp(ctx);
       await control.listen({ host: config.host, port: config.controlPort });
@@ -192,7 +199,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         await rollups.close().catch((err: unknown) => log.warn({ err }, 'final pool metrics rollup flush failed'));
         await governor.close();
       });
-      const metricsServer = await startMetricsServer(config.host, config.metricsPort, poolMetrics.registry);
+      const metricsServer = await startMetricsServer(config.host, config.metricsPort, poolMetrics.registry, health);
       ports.metrics = metricsServer.port;
       closers.push(() => metricsServer.close());
       let sink: RequestMetrics | null = null;
@@ -212,6 +219,8 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         nonces,
       });
       sink = new RequestMetrics(poolMetrics, rollups, dp.snapshots, governor);
+      health.add(snapshotCheck('snapshot', dp.snapshots));
+      if (governor instanceof RedisGovernor) health.add(governorCheck(governor, config.governorFailurePolicy));
       ports.proxy = dp.port;
       dataplane = dp;
       // Closed first on shutdown: stop taking pool traffic and let in-flight requests finish.
@@ -237,7 +246,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       const mysqlWire = await MysqlListener.start({
         host: config.host, port: config.mysqlPort, snapshots: dp.snapshots, governor, policies: dp.policies, metrics: sink, log,
         clock, allowInsecure: config.dbAllowInsecure, allowPrivate: config.allowPrivateTargets,
-        tlsCertFile: config.wireTlsCertFile, tlsKeyFile: config.wireTlsKeyFile,
+        tlsCertFile: config.wireTlsCertFile, tlsKeyFile: config.wireTlsKeyFile, logSample: config.accessLogSample,
       });
       ports.mysql = mysqlWire.port;
       mysqlListener = mysqlWire;
@@ -246,7 +255,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       const pgWire = await PgWireListener.start({
         host: config.host, port: config.pgPort, governor, snapshot: () => dp.snapshots.current, poolDomain: config.poolDomain,
         tlsCertFile: config.wireTlsCertFile, tlsKeyFile: config.wireTlsKeyFile, allowPrivate: config.allowPrivateTargets,
-        allowInsecure: config.dbAllowInsecure, log, metrics: sink, clock,
+        allowInsecure: config.dbAllowInsecure, log, logSample: config.accessLogSample, metrics: sink, clock,
         maxPreparedStatements: config.wireMaxPreparedStatements, policies: dp.policies,
       });
       ports.pg = pgWire.port;
@@ -283,6 +292,8 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
           },
         });
         await source.start();
+        health.add(snapshotCheck('worker_snapshot', source));
+        if (own instanceof RedisGovernor) health.add(governorCheck(own, config.governorFailurePolicy));
         closers.push(async () => {
           await source.close();
           await ownDatabases.close();
@@ -309,6 +320,15 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       });
       jobRunner = runner;
     }
+    if (ports.metrics === undefined) {
+      // Roles without pool traffic still answer the health paths (and an empty /metrics) on the metrics port,
+      // so every process of a split deployment has the same probe address.
+      const metricsServer = await startMetricsServer(config.host, config.metricsPort, new Registry(), health);
+      ports.metrics = metricsServer.port;
+      closers.push(() => metricsServer.close());
+    }
+    health.add({ name: 'listeners', required: true, run: () => ({ ok: true, detail: Object.entries(ports).map(([k, v]) => `${k} ${String(v)}`).join(', ') }) });
+    health.serving();
   } catch (err) {
     for (const c of closers.reverse()) await c().catch(() => {});
     await sql.close().catch(() => {});
@@ -331,7 +351,9 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
     dataplaneThreads: threadsHost,
     mysql: mysqlListener,
     pgWire: pgWireListener,
+    health,
     close() {
+      health.draining();
       closing ??= (async () => {
         // Stop accepting first, let in-flight work finish, then close the store.
         for (const c of closers.reverse()) await c().catch(() => {});
@@ -340,5 +362,45 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       })();
       return closing;
     },
+  };
+}
+
+function storeCheck(sql: Sql): HealthCheck {
+  return {
+    name: 'store',
+    required: true,
+    run: async () => {
+      await sql.query('SELECT 1');
+      return { ok: true, detail: sql.engine };
+    },
+  };
+}
+
+function snapshotCheck(name: string, feed: SnapshotFeed): HealthCheck {
+  return {
+    name,
+    required: true,
+    run: () => {
+      const source = feed instanceof SnapshotSource ? feed : null;
+      if (!source) return { ok: true };
+      if (source.fullLoads === 0) return { ok: false, detail: 'no snapshot loaded yet' };
+      const age = Math.round((Date.now() - source.loadedAt) / 1000);
+      return source.lastLoadError === null
+        ? { ok: true, detail: `loaded ${age} s ago` }
+        // Still serving from the previous snapshot; the store check says whether the store is the cause.
+        : { ok: true, detail: `serving the snapshot of ${age} s ago; the last reload failed: ${source.lastLoadError}` };
+    },
+  };
+}
+
+/**
+ * With the 'closed' failure policy a node without Redis refuses every pool request, so it is not ready; with
+ * 'open' it admits against its local share and stays ready (the check is reported, not required).
+ */
+function governorCheck(governor: RedisGovernor, policy: 'closed' | 'open'): HealthCheck {
+  return {
+    name: 'governor',
+    required: policy === 'closed',
+    run: () => (governor.connected ? { ok: true, detail: 'redis' } : { ok: false, detail: `redis unreachable (governorFailurePolicy ${policy})` }),
   };
 }

@@ -67,6 +67,7 @@ const POOLGATE_METRICS: Record<string, string> = {
   poolgate_lock_acquires_total: 'counter',
   poolgate_wire_pinned_clients: 'gauge',
   poolgate_wire_pins_total: 'counter',
+  poolgate_pools: 'gauge',
 };
 
 t.test('the registry exposes every poolgate metric once, with process metrics, in valid text format', async (t) => {
@@ -74,7 +75,8 @@ t.test('the registry exposes every poolgate metric once, with process metrics, i
   const gov = new MemoryGovernor();
   t.teardown(() => gov.close());
   gov.configure([pool(1, { maxConcurrent: 3 }), pool(2, { maxConcurrent: 1 })], []);
-  metrics.watch({ pools: () => [{ poolId: 1, pool: 'alpha' }, { poolId: 2, pool: 'beta' }], state: (id) => gov.state(id) });
+  let live = [{ poolId: 1, pool: 'alpha' }, { poolId: 2, pool: 'beta' }];
+  metrics.watch({ pools: () => live, state: (id) => gov.state(id) });
 
   const h = metrics.forPool('alpha');
   t.equal(metrics.forPool('alpha'), h, 'handles are made once and cached');
@@ -124,6 +126,7 @@ t.test('the registry exposes every poolgate metric once, with process metrics, i
   const after = parseExposition(await metrics.registry.metrics()).samples;
   t.equal(value(after, 'poolgate_pool_in_flight', { pool: 'alpha' }), 0, 'a scrape reads the state now');
 
+  live = [{ poolId: 1, pool: 'alpha' }];
   metrics.forget('beta');
   const gone = parseExposition(await metrics.registry.metrics()).samples;
   t.notOk(
@@ -175,4 +178,24 @@ t.test('the metrics server serves GET /metrics on its own port and 404 elsewhere
     t.equal(check.status, 0, `promtool check metrics passes: ${check.stdout}${check.stderr}`);
     t.equal(`${check.stdout}${check.stderr}`.trim(), '', 'promtool reports no problems');
   }
+});
+
+t.test('issue 20: every live pool has its outcome series at 0 from the first scrape, before its first request', async (t) => {
+  const metrics = new PoolMetrics({ defaultMetrics: false });
+  const gov = new MemoryGovernor();
+  t.teardown(() => gov.close());
+  gov.configure([pool(7, { maxConcurrent: 2 })], []);
+  metrics.watch({ pools: () => [{ poolId: 7, pool: 'quiet' }], state: (id) => gov.state(id) });
+  const first = parseExposition(await metrics.registry.metrics()).samples;
+  t.equal(value(first, 'poolgate_pools', {}), 1);
+  for (const outcome of ['admitted', 'rejected_queue_full', 'queue_timeout', 'upstream_error', 'unauthorized']) {
+    t.equal(value(first, 'poolgate_pool_requests_total', { pool: 'quiet', outcome }), 0, `${outcome} at 0`);
+  }
+  t.equal(value(first, 'poolgate_pool_rejected_total', { pool: 'quiet', reason: 'queue_full' }), 0);
+  t.equal(value(first, 'poolgate_pool_admitted_total', { pool: 'quiet' }), 0);
+  t.equal(value(first, 'poolgate_lock_acquires_total', { pool: 'quiet', outcome: 'granted' }), 0);
+  // The first burst is then an increase from 0.
+  metrics.forPool('quiet').requests.admitted.inc(5);
+  const second = parseExposition(await metrics.registry.metrics()).samples;
+  t.equal(value(second, 'poolgate_pool_requests_total', { pool: 'quiet', outcome: 'admitted' }), 5);
 });

@@ -3,7 +3,7 @@ import type { ParseArgsConfig } from 'node:util';
 import type { Config } from '../config/schema.js';
 import type { SecretBox } from '../security/secret-box.js';
 import type { Sql } from '../store/sql.js';
-import { findTeam, type TeamRow } from '../store/teams.js';
+import { findTeams, type TeamRow } from '../store/teams.js';
 
 export interface AdminDeps {
   config: Config;
@@ -49,8 +49,10 @@ export function intOption(value: string, name: string, min: number, max = 214748
   return Number(value);
 }
 
+/** The team `--team` names: its id, slug or name; several teams of that name are refused, listing their slugs. */
 export async function teamOf(deps: AdminDeps, ref: string): Promise<TeamRow> {
-  const team = await findTeam(deps.sql, ref);
-  if (!team) throw new AdminUsageError(`team ${JSON.stringify(ref)} not found`);
-  return team;
+  const teams = await findTeams(deps.sql, ref);
+  if (teams.length === 0) throw new AdminUsageError(`team ${JSON.stringify(ref)} not found (give its slug, name or id)`);
+  if (teams.length > 1) throw new AdminUsageError(`${teams.length} teams are named ${JSON.stringify(ref)}: give the slug (${teams.map((t) => t.slug).join(', ')})`);
+  return teams[0]!;
 }

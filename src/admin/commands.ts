@@ -8,6 +8,7 @@ import { AdminUsageError, intOption, need, oneOf, teamOf, type AdminDeps, type A
 import { webhookCommands } from './webhook-commands.js';
 import { budgetCommands } from './budget-commands.js';
 import { poolCommands } from './pool-commands.js';
+import { poolKeyCommands } from './pool-key-commands.js';
 import {
   PLANS,
   ROLES,
@@ -16,7 +17,10 @@ import {
   createToken,
   createUser,
   findUser,
+  findTeams,
   type Plan,
+  type TeamRow,
+  type UserRow,
   type Role,
   type TokenLifetime,
 } from '../store/teams.js';
@@ -49,10 +53,30 @@ export const commands: Record<string, Command> = {
       const plan = oneOf((v.plan as string | undefined) ?? 'free', PLANS, 'plan') as Plan;
       const userName = (v.name as string | undefined)?.trim() || email.split('@')[0]!;
       return deps.sql.transaction(async (tx) => {
-        const team = await createTeam(tx, teamName, plan);
-        const user = await createUser(tx, team.id, userName, email, 'owner');
+        // Idempotent: the same team and owner again get a new token, never a second team (acme-2) or user.
+        const existing = await findTeams(tx, teamName);
+        let created = true;
+        let team: TeamRow;
+        let user: UserRow;
+        if (existing.length > 0) {
+          if (existing.length > 1) throw new AdminUsageError(`${existing.length} teams are named ${JSON.stringify(teamName)} (${existing.map((t) => t.slug).join(', ')}); nothing changed`);
+          team = existing[0]!;
+          const owner = await findUser(tx, team.id, email);
+          if (!owner || owner.role !== 'owner') {
+            throw new AdminUsageError(
+              `team ${JSON.stringify(team.name)} (slug ${team.slug}) already exists and ${email} is not its owner; nothing changed. ` +
+              `Add a user with \`admin user add --team ${team.slug}\`, or bootstrap another team name`,
+            );
+          }
+          user = owner;
+          created = false;
+        } else {
+          team = await createTeam(tx, teamName, plan);
+          user = await createUser(tx, team.id, userName, email, 'owner');
+        }
         const tok = await createToken(tx, user, { name: 'bootstrap', abilities: ABILITIES, lifetime: '1y', now: deps.now() });
         return {
+          created,
           token: tok.token,
           team: { id: team.id, name: team.name, slug: team.slug, plan: team.plan },
           user: { id: user.id, name: user.name, email: user.email, role: user.role },
@@ -130,6 +154,7 @@ export const commands: Record<string, Command> = {
   ...webhookCommands,
   ...budgetCommands,
   ...poolCommands,
+  ...poolKeyCommands,
 };
 
 export function helpText(): string {

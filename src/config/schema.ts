@@ -238,6 +238,14 @@ export const ConfigSchema = Type.Object(
       ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((l) => Type.Literal(l)),
       { default: 'info', env: 'POOLGATE_LOG_LEVEL', description: 'Log level of the service log (stderr).' },
     ),
+    logFormat: Type.Union(
+      ['auto', 'json', 'pretty'].map((l) => Type.Literal(l)),
+      {
+        default: 'auto',
+        env: 'POOLGATE_LOG_FORMAT',
+        description: 'Service log format on stderr: json (one JSON object a line), pretty (time, level, message, fields; for people), auto (pretty when stderr is a terminal, json otherwise). The access log stays JSON.',
+      },
+    ),
   },
   { additionalProperties: false },
 );

@@ -21,6 +21,7 @@ import { webhookRoutes } from './webhooks.js';
 import { keyRoutes } from './keys.js';
 import { metricsRoutes } from './metrics.js';
 import { settingsRoutes } from './settings.js';
+import { HEALTH_PATHS, healthAnswer } from '../health.js';
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv;
 
@@ -110,6 +111,19 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
     // Unknown routes fall through to the not-found handler after auth, so paths are not probeable without a token.
     req.actor = await authenticate(ctx.sql, req.headers.authorization, ctx.now(), actors);
   });
+  // One line per Control API request (issue 20): the route pattern (never the path: an intake token travels in it),
+  // the pool, the status, the time and the API token's id (never the token). Health probes are not logged.
+  app.addHook('onResponse', async (req: FastifyRequest, reply: FastifyReply) => {
+    const route = req.routeOptions.url;
+    if (route !== undefined && (HEALTH_PATHS as readonly string[]).includes(route)) return;
+    const status = reply.statusCode;
+    const line = {
+      event: 'control', method: req.method, route: route ?? null, pool: (req.params as { pool?: string } | undefined)?.pool,
+      status, ms: Math.round(reply.elapsedTime), tokenId: req.actor?.tokenId, teamId: req.actor?.teamId, peer: req.ip,
+    };
+    if (status >= 500) ctx.log.error(line, 'control api request');
+    else ctx.log.info(line, 'control api request');
+  });
   // NUL or an unpaired surrogate would fail (or be mangled) in the store: refuse it as bad input, never a 5xx.
   app.addHook('preValidation', async (req: FastifyRequest) => {
     if (hasUnstorableText(req.params)) throw new ApiError(404, 'not found');
@@ -127,7 +141,7 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
     const status = err.statusCode ?? 500;
     if (status >= 400 && status < 500) {
       const message =
-        status === 413 ? 'request body is too large'
+        status === 413 ? `request body is too large (more than ${ctx.config.controlBodyLimit} bytes; the operator sets it: POOLGATE_CONTROL_BODY_LIMIT)`
         : status === 415 ? 'unsupported content type: send application/json'
         : err.message;
       return reply.code(status).send({ message });
@@ -169,6 +183,16 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
   });
 
   app.get('/api/v1/openapi.json', { config: { public: true }, schema: { hide: true } }, async () => ({ ...app.swagger(), servers: [{ url: ctx.urls.base }] }));
+
+  const health = ctx.health;
+  if (health) {
+    for (const path of HEALTH_PATHS) {
+      app.get(path, { config: { public: true }, schema: { hide: true } }, async (_req, reply) => {
+        const { status, body } = await healthAnswer(health, path);
+        return reply.code(status).header('cache-control', 'no-store').send(body);
+      });
+    }
+  }
 
   identityRoutes(app, ctx);
   budgetRoutes(app, ctx);

@@ -1,5 +1,6 @@
 // What every Control API module is handed: config, store, secret box, target policy, clock.
 import type { Config } from '../config/schema.js';
+import type { Health } from '../health.js';
 import type { Logger } from '../log.js';
 import type { SecretBox } from '../security/secret-box.js';
 import type { TargetPolicy } from '../security/targets.js';
@@ -19,6 +20,8 @@ export interface ControlContext {
    * failed projection rolls the write back. Absent: a pg_notify on CHANGE_CHANNEL through the transaction.
    */
   readonly project?: (tx: Queryable, change: string) => Promise<void>;
+  /** The process's health, served without auth at /livez, /readyz and /healthz. */
+  readonly health?: Health;
 }
 
 import type {

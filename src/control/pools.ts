@@ -7,7 +7,8 @@ import { isUniqueViolation, notFound, unprocessable } from './errors.js';
 import { DataListOf, DataOf } from './schemas.js';
 import { cleanName, NAME_MAX, parseDbHost, parseOrigin, subdomainCandidates, SUBDOMAIN_PATTERN } from './pool-naming.js';
 import { checkTarget } from '../security/targets.js';
-import { findPool, findPoolById, listPools, poolView } from '../store/pools.js';
+import { deletePool, findPool, findPoolById, listPools, poolView } from '../store/pools.js';
+import { forbidden } from './errors.js';
 import { CHANGE_CHANNEL, type Queryable } from '../store/sql.js';
 
 export const PoolParams = Type.Object({ pool: Type.String({ pattern: SUBDOMAIN_PATTERN }) });
@@ -89,7 +90,7 @@ async function createOrReuse(tx: Queryable, { teamId, lockKey, findExisting, nam
 }
 
 /** Runs createOrReuse, turning a racing unique violation into the right answer instead of a 500. */
-async function createPool(ctx: ControlContext, request: CreateRequest): Promise<{ id: number; created: boolean }> {
+async function createPool(ctx: Pick<ControlContext, 'sql'>, request: CreateRequest): Promise<{ id: number; created: boolean }> {
   const { name } = request;
   for (let attempt = 0; ; attempt++) {
     try {
@@ -119,6 +120,33 @@ async function poolResponse(ctx: ControlContext, teamId: number, id: number) {
   return { data: poolView(row) };
 }
 
+/** POST /api/v1/pools's work, shared with `poolgate admin pool create`: a 422 ApiError for a refused origin. */
+export async function createOriginPool(
+  ctx: Pick<ControlContext, 'sql' | 'targets'>,
+  teamId: number,
+  body: { origin: string; name?: string | null },
+): Promise<{ id: number; created: boolean }> {
+  const parsed = parseOrigin(body.origin);
+  if (!parsed.ok) throw unprocessable(`invalid origin: ${parsed.reason}`);
+  const origin = parsed.value;
+  const name = nameOf(body.name, origin.host);
+  const verdict = await checkTarget(origin.hostname, ctx.targets);
+  if (!verdict.ok) throw unprocessable(`origin host refused: ${verdict.reason}`);
+  return createPool(ctx, {
+    teamId,
+    lockKey: `pool-origin:${teamId}:${origin.host}`,
+    findExisting: async (tx) => {
+      const { rows } = await tx.query<{ id: number }>(
+        `SELECT id FROM pools WHERE team_id = $1 AND backend = 'http' AND origin_host = $2 AND status <> 'deleted' ORDER BY id LIMIT 1`,
+        [teamId, origin.host],
+      );
+      return rows[0]?.id ?? null;
+    },
+    name,
+    upstream: { backend: 'http', origin: origin.origin, origin_host: origin.host },
+  });
+}
+
 export function poolRoutes(app: TypedApp, ctx: ControlContext): void {
   app.get(
     '/api/v1/pools',
@@ -140,6 +168,33 @@ export function poolRoutes(app: TypedApp, ctx: ControlContext): void {
     },
   );
 
+  app.delete(
+    '/api/v1/pools/:pool',
+    {
+      schema: {
+        tags: ['pools'],
+        summary: 'Delete a pool (extension of the service spec)',
+        description:
+          'Needs pools:write and an owner or admin. The pool stops taking traffic on every node within a change-feed delivery: ' +
+          'requests already holding a slot finish, requests waiting for one are refused, wire sessions end. Its keys are revoked, ' +
+          'its budget attachment is dropped, its queued async jobs are not run (they expire at their TTL), and its subdomain is ' +
+          'never reused. Answers the deleted pool.',
+        params: PoolParams,
+        response: { 200: DataOf('Pool'), 403: Type.Ref('Error'), 404: Type.Ref('Error') },
+      },
+    },
+    async (req) => {
+      const actor = requireAbility(req, 'pools:write');
+      if (actor.role !== 'owner' && actor.role !== 'admin') throw forbidden('only owners and admins may delete pools');
+      const out = await ctx.sql.transaction((tx) => deletePool(tx, actor.teamId, req.params.pool, ctx.now()));
+      if (!out) throw notFound('pool');
+      // A full reload on every node: the pool, its keys and its limits leave the snapshot together.
+      await ctx.sql.notify(CHANGE_CHANNEL, `pool:${out.pool.id}`);
+      ctx.log.info({ event: 'pool_deleted', pool: out.pool.subdomain, team: actor.teamId, tokenId: actor.tokenId, keysRevoked: out.keysRevoked.length }, 'pool deleted');
+      return { data: poolView(out.pool) };
+    },
+  );
+
   app.post(
     '/api/v1/pools',
     {
@@ -152,26 +207,7 @@ export function poolRoutes(app: TypedApp, ctx: ControlContext): void {
     },
     async (req, reply) => {
       const actor = requireAbility(req, 'pools:write');
-      const parsed = parseOrigin(req.body.origin);
-      if (!parsed.ok) throw unprocessable(`invalid origin: ${parsed.reason}`);
-      const origin = parsed.value;
-      const name = nameOf(req.body.name, origin.host);
-      const verdict = await checkTarget(origin.hostname, ctx.targets);
-      if (!verdict.ok) throw unprocessable(`origin host refused: ${verdict.reason}`);
-
-      const out = await createPool(ctx, {
-        teamId: actor.teamId,
-        lockKey: `pool-origin:${actor.teamId}:${origin.host}`,
-        findExisting: async (tx) => {
-          const { rows } = await tx.query<{ id: number }>(
-            `SELECT id FROM pools WHERE team_id = $1 AND backend = 'http' AND origin_host = $2 AND status <> 'deleted' ORDER BY id LIMIT 1`,
-            [actor.teamId, origin.host],
-          );
-          return rows[0]?.id ?? null;
-        },
-        name,
-        upstream: { backend: 'http', origin: origin.origin, origin_host: origin.host },
-      });
+      const out = await createOriginPool(ctx, actor.teamId, req.body);
       reply.code(out.created ? 201 : 200);
       return poolResponse(ctx, actor.teamId, out.id);
     },

@@ -32,7 +32,7 @@ export class RequestBody extends Readable {
     if (chunk.byteLength > 0) {
       this.#received += chunk.byteLength;
       if (this.#limit > 0 && this.#received > this.#limit) {
-        this.destroy(new BodyTooLargeError(`request body exceeds ${this.#limit} bytes`));
+        this.destroy(new BodyTooLargeError(`request body exceeds ${this.#limit} bytes (the operator sets it: POOLGATE_PROXY_BODY_LIMIT)`));
         return;
       }
       // uWS neuters the ArrayBuffer when this callback returns: copy it.

@@ -1,7 +1,11 @@
-// Stage 1, route: the Host header `<subdomain>.{pool_domain}` names the pool (port ignored, any case).
+// Stage 1, route: the Host header `<subdomain>.{pool_domain}` names the pool (port ignored, any case). A client that
+// cannot set Host (fetch drops it; *.localhost may not resolve) names the pool in `X-Service-Pool: <subdomain>`,
+// read only when the Host is not under the pool domain (docs/decisions/pool-addressing.md).
 import { reply, type Exchange, type Gate, type Reply } from './exchange.js';
 
 const NOT_FOUND: Reply = reply(404, 'not_found', 'no pool at this host');
+const NO_POOL_NAMED: Reply = reply(404, 'not_found', 'no pool named: send Host <subdomain>.<pool domain> or X-Service-Pool: <subdomain>');
+const POOL_HEADER = 'x-service-pool';
 
 export function routeGate(poolDomain: string): Gate {
   const suffix = `.${poolDomain.toLowerCase()}`;
@@ -12,8 +16,14 @@ export function routeGate(poolDomain: string): Gate {
     if (colon !== -1 && host.indexOf(']') < colon) host = host.slice(0, colon);
     host = host.toLowerCase();
     if (host.endsWith('.')) host = host.slice(0, -1);
-    if (!host.endsWith(suffix)) return NOT_FOUND;
-    const label = host.slice(0, -suffix.length);
+    let label: string;
+    if (host.endsWith(suffix)) label = host.slice(0, -suffix.length);
+    else {
+      // Off the usual path: only requests whose Host names no pool look at the header.
+      const named = ex.headers[POOL_HEADER];
+      if (typeof named !== 'string' || named.length === 0) return NO_POOL_NAMED;
+      label = named.toLowerCase();
+    }
     if (label.length === 0 || label.includes('.')) return NOT_FOUND;
     const pool = ex.snapshot.pools.get(label);
     if (!pool) return NOT_FOUND;

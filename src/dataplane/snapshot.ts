@@ -323,6 +323,9 @@ export class SnapshotSource implements SnapshotFeed {
   /** Key point updates done (batches) and keys they applied. */
   keyUpdates = 0;
   keysApplied = 0;
+  /** When the last full load was applied (Date.now ms; 0 before the first) and why the last one failed (null once one succeeds): for /readyz. */
+  loadedAt = 0;
+  lastLoadError: string | null = null;
   readonly #opts: SnapshotSourceOptions;
   #running: Promise<void> | null = null;
   #fullQueued = false;
@@ -370,6 +373,7 @@ export class SnapshotSource implements SnapshotFeed {
             try {
               await this.#loadOnce();
             } catch (err) {
+              this.lastLoadError = err instanceof Error ? err.message : String(err);
               this.#opts.log.error({ err }, 'data plane snapshot reload failed; keeping the previous snapshot');
             }
           } else {
@@ -410,6 +414,8 @@ export class SnapshotSource implements SnapshotFeed {
     this.fullLoads++;
     this.#opts.onLoad(snapshot);
     this.current = snapshot;
+    this.loadedAt = Date.now();
+    this.lastLoadError = null;
   }
 
   async close(): Promise<void> {

@@ -175,7 +175,7 @@ export class SqlOverHttp {
       return stop(reply(503, 'unavailable', 'this database pool has no database credential attached'));
     }
     const limit = this.#opts.config.sqlBodyLimit;
-    if (Number(ex.headers['content-length'] ?? 0) > limit) return stop(reply(413, 'payload_too_large', `request body exceeds ${limit} bytes`));
+    if (Number(ex.headers['content-length'] ?? 0) > limit) return stop(reply(413, 'payload_too_large', `request body exceeds ${limit} bytes (the operator sets it: POOLGATE_SQL_BODY_LIMIT)`));
     const wait = requestedWait(ex);
     if (typeof wait !== 'number') return stop(wait);
     if (this.#asyncPool(ex) && asyncRequested(ex.headers) && tooLargeForJob(ex.headers)) return stop(JOB_TOO_LARGE);
@@ -220,7 +220,7 @@ export class SqlOverHttp {
       size += chunk.byteLength;
       if (size > limit) {
         done = true;
-        return stop(reply(413, 'payload_too_large', `request body exceeds ${limit} bytes`));
+        return stop(reply(413, 'payload_too_large', `request body exceeds ${limit} bytes (the operator sets it: POOLGATE_SQL_BODY_LIMIT)`));
       }
       // uWS neuters the ArrayBuffer when this callback returns: copy it.
       if (chunk.byteLength > 0) chunks.push(Buffer.from(chunk.slice(0)));

@@ -2,6 +2,7 @@
 // for mysql), opened with the pool's managed credential and sized to its max_concurrent, replaced when
 // any of that changes. run() executes a request's statements with a deadline and cancels on timeout or
 // client abort (PostgreSQL CancelRequest; MySQL KILL QUERY).
+import { withInsecureHint } from '../config/hints.js';
 import { isIP } from 'node:net';
 import pg from 'pg';
 import mysql from 'mysql2';
@@ -183,7 +184,8 @@ class PgUpstream extends Counted implements Upstream {
       client = await tried.connect();
     } catch (err) {
       if (tried === this.#pool) {
-        if (!(this.#opts.allowInsecure && TLS_REFUSED_PG.test(String((err as Error)?.message)))) throw err;
+        const refusedTls = TLS_REFUSED_PG.test(String((err as Error)?.message));
+        if (!(refusedTls && this.#opts.allowInsecure)) throw refusedTls ? withInsecureHint(err) : err;
         // The server has no TLS and the operator allowed plaintext (dbAllowInsecure): from now on connect without.
         this.#opts.log.warn({ host: this.#target.host }, 'database refused TLS; connecting without it (dbAllowInsecure)');
         this.#tls = false;
@@ -364,7 +366,8 @@ class MysqlUpstream extends Counted implements Upstream {
       conn = await this.#connect(tried);
     } catch (err) {
       if (tried === this.#pool) {
-        if (!(this.#opts.allowInsecure && (err as { code?: string })?.code === 'HANDSHAKE_NO_SSL_SUPPORT')) throw err;
+        const refusedTls = (err as { code?: string })?.code === 'HANDSHAKE_NO_SSL_SUPPORT';
+        if (!(refusedTls && this.#opts.allowInsecure)) throw refusedTls ? withInsecureHint(err) : err;
         this.#opts.log.warn({ host: this.#target.host }, 'database refused TLS; connecting without it (dbAllowInsecure)');
         this.#tls = false;
         this.#pool = this.#makePool();

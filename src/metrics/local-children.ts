@@ -51,6 +51,8 @@ export class LocalCounter {
     if (c === undefined) {
       c = new CounterChild(labels);
       this.#children.set(id, c);
+      // The series exists at 0 from now on, so increase() and rate() see its first counts (issue 20).
+      this.counter.inc(labels, 0);
     }
     return c;
   }

@@ -104,6 +104,25 @@ export class PoolMetrics {
   readonly #handles = new Map<string, PoolHandles>();
   #source: GaugeSource | null = null;
 
+  // Registered first, so it runs first at each scrape: every live pool gets its handles (its outcome, admission and
+  // lock series at 0) before the counters are collected, not at its first request.
+  readonly #pools = new Gauge({
+    name: 'poolgate_pools',
+    help: 'Live pools in this node\'s configuration snapshot.',
+    registers: [this.registry],
+    collect: () => {
+      const src = this.#source;
+      let n = 0;
+      if (src !== null) {
+        for (const { pool } of src.pools()) {
+          this.forPool(pool);
+          n++;
+        }
+      }
+      this.#pools.set(n);
+    },
+  });
+
   readonly #requests = new LocalCounter({
     name: 'poolgate_pool_requests_total',
     help: 'Pool requests by final outcome; each request is counted once.',

@@ -1,7 +1,8 @@
-// The Prometheus scrape endpoint: GET /metrics on its own port, nothing else.
+// The Prometheus scrape endpoint: GET /metrics on its own port, and the process's health (/livez, /readyz, /healthz).
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
+import { HEALTH_PATHS, healthAnswer, type Health } from '../health.js';
 
 export interface MetricsServer {
   readonly port: number;
@@ -9,10 +10,21 @@ export interface MetricsServer {
   close(): Promise<void>;
 }
 
-/** Serves `registry` at GET/HEAD /metrics in the Prometheus text format; 404 for any other path. */
-export async function startMetricsServer(host: string, port: number, registry: Registry): Promise<MetricsServer> {
+/** Serves `registry` at GET/HEAD /metrics in the Prometheus text format, `health` at its paths; 404 for any other path. */
+export async function startMetricsServer(host: string, port: number, registry: Registry, health?: Health): Promise<MetricsServer> {
   const server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?', 1)[0];
+    if (health && (HEALTH_PATHS as readonly string[]).includes(path)) {
+      if (req.method !== 'GET' && req.method !== 'HEAD') {
+        res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'text/plain; charset=utf-8' }).end('method not allowed\n');
+        return;
+      }
+      void healthAnswer(health, path).then(({ status, body }) => {
+        res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' });
+        res.end(req.method === 'HEAD' ? undefined : JSON.stringify(body));
+      });
+      return;
+    }
     if (path !== '/metrics') {
       res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end('not found\n');
       return;

@@ -4,6 +4,7 @@
 import { isIP, type LookupFunction } from 'node:net';
 import { buildConnector } from 'undici';
 import { isPublicAddress, type Lookup } from './targets.js';
+import { ALLOW_PRIVATE_HINT } from '../config/hints.js';
 
 /** What the guard needs: allowPrivateTargets, and the resolver (the service's, so tests can map names). */
 export interface ConnectTargets {
@@ -16,7 +17,7 @@ export const TARGET_REFUSED = 'ETARGETREFUSED';
 
 export function targetRefusal(host: string, address: string): Error {
   const what = host === address ? address : `${host} resolves to ${address}`;
-  return Object.assign(new Error(`${what}, a loopback, private, link-local or reserved address: refused at connect time (allowPrivateTargets is off)`), {
+  return Object.assign(new Error(`${what}, a loopback, private, link-local or reserved address: refused at connect time (${ALLOW_PRIVATE_HINT})`), {
     code: TARGET_REFUSED,
   });
 }

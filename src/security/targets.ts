@@ -1,5 +1,6 @@
 // SSRF guard: origins, database hosts and webhook URLs must resolve only to public unicast addresses
 // and must not name the service itself, unless allowPrivateTargets is set (local use and tests).
+import { ALLOW_PRIVATE_HINT } from '../config/hints.js';
 import { lookup as dnsLookup } from 'node:dns/promises';
 import ipaddr from 'ipaddr.js';
 
@@ -38,7 +39,7 @@ export async function checkTarget(rawHost: string, policy: TargetPolicy): Promis
   if (!host) return { ok: false, reason: 'host is empty' };
   if (isOwnHost(host, policy.ownHosts)) return { ok: false, reason: 'host is this service' };
   if (policy.allowPrivate) return { ok: true };
-  if (host === 'localhost' || host.endsWith('.localhost')) return { ok: false, reason: 'host is loopback' };
+  if (host === 'localhost' || host.endsWith('.localhost')) return { ok: false, reason: `host is loopback; ${ALLOW_PRIVATE_HINT}` };
   let addresses: string[];
   if (ipaddr.isValid(host)) addresses = [host];
   else {
@@ -50,7 +51,7 @@ export async function checkTarget(rawHost: string, policy: TargetPolicy): Promis
   }
   if (addresses.length === 0) return { ok: false, reason: 'host does not resolve' };
   for (const a of addresses) {
-    if (!isPublicAddress(a)) return { ok: false, reason: 'host resolves to a loopback, private, link-local or reserved address' };
+    if (!isPublicAddress(a)) return { ok: false, reason: `host resolves to a loopback, private, link-local or reserved address; ${ALLOW_PRIVATE_HINT}` };
   }
   return { ok: true };
 }

@@ -69,3 +69,20 @@ export async function listPools(db: Queryable, teamId: number, budgetId?: number
     : await db.query<PoolRow>(`${POOL_SELECT} WHERE p.team_id = $1 AND b.id = $2 AND p.status <> 'deleted' ORDER BY p.id`, [teamId, budgetId]);
   return rows;
 }
+
+/**
+ * Deletes a live pool of the team (beyond the spec; docs/decisions/pool-deletion.md): the row stays with status
+ * 'deleted' (its subdomain is never given to another pool, its metrics and job history stay readable), its live
+ * keys are revoked and its budget attachment dropped, in one transaction. Null when there is no such live pool.
+ */
+export async function deletePool(db: Queryable, teamId: number, subdomain: string, now: Date): Promise<{ pool: PoolRow; keysRevoked: number[] } | null> {
+  const pool = await findPool(db, teamId, subdomain);
+  if (!pool) return null;
+  await db.query(`UPDATE pools SET status = 'deleted' WHERE id = $1`, [pool.id]);
+  const { rows } = await db.query<{ id: number }>(
+    `UPDATE pool_keys SET revoked_at = $2 WHERE pool_id = $1 AND revoked_at IS NULL RETURNING id`,
+    [pool.id, now],
+  );
+  await db.query('DELETE FROM budget_pools WHERE pool_id = $1', [pool.id]);
+  return { pool, keysRevoked: rows.map((r) => r.id) };
+}

@@ -30,13 +30,20 @@ export async function createTeam(db: Queryable, name: string, plan: Plan): Promi
   }
 }
 
-export async function findTeam(db: Queryable, ref: string): Promise<TeamRow | null> {
+/** Teams a reference names: an id, a slug, or a name (any case). A slug or id match wins over name matches. */
+export async function findTeams(db: Queryable, ref: string): Promise<TeamRow[]> {
   const byId = /^\d{1,9}$/.test(ref);
-  const { rows } = await db.query<TeamRow>(
-    `SELECT id, name, slug, plan FROM teams WHERE ${byId ? 'id = $1::int' : 'slug = $1'}`,
+  const { rows } = await db.query<TeamRow & { exact: boolean }>(
+    `SELECT id, name, slug, plan, ${byId ? 'id = $1::text::int' : 'slug = $1::text'} AS exact FROM teams
+     WHERE ${byId ? 'id = $1::text::int' : 'slug = $1::text'} OR lower(name) = lower($1::text) ORDER BY 5 DESC, id`,
     [ref],
   );
-  return rows[0] ?? null;
+  const exact = rows.filter((r) => r.exact);
+  return (exact.length > 0 ? exact : rows).map(({ exact: _, ...team }) => team);
+}
+
+export async function findTeam(db: Queryable, ref: string): Promise<TeamRow | null> {
+  return (await findTeams(db, ref))[0] ?? null;
 }
 
 export async function createUser(db: Queryable, teamId: number, name: string, email: string, role: Role): Promise<UserRow> {

@@ -12,7 +12,7 @@ import { startService, type RoleName, type Service } from '../../src/service.js'
 import { runAdmin } from '../../src/admin/commands.js';
 import type { JobRunnerTuning } from '../../src/jobs/runner.js';
 import type { Lookup } from '../../src/security/targets.js';
-import { createLogger } from '../../src/log.js';
+import { createLogger, type Logger } from '../../src/log.js';
 import { PG_URL } from './servers.js';
 import { OpenApiOracle, type OpenApiDoc } from './openapi.js';
 import { seedPgliteDataDir } from './pglite-template.js';
@@ -71,6 +71,8 @@ export async function startTestService(
     dataDir?: string;
     /** The job runner's limits: small result caps and backoffs keep job tests fast. */
     jobs?: JobRunnerTuning;
+    /** The service's logger (default: silent, or POOLGATE_TEST_LOG's level). */
+    log?: Logger;
   } = {},
 ): Promise<TestService> {
   const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'poolgate-test-'));
@@ -102,7 +104,7 @@ export async function startTestService(
       roles: opts.roles ?? ['control', 'dataplane', 'worker'],
       lookup: opts.lookup,
       jobs: opts.jobs,
-      log: createLogger(process.env.POOLGATE_TEST_LOG ?? 'silent'),
+      log: opts.log ?? createLogger(process.env.POOLGATE_TEST_LOG ?? 'silent'),
     });
   } catch (err) {
     // A service that did not start leaves no temp dir or database behind.

@@ -2,6 +2,7 @@
 // checked with caching_sha2_password), then its commands one at a time. Each statement outside a
 // transaction takes a governor slot and a server connection and gives both back when it ends; a
 // transaction keeps both until the server reports it closed.
+import type { WireLog } from '../wire-log.js';
 import { TLSSocket, type SecureContext } from 'node:tls';
 import { Duplex } from 'node:stream';
 import type { Socket } from 'node:net';
@@ -44,6 +45,8 @@ export interface SessionDeps {
   clock: () => number;
   log: Logger;
   tls: SecureContext | null;
+  /** Refusals and errors always, successful logins sampled (src/db/wire-log.ts). */
+  wireLog?: WireLog;
 }
 
 type Phase = 'handshake' | 'switch' | 'command' | 'closed';
@@ -147,6 +150,10 @@ export class ClientSession {
     }
   }
 
+  #logRefusal(what: string, code: string, message: string): void {
+    this.#deps.wireLog?.refused(what, { pool: this.#pool?.subdomain ?? null, peer: this.#socket.remoteAddress ?? '', code, message });
+  }
+
   #send(b: Buffer): void {
     if (this.#phase !== 'closed') this.#socket.write(b);
   }
@@ -154,6 +161,7 @@ export class ClientSession {
   /** An ERR, then the connection is closed (login failures, protocol errors). */
   #fail(seq: number, e: WireError, message: string): void {
     if (this.#phase === 'closed') return;
+    this.#logRefusal(this.#phase === 'command' ? 'session ended' : 'login refused', e, message);
     this.#socket.end(wireError(seq, e, message));
     this.close();
   }
@@ -246,6 +254,7 @@ export class ClientSession {
     this.#frames.limit = MAX_CLIENT_PACKET;
     if (this.#loginTimer) clearTimeout(this.#loginTimer);
     this.#loginTimer = null;
+    this.#deps.wireLog?.loggedIn({ pool: pool.subdomain, peer: this.#socket.remoteAddress ?? '', user: h.user });
     // fast_auth_success, then OK.
     this.#send(frame(seq + 1, Buffer.from([0x01, 0x03])));
     this.#send(okPacket(seq + 2, STATUS.AUTOCOMMIT));
@@ -493,7 +502,10 @@ export class ClientSession {
       const pool = this.#livePool();
       if (typeof pool === 'string') return this.#fail(1, 'accessDenied', pool);
       const signature = poolSignature(pool);
-      if (signature === null) return this.#send(wireError(1, 'cannotConnect', 'the pool has no database role attached'));
+      if (signature === null) {
+        this.#logRefusal('request refused', 'cannotConnect', 'the pool has no database role attached');
+        return this.#send(wireError(1, 'cannotConnect', 'the pool has no database role attached'));
+      }
       const started = performance.now();
       let admission = this.#deps.governor.acquire({ poolId: pool.id, waitMs: pool.settings.queueTimeoutMs, signal: this.#abort.signal });
       if (admission instanceof Promise) admission = await admission;
@@ -506,6 +518,7 @@ export class ClientSession {
         const counted = refusalReply(admission, NO_HEADERS);
         if (!counted) return this.#record(pool, 'client_aborted', 0, admission);
         this.#record(pool, counted.error, counted.status, admission);
+        this.#logRefusal('request refused', admission.reason, `no slot: ${admission.reason} after ${Math.round(performance.now() - started)} ms`);
         return this.#send(refusalError(1, admission.reason, pool.subdomain, performance.now() - started));
       }
       if ((this.#phase as Phase) === 'closed') {
@@ -519,6 +532,7 @@ export class ClientSession {
         conn = await this.#deps.servers.checkout(pool, signature, this.#variant, this.#collation);
       } catch (err) {
         this.#settle('upstream_unreachable', 502);
+        this.#logRefusal('upstream unreachable', 'cannotConnect', (err as Error).message);
         return this.#send(wireError(1, 'cannotConnect', `cannot reach the database: ${(err as Error).message}`));
       }
       if ((this.#phase as Phase) === 'closed') {
@@ -542,6 +556,7 @@ export class ClientSession {
       const hadState = this.#pins !== 0;
       this.#unpin(PIN_MASK);
       this.#settle('upstream_aborted', 502);
+      this.#logRefusal('upstream lost', 'lostConnection', 'lost connection to the database during the command');
       // Bytes of a result already went out: no clean ERR can follow them.
       if (err.forwarded) this.close();
       else this.#send(wireError(1, 'lostConnection', `Lost connection to the database during the command; any open transaction was rolled back${hadState ? ' and the session state (variables, temporary tables, locks) is gone' : ''}`));

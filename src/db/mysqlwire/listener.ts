@@ -1,6 +1,7 @@
 // The MySQL wire listener (config mysqlPort): accepts client connections, keeps every session in one
 // set, shares the data plane's snapshot, governor, policies and metrics, and owns the upstream
 // connections. Live counts are exposed for tests and diagnostics.
+import { WireLog } from '../wire-log.js';
 import { createServer, type Server, type Socket } from 'node:net';
 import { readFileSync } from 'node:fs';
 import { createSecureContext, type SecureContext } from 'node:tls';
@@ -20,6 +21,8 @@ export interface MysqlListenerOptions {
   policies?: Policies | null;
   metrics?: DataplaneMetrics | null;
   log: Logger;
+  /** Log one successful login in this many (config accessLogSample; 0: none); refusals and errors are always logged. */
+  logSample?: number;
   clock?: () => number;
   /** Plaintext to the database when it offers no TLS (config dbAllowInsecure). */
   allowInsecure: boolean;
@@ -53,6 +56,7 @@ export class MysqlListener {
       clock: opts.clock ?? Date.now,
       log: opts.log,
       tls,
+      wireLog: new WireLog(opts.log, 'mysqlwire', opts.logSample ?? 1),
     };
     // Accepted paused: each session's reads are taken over before anything is read (direct-reads.ts).
     this.#server = createServer({ pauseOnConnect: true }, (socket: Socket) => {

@@ -1,6 +1,7 @@
 // Opens one upstream MySQL/MariaDB connection as the pool's managed role: TCP through the SSRF guard,
 // TLS per db_sslmode (plaintext only with dbAllowInsecure when the server offers none), then the auth
 // exchange (mysql_native_password, caching_sha2_password fast and full auth over TLS, clear text over TLS).
+import { ALLOW_INSECURE_HINT } from '../../config/hints.js';
 import { isIP, type Socket } from 'node:net';
 import { connect as tlsConnect, type TLSSocket } from 'node:tls';
 import { guardedConnect } from '../connect-guard.js';
@@ -160,7 +161,7 @@ export async function upstreamLogin(t: LoginTarget): Promise<LoggedIn> {
       reader = new LoginReader(socket);
       tls = true;
     } else if (!t.allowInsecure) {
-      throw new UpstreamLoginError('the database does not offer TLS (set dbAllowInsecure to allow plaintext)');
+      throw new UpstreamLoginError(`the database does not offer TLS (${ALLOW_INSECURE_HINT})`);
     }
 
     const user = Buffer.from(t.user + '\0', 'utf8');

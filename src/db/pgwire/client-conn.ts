@@ -3,6 +3,7 @@
 // from the client's first message of a transaction until ReadyForQuery idle; in session mode, for the whole
 // session. Frames pass through as received, except named prepared statements, which are renamed per query
 // text and replayed on server connections that have not seen them (see statements.ts).
+import type { WireLog } from '../wire-log.js';
 import { TLSSocket, type SecureContext } from 'node:tls';
 import type { Socket } from 'node:net';
 import type { Admission, Governor, LazyAbortSignal, Permit } from '../../governor/governor.js';
@@ -48,6 +49,7 @@ export interface WireContext {
   /** A CancelRequest arrived on this connection. */
   cancel(pid: number, secret: number): void;
   log: Logger;
+  wireLog: WireLog;
 }
 
 // Frame types (client → server).
@@ -68,6 +70,8 @@ export class ClientConn implements ServerLink {
   #socket: Socket;
   readonly #reader: FrameReader;
   #phase: Phase = 'first';
+  /** The user name the client gave (logged with its refusals; never checked). */
+  #user: string | undefined;
   #servername: string | null = null;
   #loginTimer: NodeJS.Timeout | null;
   pid = 0;
@@ -261,6 +265,7 @@ export class ClientConn implements ServerLink {
   }
 
   #onStartup(params: Map<string, string>): void {
+    this.#user = params.get('user');
     if (params.get('replication') && params.get('replication') !== 'false' && params.get('replication') !== 'off') {
       return this.#fatal(SQLSTATE.featureNotSupported, 'replication connections are not supported by poolgate');
     }
@@ -356,6 +361,7 @@ export class ClientConn implements ServerLink {
     this.#send(Buffer.concat(out));
     if (this.#loginTimer) clearTimeout(this.#loginTimer);
     this.#loginTimer = null;
+    this.#ctx.wireLog.loggedIn({ pool: this.#pool!.subdomain, peer: this.address, user: this.#user });
     this.#unpause(PAUSE_ACQUIRE);
   }
 
@@ -540,6 +546,7 @@ export class ClientConn implements ServerLink {
    * ReadyForQuery; an extended batch gets the error once and everything up to its Sync is dropped.
    */
   #failBatch(err: Buffer): void {
+    this.#logError('request refused', err);
     const first = this.#queue[0];
     if (!first) return;
     if (first.type === Q) {
@@ -723,8 +730,19 @@ export class ClientConn implements ServerLink {
     this.#fatalRaw(fatal(code, message));
   }
 
+  /** Every error sent to the client is logged (the rare path: its fields are read back from the frame). */
+  #logError(what: string, frame: Buffer): void {
+    const text = frame.toString('utf8', 5);
+    const field = (tag: string) => new RegExp(`\0${tag}([^\0]*)`).exec(`\0${text}`)?.[1];
+    const code = field('C');
+    // 57P01/57P03 at shutdown and a client that went away are not worth a warning each.
+    if (code === SQLSTATE.cannotConnectNow) return;
+    this.#ctx.wireLog.refused(what, { pool: this.#pool?.subdomain ?? null, peer: this.address, user: this.#user, code, message: field('M') });
+  }
+
   #fatalRaw(frame: Buffer): void {
     if (this.#gone) return;
+    this.#logError(this.#loginTimer !== null ? 'login refused' : 'session ended', frame);
     this.#toClient.flush();
     this.#socket.end(frame);
     this.#closed();

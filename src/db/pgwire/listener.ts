@@ -1,6 +1,7 @@
 // The PostgreSQL wire listener (config pgPort): accepts client connections, owns the registry of logged-in
 // clients (their BackendKeyData, for CancelRequest) and the per-pool server connections, and exposes the
 // live counts tests use for leak checks.
+import { WireLog } from '../wire-log.js';
 import { createServer, type Server, type Socket } from 'node:net';
 import { randomInt } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -26,6 +27,8 @@ export interface PgWireOptions {
   allowPrivate: boolean;
   allowInsecure: boolean;
   log: Logger;
+  /** Log one successful login in this many (config accessLogSample; 0: none); refusals and errors are always logged. */
+  logSample?: number;
   metrics?: { record(r: RequestRecord): void } | null;
   /** The data plane's policies (IP allowlist, HTTP-only policies refused); null: none. */
   policies?: Policies | null;
@@ -99,6 +102,7 @@ export class PgWireListener {
       unregister: (c) => this.#unregister(c),
       cancel: (pid, secret) => this.#cancel(pid, secret),
       log: opts.log,
+      wireLog: new WireLog(opts.log, 'pgwire', opts.logSample ?? 1),
     };
     // Accepted paused: each client's reads are taken over before anything is read (direct-reads.ts).
     this.#server = createServer({ noDelay: true, pauseOnConnect: true }, (socket) => this.#accept(socket));

@@ -1,6 +1,7 @@
 // The upstream server connections of one database pool: at most max_concurrent open, idle ones kept for
 // reuse (newest first), waiters served in order. A connection comes back clean or not at all: one left
 // inside a transaction is rolled back (and one used by a session is DISCARDed) before anyone reuses it.
+import { withInsecureHint } from '../../config/hints.js';
 import type { Logger } from '../../log.js';
 import type { DatabaseTarget, PoolEntry, Snapshot } from '../../dataplane/snapshot.js';
 import { query } from './messages.js';
@@ -95,7 +96,8 @@ export class ServerPool {
       try {
         conn = await ServerConn.open(login);
       } catch (err) {
-        if (!(login.tls && this.#opts.allowInsecure && TLS_REFUSED.test(String((err as Error)?.message)))) throw err;
+        const refusedTls = login.tls && TLS_REFUSED.test(String((err as Error)?.message));
+        if (!(refusedTls && this.#opts.allowInsecure)) throw refusedTls ? withInsecureHint(err) : err;
         // The server has no TLS and the operator allowed plaintext (dbAllowInsecure): from now on connect without.
         if (this.#tls) this.#opts.log.warn({ host: this.#opts.target.host }, 'database refused TLS; connecting without it (dbAllowInsecure)');
         this.#tls = false;

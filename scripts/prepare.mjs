@@ -1,0 +1,20 @@
+// `npm install` / `npm ci` run this once (the `prepare` lifecycle script): compile to dist/ so that `npm start`
+// and `npx poolgate` run without building. Skipped where the sources are not there yet (the Dockerfile installs
+// dependencies from package.json alone, then builds once the sources are copied) or with POOLGATE_SKIP_BUILD=1.
+import { existsSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+if (process.env.POOLGATE_SKIP_BUILD === '1' || !existsSync(join(root, 'tsconfig.json')) || !existsSync(join(root, 'src'))) {
+  process.stdout.write('poolgate: sources not present (or POOLGATE_SKIP_BUILD=1); not building\n');
+  process.exit(0);
+}
+const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
+if (!existsSync(tsc)) {
+  process.stdout.write('poolgate: typescript is not installed (production install); not building\n');
+  process.exit(0);
+}
+const r = spawnSync(process.execPath, [tsc, '-p', join(root, 'tsconfig.json')], { stdio: 'inherit' });
+process.exit(r.status ?? 1);
