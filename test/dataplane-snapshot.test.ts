@@ -106,14 +106,18 @@ t.test('a key of a deleted pool leaves, and a pool change still reloads the whol
   t.notOk([...snapshots().current.keys.values()].some((e) => e.id === k.id), 'the key is not in the snapshot');
 });
 
-t.test('notifications about rows the snapshot does not hold cost nothing; unknown kinds reload', async (t) => {
+t.test('notifications about rows the snapshot does not hold cost nothing; unknown kinds and webhook changes reload', async (t) => {
   const full = snapshots().fullLoads;
   await svc.service.sql.notify(CHANGE_CHANNEL, 'token:1');
-  await svc.service.sql.notify(CHANGE_CHANNEL, 'webhook:1');
   await new Promise((r) => setTimeout(r, 100));
-  t.equal(snapshots().fullLoads, full, 'token and webhook changes do not reload');
+  t.equal(snapshots().fullLoads, full, 'token changes do not reload');
   await svc.service.sql.notify(CHANGE_CHANNEL, 'something-new:7');
-  const deadline = Date.now() + 1000;
+  let deadline = Date.now() + 1000;
   while (snapshots().fullLoads === full && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
   t.equal(snapshots().fullLoads, full + 1, 'a kind it does not know is a full reload (the safe side)');
+  // A destination's deactivation or re-enable decides whether its pools are async: the snapshot holds that.
+  await svc.service.sql.notify(CHANGE_CHANNEL, 'webhook:1');
+  deadline = Date.now() + 1000;
+  while (snapshots().fullLoads === full + 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+  t.equal(snapshots().fullLoads, full + 2, 'a webhook change is a full reload');
 });

@@ -1,7 +1,6 @@
 // `poolgate admin webhook …`: the dashboard's webhook actions — Re-enable a deactivated destination and
 // read its delivery history. Spread into the command table of commands.ts (and only reached through it).
 import { AdminUsageError, intOption, need, teamOf, type AdminDeps, type Command } from './command.js';
-import { CHANGE_CHANNEL } from '../store/sql.js';
 import type { TeamRow } from '../store/teams.js';
 import { deliveryHistory, findWebhook, reenableWebhook, type WebhookRow } from '../store/webhooks.js';
 
@@ -22,9 +21,8 @@ export const webhookCommands: Record<string, Command> = {
     options: { team: { type: 'string' }, id: { type: 'string' } },
     async run(v, deps) {
       const { team, webhook } = await destinationOf(deps, v);
+      // Tells the change feed at commit: the data plane and the deliverer resume at once.
       const row = (await reenableWebhook(deps.sql, team.id, webhook.id))!;
-      // Deliveries resume once the data plane and the deliverer see the change.
-      await deps.sql.notify(CHANGE_CHANNEL, `webhook:${row.id}`);
       return {
         webhook: { id: row.id, name: row.name, url: row.url, disabled: row.disabled, consecutive_failures: row.consecutive_failures, pool_ids: row.pool_ids },
         was_disabled: webhook.disabled,

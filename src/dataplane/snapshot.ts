@@ -275,8 +275,11 @@ export async function applyKeyChanges(db: Queryable, keys: Map<string, KeyEntry>
 /** What a change notification asks of the data plane. */
 type Change = { kind: 'key'; id: number } | { kind: 'none' } | { kind: 'full' };
 
-/** Kinds whose rows the snapshot does not hold: Control API tokens and webhook endpoints. */
-const NOT_IN_SNAPSHOT = new Set(['token', 'webhook']);
+/**
+ * Kinds whose rows the snapshot does not hold: Control API tokens. Webhook destinations are not held
+ * either, but whether a pool has an active one is (async admission), so `webhook:<id>` is a full reload.
+ */
+const NOT_IN_SNAPSHOT = new Set(['token']);
 
 export function parseChange(payload: string): Change {
   const colon = payload.indexOf(':');

@@ -1,7 +1,7 @@
 // Webhook destinations, their pool attachments and their delivery history (tables webhook_endpoints,
 // pool_webhooks, webhook_delivery_attempts). Every lookup is scoped to the team.
 import type { WebhookEndpointT } from '../control/schemas.js';
-import type { Queryable } from './sql.js';
+import { CHANGE_CHANNEL, type Queryable, type Sql } from './sql.js';
 
 export interface WebhookRow {
   id: number;
@@ -139,14 +139,22 @@ export async function enableAsync(db: Queryable, poolIds: readonly number[]): Pr
   return rows.map((r) => r.id).sort((a, b) => a - b);
 }
 
-/** The dashboard's Re-enable: active again with a fresh failure streak. */
-export async function reenableWebhook(db: Queryable, teamId: number, id: number): Promise<WebhookRow | null> {
-  const { rowCount } = await db.query(
-    `UPDATE webhook_endpoints SET disabled = false, consecutive_failures = 0, updated_at = now()
-      WHERE team_id = $1 AND id = $2`,
-    [teamId, id],
-  );
-  return rowCount === 0 ? null : findWebhook(db, teamId, id);
+/**
+ * The dashboard's Re-enable: active again with a fresh failure streak. The change feed is told in the same
+ * transaction (as the deliverer's deactivation does), so the data plane makes the destination's pools
+ * async again, and the deliverer sends the kept deliveries, as soon as it commits.
+ */
+export async function reenableWebhook(sql: Sql, teamId: number, id: number): Promise<WebhookRow | null> {
+  return sql.transaction(async (tx) => {
+    const { rowCount } = await tx.query(
+      `UPDATE webhook_endpoints SET disabled = false, consecutive_failures = 0, updated_at = now()
+        WHERE team_id = $1 AND id = $2`,
+      [teamId, id],
+    );
+    if (rowCount === 0) return null;
+    await tx.query('SELECT pg_notify($1, $2)', [CHANGE_CHANNEL, `webhook:${id}`]);
+    return findWebhook(tx, teamId, id);
+  });
 }
 
 export interface DeliveryAttempt {

@@ -302,13 +302,16 @@ export class Deliverer {
          VALUES ($1, $2, $3, 'failure', $4, $5, $6, $7)`,
         [dest, row.job_id, row.pool_id, outcome.status, outcome.error, row.attempts, outcome.latencyMs],
       );
-      const before = await tx.query<{ disabled: boolean }>('SELECT disabled FROM webhook_endpoints WHERE id = $1 FOR UPDATE', [dest]);
-      const { rows } = await tx.query<{ disabled: boolean }>(
+      // No SELECT … FOR UPDATE here: the attempt's foreign key holds a KEY SHARE lock on the destination,
+      // and two recordings each holding one and then asking FOR UPDATE deadlocked on PostgreSQL (the
+      // streak was rolled back and deactivation came late). The UPDATE's own row lock serialises them.
+      // The streak is 0 after a re-enable, so reaching exactly 8 is the deactivating transition.
+      const { rows } = await tx.query<{ deactivated: boolean }>(
         `UPDATE webhook_endpoints
             SET consecutive_failures = consecutive_failures + 1,
                 disabled = disabled OR consecutive_failures + 1 >= $2,
                 updated_at = now()
-          WHERE id = $1 RETURNING disabled`,
+          WHERE id = $1 RETURNING disabled AND consecutive_failures = $2 AS deactivated`,
         [dest, FAILURES_BEFORE_DEACTIVATION],
       );
       if (row.attempts >= this.#o.retry.maxAttempts) {
@@ -318,7 +321,7 @@ export class Deliverer {
         const wait = retryDelayMs(this.#o.retry, row.attempts, this.#o.random);
         await tx.query(`UPDATE webhook_deliveries SET next_attempt_at = now() + $2 * interval '1 millisecond' WHERE id = $1`, [row.id, wait]);
       }
-      const now = rows[0]?.disabled === true && before.rows[0]?.disabled === false;
+      const now = rows[0]?.deactivated === true;
       // The data plane falls back to sync for pools left with no active destination; told at commit.
       if (now) await tx.query('SELECT pg_notify($1, $2)', [CHANGE_CHANNEL, `webhook:${dest}`]);
       return now;
