@@ -1,13 +1,17 @@
 // Webhook deliveries benchmark. Two parts, each run side by side in one go:
 //  1. Envelope bodies: event-loop delay (perf_hooks.monitorEventLoopDelay) while large envelopes are
 //     serialised and hashed inline versus in the piscina worker pool (src/webhooks/envelope-body.ts).
-//  2. Deliveries: the real `poolgate start` on a fresh PostgreSQL database, a local https receiver, job events
-//     enqueued from this process with enqueueJobEvent (as the jobs runner does); deliveries per second in a
-//     burst, and enqueue (job completion) → arrival latency p50/p99 at a steady rate.
-// Usage: npm run bench:webhooks  (env BENCH_EVENTS burst events, default 500; BENCH_RATE steady events/s,
-// default 50; BENCH_STEADY_S, default 5; POOLGATE_TEST_PG_URL). Writes bench/out/webhooks-*.json and the
-// "## Webhook deliveries" section of bench/RESULTS.md.
-import { execFileSync } from 'node:child_process';
+//  2. Deliveries: the real `poolgate start` on a fresh PostgreSQL database, a local https receiver in its own
+//     process (bench/lib/webhook-receiver.mjs), 4 destinations. A burst of events already in the outbox
+//     (deliveries/s until the last arrival; every delivery checked to have reached its own destination, none
+//     lost), and a steady rate of job completions, each enqueued with enqueueJobEvent in its own transaction
+//     as the jobs runner does (completion → arrival p50/p99). Both against the issue-18 targets, with the CPU
+//     time per delivery of poolgate and of the receiver.
+// Usage: npm run bench:webhooks  (env BENCH_EVENTS burst events, default 20000; BENCH_RATE steady events/s,
+// default 1000; BENCH_STEADY_S, default 10; BENCH_SKIP_ENVELOPES=1 skips part 1 and writes no RESULTS.md;
+// BENCH_CPU_PROF=dir writes poolgate's .cpuprofile there; POOLGATE_TEST_PG_URL). Writes
+// bench/out/webhooks-*.json and the "## Webhook deliveries" section of bench/RESULTS.md.
+import { execFileSync, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:https';
@@ -17,8 +21,10 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import pg from 'pg';
 import { api, startPoolgate } from './lib/poolgate.mjs';
 import { machine, writeJson, writeSection } from './lib/results.mjs';
+import { cpuMeter } from './lib/cpu.mjs';
 
 const { enqueueJobEvent } = await import('../dist/src/webhooks/outbox.js');
+const { EVENT_TYPE } = await import('../dist/src/jobs/job-event.js');
 const { envelopeBodyInline, envelopeBodyInWorker, closeEnvelopeWorkers, OFFLOAD_AT_BYTES } = await import('../dist/src/webhooks/envelope-body.js');
 
 function intEnv(name, def, min) {
@@ -29,11 +35,12 @@ function intEnv(name, def, min) {
 }
 
 const settings = {
-  burst_events: intEnv('BENCH_EVENTS', 500, 1),
+  burst_events: intEnv('BENCH_EVENTS', 20000, 1),
   destinations: 4,
-  steady_rate: intEnv('BENCH_RATE', 50, 1),
-  steady_s: intEnv('BENCH_STEADY_S', 5, 1),
-  concurrency: 32,
+  steady_rate: intEnv('BENCH_RATE', 1000, 1),
+  steady_s: intEnv('BENCH_STEADY_S', 10, 1),
+  concurrency: 256,
+  per_destination_ceiling: 64,
   store: 'postgresql (local, fresh database)',
 };
 const PG_URL = process.env.POOLGATE_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
@@ -41,6 +48,8 @@ const log = (msg) => process.stderr.write(`bench:webhooks: ${msg}\n`);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const pct = (sorted, p) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] : NaN);
 const r1 = (x) => Math.round(x * 10) / 10;
+/** Issue 18's targets. */
+const TARGET = { burst_per_second: 5000, steady_p99_ms: 100 };
 
 function bigEvent(bytes) {
   return {
@@ -106,27 +115,40 @@ function selfSigned() {
   return { dir, keyFile, certFile };
 }
 
-/** An https receiver that answers 200 and notes when each job id arrived (first arrival). */
+/** The receiver process: arrivals by `job|webhook id` (first arrival), with the path each came to. */
 async function startReceiver(cert) {
+  const child = fork(new URL('./lib/webhook-receiver.mjs', import.meta.url), [cert.certFile, cert.keyFile], { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
   const arrivals = new Map();
+  const paths = new Map();
   let count = 0;
-  const server = createServer({ key: readFileSync(cert.keyFile), cert: readFileSync(cert.certFile) }, (req, res) => {
-    req.resume();
-    req.on('end', () => {
-      count++;
-      const key = `${req.headers['x-service-job-id']}|${req.headers['x-service-webhook-id']}`;
-      if (!arrivals.has(key)) arrivals.set(key, performance.timeOrigin + performance.now());
-      res.writeHead(200, { 'content-length': '2' }).end('ok');
+  let connections = 0;
+  const port = await new Promise((resolve, reject) => {
+    child.once('exit', (code) => reject(new Error(`receiver exited (${code})`)));
+    child.on('message', (m) => {
+      if (m.port) return resolve(m.port);
+      connections = m.connections;
+      for (const [job, hook, path, at] of m.arrivals) {
+        count++;
+        const key = `${job}|${hook}`;
+        if (!arrivals.has(key)) arrivals.set(key, at);
+        paths.set(key, path);
+      }
     });
   });
-  server.keepAliveTimeout = 60_000;
-  await new Promise((r) => server.listen(0, '127.0.0.1', r));
-  return { url: `https://127.0.0.1:${server.address().port}`, arrivals, get count() { return count; }, close: () => new Promise((r) => { server.closeAllConnections(); server.close(r); }) };
+  return {
+    url: `https://127.0.0.1:${port}`,
+    pid: child.pid,
+    arrivals,
+    paths,
+    get count() { return count; },
+    get connections() { return connections; },
+    close: () => new Promise((r) => { child.once('exit', r); child.send('stop'); }),
+  };
 }
 
 async function main() {
   const m = machine();
-  const envelopes = await envelopeBench();
+  const envelopes = process.env.BENCH_SKIP_ENVELOPES ? null : await envelopeBench();
 
   const dbName = `poolgate_bench_${randomBytes(4).toString('hex')}`;
   const admin = new pg.Client({ connectionString: PG_URL });
@@ -142,8 +164,9 @@ async function main() {
     POOLGATE_ALLOW_PRIVATE_TARGETS: 'true',
     POOLGATE_WEBHOOK_CA_FILE: cert.certFile,
     POOLGATE_WEBHOOK_CONCURRENCY: String(settings.concurrency),
+    POOLGATE_WEBHOOK_DESTINATION_CONCURRENCY: String(settings.per_destination_ceiling),
     POOLGATE_LOG_LEVEL: 'warn',
-  });
+  }, process.env.BENCH_CPU_PROF ? { nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] } : {});
   const db = new pg.Pool({ connectionString: dbUrl.toString(), max: 8 });
   let result;
   try {
@@ -154,10 +177,15 @@ async function main() {
       [boot.team.id],
     );
     const pool = { id: rows[0].id, host: 'bench.pools.localhost' };
+    /** The path each destination id must be delivered to. */
+    const pathOf = new Map();
     for (let i = 0; i < settings.destinations; i++) {
       const res = await api(svc.controlUrl, boot.token, 'POST', '/api/v1/webhooks', { name: `dest-${i}`, url: `${receiver.url}/d${i}`, pool_ids: [pool.id] });
       if (res.status !== 201) throw new Error(`create webhook: ${res.status} ${JSON.stringify(res.body)}`);
+      pathOf.set(String(res.body.data.id), `/d${i}`);
     }
+    const event = (jobId) => ({ jobId, poolId: pool.id, poolHost: pool.host, status: 'completed', reason: 'busy', createdAt: Date.now(), completedAt: Date.now(),
+      detail: { kind: 'http', status: 200, headers: { 'content-type': 'application/json' }, body: '{"result":"ok"}' } });
     const enqueuedAt = new Map();
     const enqueueOne = async () => {
       const jobId = `job_${randomBytes(8).toString('hex')}`;
@@ -165,14 +193,43 @@ async function main() {
       try {
         await c.query('BEGIN');
         const tx = { query: async (text, params) => { const r = await c.query(text, params); return { rows: r.rows, rowCount: r.rowCount ?? 0 }; } };
-        await enqueueJobEvent(tx, { jobId, poolId: pool.id, poolHost: pool.host, status: 'completed', reason: 'busy', createdAt: Date.now(), completedAt: Date.now(),
-          detail: { kind: 'http', status: 200, headers: { 'content-type': 'application/json' }, body: '{"result":"ok"}' } });
+        await enqueueJobEvent(tx, event(jobId));
         await c.query('COMMIT');
         enqueuedAt.set(jobId, performance.timeOrigin + performance.now());
       } finally {
         c.release();
       }
       return jobId;
+    };
+    /**
+     * A burst: `n` completed events land in the outbox in one transaction (the rows enqueueJobEvent writes,
+     * inserted 1,000 per statement), visible to the deliverer at its commit; returns the job ids and the commit time.
+     */
+    const enqueueBurst = async (n) => {
+      const ids = Array.from({ length: n }, () => `job_${randomBytes(8).toString('hex')}`);
+      const c = await db.connect();
+      try {
+        await c.query('BEGIN');
+        for (let i = 0; i < n; i += 1000) {
+          const chunk = ids.slice(i, i + 1000);
+          const bodies = chunk.map((id) => envelopeBodyInline(event(id)));
+          await c.query(
+            `INSERT INTO webhook_deliveries (webhook_endpoint_id, job_id, pool_id, event_type, body, body_sha256)
+             SELECT w.id, e.job_id, $1, $2, e.body, e.sha
+               FROM unnest($3::text[], $4::bytea[], $5::text[]) AS e(job_id, body, sha)
+               CROSS JOIN pool_webhooks pw JOIN webhook_endpoints w ON w.id = pw.webhook_endpoint_id
+              WHERE pw.pool_id = $1 AND w.disabled = false`,
+            [pool.id, EVENT_TYPE.completed, chunk, bodies.map((b) => Buffer.from(b.bytes)), bodies.map((b) => b.sha256)],
+          );
+        }
+        await c.query('SELECT pg_notify($1, $2)', ['poolgate_deliveries', String(pool.id)]);
+        await c.query('COMMIT');
+        const at = performance.timeOrigin + performance.now();
+        for (const id of ids) enqueuedAt.set(id, at);
+        return { ids, at };
+      } finally {
+        c.release();
+      }
     };
     const latencies = (jobIds) => {
       const out = [];
@@ -188,51 +245,79 @@ async function main() {
       while (latencies(jobIds).length < want && Date.now() < end) await sleep(20);
       return latencies(jobIds);
     };
+    /** Deliveries that reached a path other than their destination's. */
+    const misrouted = (jobIds) => [...receiver.paths].filter(([k, path]) => jobIds.has(k.split('|')[0]) && pathOf.get(k.split('|')[1]) !== path).length;
 
     // Warm-up: connections and the deliverer's first claims.
     const warm = new Set();
-    for (let i = 0; i < 20; i++) warm.add(await enqueueOne());
+    for (let i = 0; i < 50; i++) warm.add(await enqueueOne());
     await waitDelivered(warm, 30_000);
 
-    // Burst: every event enqueued as fast as 8 connections allow; deliveries/s over first enqueue → last arrival.
-    const burst = new Set();
-    const t0 = performance.timeOrigin + performance.now();
-    let left = settings.burst_events;
-    await Promise.all(Array.from({ length: 8 }, async () => {
-      while (left-- > 0) burst.add(await enqueueOne());
-    }));
-    const burstLat = await waitDelivered(burst, 120_000);
+    // Burst: every event lands in the outbox at once (one commit, as after an outage of the deliverer or a
+    // wave of completions); deliveries/s from that commit to the last arrival.
+    const poolgateCpu = cpuMeter(svc.pid);
+    const receiverCpu = cpuMeter(receiver.pid);
+    const requests0 = receiver.count;
+    const e0 = performance.now();
+    const { ids: burstIds, at: t0 } = await enqueueBurst(settings.burst_events);
+    const burst = new Set(burstIds);
+    const enqueuedIn = performance.now() - e0;
+    const burstLat = await waitDelivered(burst, 300_000);
+    const burstRequests = receiver.count - requests0;
     const lastArrival = Math.max(...[...receiver.arrivals].filter(([k]) => burst.has(k.split('|')[0])).map(([, at]) => at));
     const burstRow = {
       run: `burst: ${settings.burst_events} events × ${settings.destinations} destinations`,
       deliveries: burstLat.length,
       expected: burst.size * settings.destinations,
+      misrouted: misrouted(burst),
+      duplicates: burstRequests - burstLat.length,
+      enqueued_in_ms: Math.round(enqueuedIn),
       per_second: r1(burstLat.length / ((lastArrival - t0) / 1000)),
       p50_ms: r1(pct(burstLat, 50)),
       p99_ms: r1(pct(burstLat, 99)),
+      tls_connections: receiver.connections,
+      poolgate_cpu_us_per_delivery: poolgateCpu.per(burstRequests)?.total ?? null,
+      receiver_cpu_us_per_delivery: receiverCpu.per(burstRequests)?.total ?? null,
     };
+    burstRow.target = `≥ ${TARGET.burst_per_second}/s, none lost or misrouted`;
+    burstRow.met = burstRow.per_second >= TARGET.burst_per_second && burstRow.deliveries === burstRow.expected && burstRow.misrouted === 0;
     log(JSON.stringify(burstRow));
 
-    // Steady: a fixed rate well under capacity; the latency a receiver sees from job completion.
+    // Steady: job completions at a fixed rate, each in its own transaction; the latency a receiver sees.
     const steady = new Set();
+    const poolgateCpu2 = cpuMeter(svc.pid);
+    const receiverCpu2 = cpuMeter(receiver.pid);
+    const requests1 = receiver.count;
     const steadyStart = performance.now();
     const total = settings.steady_rate * settings.steady_s;
+    let late = 0;
     for (let i = 0; i < total; i++) {
       const due = steadyStart + (i * 1000) / settings.steady_rate;
       const wait = due - performance.now();
-      if (wait > 0) await sleep(wait);
+      if (wait > 1) await sleep(wait);
+      else if (wait < -100) late++;
       void enqueueOne().then((id) => steady.add(id));
     }
-    await sleep(200);
-    const steadyLat = await waitDelivered(steady, 60_000);
+    const offeredS = (performance.now() - steadyStart) / 1000;
+    await sleep(500);
+    const steadyLat = await waitDelivered(steady, 120_000);
+    const steadyRequests = receiver.count - requests1;
     const steadyRow = {
       run: `steady: ${settings.steady_rate} events/s × ${settings.destinations} destinations for ${settings.steady_s} s`,
       deliveries: steadyLat.length,
       expected: steady.size * settings.destinations,
-      per_second: r1(steadyLat.length / settings.steady_s),
+      misrouted: misrouted(steady),
+      duplicates: steadyRequests - steadyLat.length,
+      offered_events_per_second: r1(total / offeredS),
+      per_second: r1(steadyLat.length / offeredS),
       p50_ms: r1(pct(steadyLat, 50)),
       p99_ms: r1(pct(steadyLat, 99)),
+      poolgate_cpu_us_per_delivery: poolgateCpu2.per(steadyRequests)?.total ?? null,
+      receiver_cpu_us_per_delivery: receiverCpu2.per(steadyRequests)?.total ?? null,
     };
+    steadyRow.target = `p99 ≤ ${TARGET.steady_p99_ms} ms`;
+    steadyRow.met = steadyRow.p99_ms <= TARGET.steady_p99_ms && steadyRow.deliveries === steadyRow.expected && steadyRow.misrouted === 0;
+    if (late > 0) log(`steady: the generator fell behind its schedule ${late} times (the machine is loaded)`);
     log(JSON.stringify(steadyRow));
     result = { burstRow, steadyRow, receiverRequests: receiver.count };
   } finally {
@@ -245,6 +330,7 @@ async function main() {
     await c.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
     await c.end();
   }
+  if (!envelopes) return;
 
   const date = new Date().toISOString();
   const raw = { date, machine: m, settings, offload_at_bytes: OFFLOAD_AT_BYTES, envelopes, deliveries: [result.burstRow, result.steadyRow] };

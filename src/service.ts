@@ -176,8 +176,9 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         retry: { baseMs: config.webhookRetryBaseMs, capMs: config.webhookRetryCapMs, maxAttempts: config.webhookMaxAttempts },
         leaseMs: config.webhookClaimLeaseMs,
         concurrency: config.webhookConcurrency,
-        perDestination: Math.min(4, config.webhookConcurrency),
+        perDestination: Math.min(config.webhookDestinationConcurrency, config.webhookConcurrency),
         pollMs: Math.min(1000, config.webhookRetryBaseMs),
+        retentionMs: config.webhookReplayRetentionHours * 3600 * 1000,
       });
       await deliverer.start();
       closers.push(async () => {

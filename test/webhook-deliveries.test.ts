@@ -130,8 +130,8 @@ t.test('a terminal job event is POSTed once per active destination with the exac
   });
   t.match(history[0], { job_id: e.jobId, pool_id: pool.id, pool: pool.host.split('.')[0], result: 'success', http_status: 200, error: null, attempt: 1 });
   t.type(history[0].latency_ms, 'number');
-  const { rows } = await sql.query('SELECT 1 FROM webhook_deliveries WHERE job_id = $1', [e.jobId]);
-  t.equal(rows.length, 0, 'a delivered row leaves the outbox');
+  const { rows } = await sql.query<{ status: string }>('SELECT status FROM webhook_deliveries WHERE job_id = $1', [e.jobId]);
+  t.same(rows, [{ status: 'delivered' }], 'a delivered row leaves the pending outbox (kept for replay)');
   t.equal(receiver.received.filter((x) => x.path === '/never').length, 0);
 
   // An expired job with nothing to report: no detail key at all.

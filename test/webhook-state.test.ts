@@ -4,6 +4,7 @@
 //    and the deactivation itself makes the pool synchronous promptly (same change notification).
 // 2. The 8th consecutive failed delivery deactivates the destination, with no attempts beyond those
 //    already in flight (counted at the receiver), however many events are queued for it.
+// And replay and recover (Svix's resend and recover; beyond the spec): Control API and admin commands.
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
 import { Pool } from 'undici';
@@ -14,6 +15,7 @@ import { needServer } from './helpers/servers.js';
 import { enqueueJobEvent } from '../src/webhooks/outbox.js';
 import { FAILURES_BEFORE_DEACTIVATION } from '../src/webhooks/deliverer.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
+import { verifyDelivery } from '../src/index.js';
 import type { JobEvent } from '../src/jobs/job-event.js';
 
 const hex = (n: number) => randomBytes(n).toString('hex');
@@ -41,7 +43,8 @@ for (const engine of engines) {
     const svc: TestService = await startTestService({
       engine,
       // Retries come back within tens of ms, so the streak builds quickly; the resync is far away (30 s).
-      overrides: { webhookCaFile: receiver.caFile, originCaFile: origin.caFile, webhookRetryBaseMs: 20, webhookRetryCapMs: 40 },
+      // Two attempts per delivery, so a delivery is given up quickly (recover).
+      overrides: { webhookCaFile: receiver.caFile, originCaFile: origin.caFile, webhookRetryBaseMs: 20, webhookRetryCapMs: 40, webhookMaxAttempts: 2 },
     });
     t.teardown(() => svc.close());
     const boot = await svc.bootstrap({ plan: 'team' });
@@ -124,6 +127,86 @@ for (const engine of engines) {
       t.ok(sent >= FAILURES_BEFORE_DEACTIVATION && sent <= FAILURES_BEFORE_DEACTIVATION + 3, `${sent} attempts reached the receiver (8 + those in flight)`);
       await new Promise((r) => setTimeout(r, 300));
       t.equal(at(), sent, 'nothing is sent to the deactivated destination');
+    });
+
+    t.test('replay: one delivery sent again with its job id and body, signed with the current secret', async (t) => {
+      const p = await pool();
+      const path = `/replay-${hex(3)}`;
+      const id = await hook(path, [p.id]);
+      const e = event(p);
+      await sql.transaction((tx) => enqueueJobEvent(tx, e));
+      const [first] = await receiver.waitFor(path, 1);
+      await until('recorded', async () => (await sql.query<{ status: string }>('SELECT status FROM webhook_deliveries WHERE job_id = $1', [e.jobId])).rows[0]?.status === 'delivered');
+      const rotated = await svc.api('POST', `/api/v1/webhooks/${id}/rotate`, { token: boot.token });
+      const secret = rotated.body.data.signing_secret as string;
+
+      const res = await svc.api('POST', `/api/v1/webhooks/${id}/deliveries/${e.jobId}/replay`, { token: boot.token });
+      t.equal(res.status, 202);
+      t.same(res.body.data, [{ webhook_endpoint_id: id, job_id: e.jobId, event_type: 'async.job.completed', previous_status: 'delivered', attempts: 1 }]);
+      const got = await receiver.waitFor(path, 2);
+      const again = got[1]!;
+      t.equal(again.headers['x-service-job-id'], e.jobId, 'same job id: receivers de-duplicate as they already do');
+      t.same(again.rawBody, first!.rawBody, 'the same bytes');
+      t.match(verifyDelivery(secret, again.headers, again.rawBody), { ok: true }, 'signed with the current (rotated) secret');
+      t.not(again.headers['x-service-signature'], first!.headers['x-service-signature']);
+      const hist = await until('the replay recorded', async () => {
+        const h = await svc.admin(['webhook', 'history', '--team', boot.team.slug, '--id', String(id)]);
+        return h.attempts.length === 2 && h.attempts;
+      });
+      t.same(hist.map((a: any) => [a.attempt, a.result]), [[2, 'success'], [1, 'success']], 'the replay is the next attempt');
+
+      // The admin command does the same.
+      const out = await svc.admin(['webhook', 'replay', '--team', boot.team.slug, '--id', String(id), '--job', e.jobId]);
+      t.match(out, { webhook_endpoint_id: id, replayed: [{ job_id: e.jobId }] });
+      await receiver.waitFor(path, 3);
+
+      // Errors are values: unknown job, another team's destination, a deactivated destination, bad ids.
+      t.equal((await svc.api('POST', `/api/v1/webhooks/${id}/deliveries/job_nope/replay`, { token: boot.token })).status, 404);
+      const other = await svc.bootstrap({ plan: 'team' });
+      t.equal((await svc.api('POST', `/api/v1/webhooks/${id}/deliveries/${e.jobId}/replay`, { token: other.token })).status, 404, 'another organization: not found');
+      t.equal((await svc.api('POST', `/api/v1/webhooks/${id}/deliveries/bad%20id/replay`, { token: boot.token })).status, 404, 'a malformed job id is not found');
+      t.equal((await svc.api('POST', `/api/v1/webhooks/${id}/deliveries/${e.jobId}/replay`, { token: null })).status, 401);
+      await sql.query('UPDATE webhook_endpoints SET disabled = true WHERE id = $1', [id]);
+      const off = await svc.api('POST', `/api/v1/webhooks/${id}/deliveries/${e.jobId}/replay`, { token: boot.token });
+      t.equal(off.status, 422);
+      t.match(off.body.message, /deactivated; re-enable it first/);
+      await new Promise((r) => setTimeout(r, 200));
+      t.equal(receiver.received.filter((r) => r.path === path).length, 3, 'nothing more was sent');
+    });
+
+    t.test('recover: every delivery given up since a time is sent again', async (t) => {
+      const p = await pool();
+      const path = `/recover-${hex(3)}`;
+      const id = await hook(path, [p.id]);
+      const failedDelivery = async () => {
+        const e = event(p);
+        receiver.queue(path, { status: 500 }, { status: 500 });
+        await sql.transaction((tx) => enqueueJobEvent(tx, e));
+        await until('given up', async () => (await sql.query<{ status: string }>('SELECT status FROM webhook_deliveries WHERE job_id = $1', [e.jobId])).rows[0]?.status === 'failed');
+        return e;
+      };
+      const older = await failedDelivery();
+      await new Promise((r) => setTimeout(r, 50));
+      const since = new Date();
+      const newer = await failedDelivery();
+      t.equal(receiver.received.filter((r) => r.path === path).length, 4, 'two attempts each, then given up');
+
+      const res = await svc.api('POST', `/api/v1/webhooks/${id}/recover`, { token: boot.token, body: { since: since.toISOString() } });
+      t.equal(res.status, 202);
+      t.same(res.body.data, { webhook_endpoint_id: id, since: since.toISOString(), recovered: 1 });
+      const got = await receiver.waitFor(path, 5);
+      t.equal(got[4]!.headers['x-service-job-id'], newer.jobId, 'the delivery given up after `since` is sent again');
+      await until('delivered', async () => (await sql.query<{ status: string }>('SELECT status FROM webhook_deliveries WHERE job_id = $1', [newer.jobId])).rows[0]?.status === 'delivered');
+
+      const cli = await svc.admin(['webhook', 'recover', '--team', boot.team.slug, '--id', String(id), '--since', new Date(since.getTime() - 60_000).toISOString()]);
+      t.equal(cli.recovered, 1, 'the older one, through the admin command');
+      const all = await receiver.waitFor(path, 6);
+      t.equal(all[5]!.headers['x-service-job-id'], older.jobId);
+
+      t.equal((await svc.api('POST', `/api/v1/webhooks/${id}/recover`, { token: boot.token, body: { since: 'yesterday' } })).status, 422);
+      t.equal((await svc.api('POST', `/api/v1/webhooks/${id}/recover`, { token: boot.token, body: {} })).status, 422);
+      t.equal((await svc.api('POST', `/api/v1/webhooks/999999/recover`, { token: boot.token, body: { since: since.toISOString() } })).status, 404);
+      await t.rejects(svc.admin(['webhook', 'recover', '--team', boot.team.slug, '--id', String(id), '--since', 'soon']), /ISO 8601/);
     });
   });
 }

@@ -142,10 +142,25 @@ export const ConfigSchema = Type.Object(
     }),
     webhookConcurrency: Type.Integer({
       minimum: 1,
-      maximum: 1024,
-      default: 32,
+      maximum: 4096,
+      default: 256,
       env: 'POOLGATE_WEBHOOK_CONCURRENCY',
-      description: 'Webhook deliveries in flight at once per worker process (at most 4 of them to one destination).',
+      description: 'Webhook deliveries in flight at once per worker process, all destinations together.',
+    }),
+    webhookDestinationConcurrency: Type.Integer({
+      minimum: 1,
+      maximum: 1024,
+      default: 64,
+      env: 'POOLGATE_WEBHOOK_DESTINATION_CONCURRENCY',
+      description:
+        'Ceiling of one destination\'s adaptive in-flight limit per worker process: the limit starts at 8 (or this, if lower), grows while the receiver answers fast and backs off on errors and slow answers (docs/decisions/deliveries.md).',
+    }),
+    webhookReplayRetentionHours: Type.Integer({
+      minimum: 1,
+      maximum: 24 * 365,
+      default: 720,
+      env: 'POOLGATE_WEBHOOK_REPLAY_RETENTION_HOURS',
+      description: 'How long a finished (delivered or given-up) delivery keeps its body for replay and recover, then is pruned; the attempt history is kept.',
     }),
     webhookRetryBaseMs: Type.Integer({
       minimum: 10,

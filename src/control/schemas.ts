@@ -125,6 +125,28 @@ export const PoolWebhooks = Type.Object(
   { $id: 'PoolWebhooks', additionalProperties: false },
 );
 
+/** Beyond the spec: a replayed delivery (Svix's resend). */
+export const WebhookReplay = Type.Object(
+  {
+    webhook_endpoint_id: Type.Integer(),
+    job_id: Type.String(),
+    event_type: Type.String(),
+    previous_status: Type.Union([Type.Literal('pending'), Type.Literal('delivered'), Type.Literal('failed')]),
+    attempts: Type.Integer({ description: 'attempts made before the replay; the replay is the next one' }),
+  },
+  { $id: 'WebhookReplay', additionalProperties: false },
+);
+
+/** Beyond the spec: failed deliveries made pending again (Svix's recover). */
+export const WebhookRecover = Type.Object(
+  {
+    webhook_endpoint_id: Type.Integer(),
+    since: DateTime,
+    recovered: Type.Integer({ description: 'given-up deliveries queued again' }),
+  },
+  { $id: 'WebhookRecover', additionalProperties: false },
+);
+
 export const AUTH_METHODS = ['bearer_static', 'api_key', 'basic', 'postgres_role'] as const;
 export type AuthMethod = (typeof AUTH_METHODS)[number];
 
@@ -160,6 +182,8 @@ export const sharedSchemas: TSchema[] = [
   PoolMetricsSummary,
   WebhookEndpoint,
   PoolWebhooks,
+  WebhookReplay,
+  WebhookRecover,
   AuthHandoff,
 ];
 
@@ -172,5 +196,7 @@ export type PoolKeyT = Static<typeof PoolKey>;
 export type BudgetT = Static<typeof Budget>;
 export type WebhookEndpointT = Static<typeof WebhookEndpoint>;
 export type PoolWebhooksT = Static<typeof PoolWebhooks>;
+export type WebhookReplayT = Static<typeof WebhookReplay>;
+export type WebhookRecoverT = Static<typeof WebhookRecover>;
 export type AuthHandoffT = Static<typeof AuthHandoff>;
 export type PoolMetricsSummaryT = Static<typeof PoolMetricsSummary>;

@@ -23,6 +23,9 @@ import {
   teamWebhookIds,
   webhookNameTaken,
   webhookView,
+  replayDelivery,
+  recoverDeliveries,
+  type WebhookRow,
 } from '../store/webhooks.js';
 
 const Nullable = <T extends TSchema>(s: T) => Type.Union([s, Type.Null()]);
@@ -55,6 +58,11 @@ const CreateBody = Type.Object(
 const AttachBody = Type.Object({ webhook_endpoint_ids: IdList }, { additionalProperties: false });
 const WebhookParams = Type.Object({ webhookEndpoint: Id });
 const PoolParams = Type.Object({ pool: Type.String({ minLength: 1, maxLength: 63 }) });
+const ReplayParams = Type.Object({ webhookEndpoint: Id, jobId: Type.String({ minLength: 1, maxLength: 100, pattern: '^[A-Za-z0-9_-]+$' }) });
+const RecoverBody = Type.Object(
+  { since: Type.String({ format: 'date-time', description: 'deliveries whose event entered the outbox at or after this time' }) },
+  { additionalProperties: false },
+);
 
 /** Plans that admit async pools and webhooks (spec: Limits, async admission). */
 const ASYNC_PLANS: ReadonlySet<string> = new Set(['team', 'business']);
@@ -145,6 +153,11 @@ function checkAuthHeader(name: string | null, hasCredential: boolean): string | 
 }
 
 const unique = (ids: readonly number[]): number[] => [...new Set(ids)];
+
+/** Replay and recover send to the destination now: a deactivated one would only keep them waiting. */
+function requireActive(row: WebhookRow): void {
+  if (row.disabled) throw unprocessable(`webhook destination ${row.id} is deactivated; re-enable it first (poolgate admin webhook enable)`);
+}
 
 export function webhookRoutes(app: TypedApp, ctx: ControlContext): void {
   app.get(
@@ -300,6 +313,53 @@ export function webhookRoutes(app: TypedApp, ctx: ControlContext): void {
         };
       });
       return { data: view };
+    },
+  );
+
+  // Beyond the spec: Svix's resend and recover.
+  app.post(
+    '/api/v1/webhooks/:webhookEndpoint/deliveries/:jobId/replay',
+    {
+      schema: {
+        tags: ['webhooks'],
+        summary: 'Replay one delivery: sent again now, same job id and body, signed with the current secret (beyond the spec)',
+        params: ReplayParams,
+        response: { 202: DataListOf('WebhookReplay'), ...errorResponses },
+      },
+    },
+    async (req, reply) => {
+      const actor = requireAbility(req, 'pools:write');
+      requireManager(actor);
+      const row = await findWebhook(ctx.sql, actor.teamId, req.params.webhookEndpoint);
+      if (!row) throw notFound('webhook destination');
+      requireActive(row);
+      const replayed = await replayDelivery(ctx.sql, row.id, req.params.jobId);
+      if (!replayed) throw notFound(`delivery of job ${req.params.jobId} to this destination (or it is past its retention)`);
+      return reply.code(202).send({ data: replayed.map((r) => ({ webhook_endpoint_id: row.id, ...r })) });
+    },
+  );
+
+  app.post(
+    '/api/v1/webhooks/:webhookEndpoint/recover',
+    {
+      schema: {
+        tags: ['webhooks'],
+        summary: 'Recover: send again every delivery given up since a time (beyond the spec)',
+        params: WebhookParams,
+        body: RecoverBody,
+        response: { 202: DataOf('WebhookRecover'), ...errorResponses },
+      },
+    },
+    async (req, reply) => {
+      const actor = requireAbility(req, 'pools:write');
+      requireManager(actor);
+      const since = new Date(req.body.since);
+      if (Number.isNaN(since.getTime())) throw unprocessable('since must be a date-time');
+      const row = await findWebhook(ctx.sql, actor.teamId, req.params.webhookEndpoint);
+      if (!row) throw notFound('webhook destination');
+      requireActive(row);
+      const recovered = await recoverDeliveries(ctx.sql, row.id, since);
+      return reply.code(202).send({ data: { webhook_endpoint_id: row.id, since: since.toISOString(), recovered } });
     },
   );
 }

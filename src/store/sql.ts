@@ -1,6 +1,6 @@
 // The narrow store interface: one SQL dialect (PostgreSQL) over the embedded PGlite engine or a real server.
 
-export type SqlParam = string | number | boolean | null | Date | Buffer | Uint8Array | readonly string[] | readonly number[];
+export type SqlParam = string | number | boolean | null | Date | Buffer | Uint8Array | readonly (string | number | boolean | null)[];
 
 export interface QueryResult<R> {
   rows: R[];
@@ -25,3 +25,6 @@ export interface Sql extends Queryable {
 
 /** The one change-feed channel: payloads name what changed, e.g. `pool:12`, `key:7`, `webhook:3`. */
 export const CHANGE_CHANNEL = 'poolgate_changes';
+
+/** NOTIFY channel that wakes the webhook deliverer when deliveries become due (enqueue, replay; at commit). */
+export const DELIVERY_CHANNEL = 'poolgate_deliveries';

@@ -1,7 +1,7 @@
 // Webhook destinations, their pool attachments and their delivery history (tables webhook_endpoints,
 // pool_webhooks, webhook_delivery_attempts). Every lookup is scoped to the team.
 import type { WebhookEndpointT } from '../control/schemas.js';
-import { CHANGE_CHANNEL, type Queryable, type Sql } from './sql.js';
+import { CHANGE_CHANNEL, DELIVERY_CHANNEL, type Queryable, type Sql } from './sql.js';
 
 export interface WebhookRow {
   id: number;
@@ -180,4 +180,53 @@ export async function deliveryHistory(db: Queryable, webhookId: number, limit: n
     [webhookId, limit],
   );
   return rows.map(({ attempted_at, ...r }) => ({ time: new Date(attempted_at).toISOString(), ...r }));
+}
+
+export type DeliveryStatus = 'pending' | 'delivered' | 'failed';
+
+export interface ReplayedDelivery {
+  job_id: string;
+  event_type: string;
+  /** The delivery's status before the replay. */
+  previous_status: DeliveryStatus;
+  /** Attempts made so far; the replay is the next one. */
+  attempts: number;
+}
+
+/**
+ * Replay (Svix's resend): the destination's delivery of one job becomes pending and due now, whatever
+ * its status. The same stored bytes are sent under the same job id, signed anew with the current secret
+ * at send time. Null: no delivery of that job to that destination (never, or pruned past its retention).
+ */
+export async function replayDelivery(sql: Sql, webhookId: number, jobId: string): Promise<ReplayedDelivery[] | null> {
+  return sql.transaction(async (tx) => {
+    const { rows } = await tx.query<{ id: string; event_type: string; status: DeliveryStatus; attempts: number }>(
+      `SELECT id, event_type, status, attempts FROM webhook_deliveries
+        WHERE webhook_endpoint_id = $1 AND job_id = $2 ORDER BY id FOR UPDATE`,
+      [webhookId, jobId],
+    );
+    if (rows.length === 0) return null;
+    await tx.query(
+      `UPDATE webhook_deliveries SET status = 'pending', finished_at = NULL, next_attempt_at = now() WHERE id = ANY($1::bigint[])`,
+      [rows.map((r) => r.id)],
+    );
+    await tx.query('SELECT pg_notify($1, $2)', [DELIVERY_CHANNEL, `webhook:${webhookId}`]);
+    return rows.map((r) => ({ job_id: jobId, event_type: r.event_type, previous_status: r.status, attempts: r.attempts }));
+  });
+}
+
+/**
+ * Recover (Svix's recover): every delivery to the destination that was given up (status failed) and whose
+ * event entered the outbox at or after `since` becomes pending and due now. Returns how many.
+ */
+export async function recoverDeliveries(sql: Sql, webhookId: number, since: Date): Promise<number> {
+  return sql.transaction(async (tx) => {
+    const { rowCount } = await tx.query(
+      `UPDATE webhook_deliveries SET status = 'pending', finished_at = NULL, next_attempt_at = now()
+        WHERE webhook_endpoint_id = $1 AND status = 'failed' AND enqueued_at >= $2`,
+      [webhookId, since],
+    );
+    if (rowCount > 0) await tx.query('SELECT pg_notify($1, $2)', [DELIVERY_CHANNEL, `webhook:${webhookId}`]);
+    return rowCount;
+  });
 }

@@ -1,22 +1,32 @@
-// The webhook deliverer (worker role): claims due outbox rows, signs each with its destination's current
-// secret, POSTs it, records the attempt, and keeps each destination's failure streak (8 → deactivated).
+// The webhook deliverer (worker role): claims due outbox rows in batches, signs each with its destination's
+// current secret, POSTs it over a warm keep-alive connection, and records the outcomes in batches, keeping
+// each destination's failure streak (8 → deactivated). See docs/decisions/deliveries.md.
 //
-// Claiming: a due row (next_attempt_at ≤ now, destination active) is claimed by moving next_attempt_at one
-// lease ahead in a single UPDATE over `FOR UPDATE SKIP LOCKED` rows, so several workers never take the same
+// One loop, one statement at a time: record every outcome gathered so far (one statement), then claim
+// due rows for every destination with room (one statement), then send them. Work that arrives while a
+// statement runs is gathered for the next one, so under load the batches grow by themselves and at light
+// load a delivery waits for no batch. Because outcomes are always written before the next claim, a
+// destination's 8th failure is in the store (deactivated) before anything more is claimed for it: only the
+// sends already in flight can follow it.
+//
+// Claiming: a due row (pending, next_attempt_at ≤ now, destination active) is claimed by moving
+// next_attempt_at one lease ahead under `FOR UPDATE SKIP LOCKED`, so several workers never take the same
 // row, and a worker that dies mid-send leaves a row that becomes due again when the lease ends
-// (at-least-once). The result (attempt row, streak, delete or reschedule) is written in one transaction.
-// In flight: at most `concurrency` deliveries, and at most `perDestination` for one destination, so a
-// receiver that hangs holds only its own slots (each for at most the 5 s timeout).
+// (at-least-once). In flight: at most `concurrency` in all, and per destination an adaptive limit
+// (destination-limit.ts) under the `perDestination` ceiling, so a slow or failing receiver holds only
+// its own slots and never slows the others.
 import { readFileSync } from 'node:fs';
 import { createSecureContext, rootCertificates } from 'node:tls';
 import { Agent } from 'undici';
 import type { Logger } from '../log.js';
 import type { SecretBox } from '../security/secret-box.js';
 import { guardedConnector } from '../security/connect-guard.js';
-import { checkTarget, type TargetPolicy } from '../security/targets.js';
+import { checkTarget, type TargetPolicy, type TargetVerdict } from '../security/targets.js';
 import { openCredential } from '../store/credentials.js';
 import { CHANGE_CHANNEL, type Sql } from '../store/sql.js';
 import { retryDelayMs, type RetrySchedule } from './backoff.js';
+import { DestinationLimit } from './destination-limit.js';
+import { recordOutcomes, type Outcome } from './outcomes.js';
 import { DELIVERY_CHANNEL } from './outbox.js';
 import { deliveryHeaders, signDelivery } from './signature.js';
 
@@ -37,10 +47,16 @@ export interface DelivererOptions {
   retry: RetrySchedule;
   /** How long a claimed row stays claimed; must exceed the delivery timeout. */
   leaseMs: number;
+  /** Deliveries in flight at once, all destinations together. */
   concurrency: number;
+  /** Ceiling of one destination's adaptive in-flight limit. */
   perDestination: number;
+  /** Where a destination's limit starts (default min(8, perDestination)). */
+  initialPerDestination?: number;
   /** Period of the due-row poll (enqueues and re-enables also wake the deliverer at once). */
   pollMs: number;
+  /** Finished deliveries are kept this long for replay, then pruned (default 30 days). */
+  retentionMs?: number;
   timeoutMs?: number;
   random?: () => number;
 }
@@ -65,20 +81,42 @@ export type AttemptOutcome =
   | { ok: true; status: number; latencyMs: number }
   | { ok: false; status: number | null; error: string; latencyMs: number };
 
+/** How long a send-time SSRF verdict for a host name is reused (new connections are checked anyway). */
+const TARGET_VERDICT_MS = 1000;
+/** Period of the pruning of finished deliveries past their retention. */
+const PRUNE_EVERY_MS = 60_000;
+const DEFAULT_RETENTION_MS = 30 * 24 * 3600 * 1000;
+
 export class Deliverer {
   readonly #o: Required<DelivererOptions>;
   readonly #agent: Agent;
   readonly #inFlight = new Set<Promise<void>>();
-  readonly #perDestination = new Map<number, number>();
+  readonly #limits = new Map<number, DestinationLimit>();
+  #outcomes: Outcome[] = [];
   #timer: NodeJS.Timeout | null = null;
   #unlisten: Array<() => Promise<void>> = [];
   #pumping = false;
   #again = false;
+  /** Something may be due now (a notification, a full claim): claim without the read-only probe first. */
+  #hint = true;
   #stopping = false;
+  #lastPrune = 0;
+  /** Send-time SSRF verdicts by host name, with their time. */
+  readonly #verdicts = new Map<string, { at: number; verdict: Promise<TargetVerdict> }>();
+  /** Opened signing secrets by their sealed form (a rotation seals a new value, so it misses). */
+  readonly #secrets = new Map<string, string>();
+  /** Batches written and rows claimed; for the bench and diagnostics. */
+  readonly stats = { claims: 0, claimed: 0, claimMs: 0, records: 0, recorded: 0, recordMs: 0 };
 
   constructor(opts: DelivererOptions) {
     if (opts.leaseMs <= (opts.timeoutMs ?? DELIVERY_TIMEOUT_MS)) throw new Error('the claim lease must be longer than the delivery timeout');
-    this.#o = { timeoutMs: DELIVERY_TIMEOUT_MS, random: Math.random, ...opts };
+    this.#o = {
+      timeoutMs: DELIVERY_TIMEOUT_MS,
+      random: Math.random,
+      initialPerDestination: Math.min(8, opts.perDestination),
+      retentionMs: DEFAULT_RETENTION_MS,
+      ...opts,
+    };
     let ca: string[] | undefined;
     if (opts.caFile) {
       try {
@@ -87,26 +125,30 @@ export class Deliverer {
         throw new Error(`cannot read webhookCaFile ${opts.caFile}: ${(err as Error).message}`);
       }
     }
+    // One undici Pool per destination origin inside the Agent, its connections kept alive between
+    // deliveries (a TLS handshake costs far more than a POST on a warm connection).
     this.#agent = new Agent({
       // One context for every connection (a per-connection `ca` re-parses every root at each handshake).
       // Every connection re-resolves through the SSRF guard: a name that passed the check before the send
       // cannot resolve to a private address for the connection itself (DNS rebinding).
       connect: guardedConnector(opts.targets, ca ? { secureContext: createSecureContext({ ca }) } : {}),
-      // No per-origin connection cap: the in-flight caps above bound sends, and two destinations on one
+      // No per-origin connection cap: the in-flight limits bound sends, and two destinations on one
       // host (paths of one receiver) must not queue behind each other's hanging requests.
-      keepAliveTimeout: 10_000,
+      keepAliveTimeout: 30_000,
+      keepAliveMaxTimeout: 60_000,
       headersTimeout: this.#o.timeoutMs,
       bodyTimeout: this.#o.timeoutMs,
     });
   }
 
   async start(): Promise<void> {
-    this.#unlisten.push(await this.#o.sql.listen(DELIVERY_CHANNEL, () => this.kick()));
-    // A re-enabled destination (`webhook:<id>`) has kept rows that are due now.
-    this.#unlisten.push(await this.#o.sql.listen(CHANGE_CHANNEL, (p) => p.startsWith('webhook:') && this.kick()));
+    this.#unlisten.push(await this.#o.sql.listen(DELIVERY_CHANNEL, () => this.#wake()));
+    // A re-enabled destination (`webhook:<id>`) has kept rows that are due now; a replay made one due.
+    this.#unlisten.push(await this.#o.sql.listen(CHANGE_CHANNEL, (p) => p.startsWith('webhook:') && this.#wake()));
     this.#timer = setInterval(() => this.kick(), this.#o.pollMs);
+    if (process.env.POOLGATE_DEBUG_DELIVERER) setInterval(() => this.#o.log.warn({ stats: this.stats, inFlight: this.#inFlight.size, limits: [...this.#limits].map(([d, l]) => [d, l.limit, l.inFlight]) }, 'deliverer stats'), 2000).unref();
     this.#timer.unref();
-    this.kick();
+    this.#wake();
   }
 
   /** Deliveries being sent now. */
@@ -114,9 +156,19 @@ export class Deliverer {
     return this.#inFlight.size;
   }
 
-  /** Looks for due rows now (called on enqueue notifications, the poll timer and each finished delivery). */
+  /** The adaptive in-flight limit of a destination now (its initial value if it has not been sent to). */
+  limitOf(dest: number): number {
+    return this.#limits.get(dest)?.limit ?? this.#o.initialPerDestination;
+  }
+
+  #wake(): void {
+    this.#hint = true;
+    this.kick();
+  }
+
+  /** Records what finished and looks for due rows now (notifications, the poll timer, each finished send). */
   kick(): void {
-    if (this.#stopping) return;
+    if (this.#stopping && this.#outcomes.length === 0) return;
     if (this.#pumping) {
       this.#again = true;
       return;
@@ -133,87 +185,185 @@ export class Deliverer {
       });
   }
 
-  /** Stops claiming, lets in-flight deliveries finish (each within the timeout) and closes connections. */
+  /** Stops claiming, lets in-flight deliveries finish (each within the timeout), records them and closes connections. */
   async stop(): Promise<void> {
     this.#stopping = true;
     if (this.#timer) clearInterval(this.#timer);
     for (const u of this.#unlisten) await u().catch(() => {});
     this.#unlisten = [];
     await Promise.allSettled([...this.#inFlight]);
+    while (this.#pumping) await new Promise((r) => setTimeout(r, 5));
+    await this.#flush().catch((err: unknown) => this.#o.log.warn({ err }, 'webhook deliverer: recording the last outcomes failed; those deliveries will be sent again'));
     await this.#agent.close().catch(() => {});
   }
 
   async #pump(): Promise<void> {
-    // A read-only probe before the claiming UPDATE (a tenth of its cost): on the embedded store each
-    // statement runs on the event loop that serves pool traffic, and most polls find nothing due.
-    if (!(await this.#anyDue())) return;
-    while (!this.#stopping) {
+    for (;;) {
+      await this.#flush();
+      if (this.#stopping) return;
       const free = this.#o.concurrency - this.#inFlight.size;
       if (free <= 0) return;
+      if (!this.#hint) {
+        // A read-only probe before the claiming UPDATE (a tenth of its cost): on the embedded store each
+        // statement runs on the event loop that serves pool traffic, and most polls find nothing due.
+        if (!(await this.#anyDue())) return;
+      }
+      this.#hint = false;
       const rows = await this.#claim(free);
-      if (rows.length === 0) return;
       for (const row of rows) this.#launch(row);
-      if (rows.length < free) return;
+      // A full claim may have left due rows behind: claim again once there is room.
+      if (rows.length > 0 && rows.length >= free) this.#hint = true;
+      if (this.#outcomes.length === 0 && !(this.#hint && this.#inFlight.size < this.#o.concurrency)) {
+        await this.#prune();
+        return;
+      }
     }
   }
 
   async #anyDue(): Promise<boolean> {
-    const { rows } = await this.#o.sql.query<{ due: boolean }>('SELECT EXISTS (SELECT 1 FROM webhook_deliveries WHERE next_attempt_at <= now()) AS due');
+    const { rows } = await this.#o.sql.query<{ due: boolean }>(
+      `SELECT EXISTS (SELECT 1 FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= now()) AS due`,
+    );
     return rows[0]?.due === true;
   }
 
   /**
-   * Claims up to `n` due rows in one statement: per destination the oldest due rows, no more than the
-   * per-destination cap minus what this process already has in flight there; rows another worker holds
-   * are skipped, not waited for.
+   * Claims up to `n` due rows in one statement: for each active destination its oldest due rows, as many
+   * as its room (adaptive limit minus what this process has in flight there; the initial limit for one
+   * not sent to yet); rows another worker holds are skipped, not waited for.
    */
   async #claim(n: number): Promise<ClaimedRow[]> {
-    const dests = [...this.#perDestination.keys()];
-    const busy = dests.map((d) => this.#perDestination.get(d)!);
+    const dests: number[] = [];
+    const rooms: number[] = [];
+    for (const [dest, l] of this.#limits) {
+      dests.push(dest);
+      rooms.push(l.room);
+    }
+    const started = performance.now();
     const { rows } = await this.#o.sql.query<ClaimedRow>(
-      `WITH due AS (
-         SELECT d.id, d.next_attempt_at,
-                row_number() OVER (PARTITION BY d.webhook_endpoint_id ORDER BY d.next_attempt_at, d.id) AS rn,
-                $3::int - COALESCE((SELECT f.busy FROM unnest($4::int[], $5::int[]) AS f(dest, busy)
-                                     WHERE f.dest = d.webhook_endpoint_id), 0) AS room
-           FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.webhook_endpoint_id
-          WHERE w.disabled = false AND d.next_attempt_at <= now()),
-       pick AS (SELECT id FROM due WHERE rn <= room ORDER BY next_attempt_at, id LIMIT $1)
+      `WITH room AS (SELECT * FROM unnest($3::int[], $4::int[]) AS r(dest, room)),
+       pick AS (
+         SELECT d.id, d.next_attempt_at
+           FROM webhook_endpoints w
+           CROSS JOIN LATERAL (
+             SELECT d.id, d.next_attempt_at FROM webhook_deliveries d
+              WHERE d.webhook_endpoint_id = w.id AND d.status = 'pending' AND d.next_attempt_at <= now()
+              ORDER BY d.next_attempt_at, d.id
+              LIMIT COALESCE((SELECT r.room FROM room r WHERE r.dest = w.id), $5)
+              FOR UPDATE OF d SKIP LOCKED) d
+          WHERE w.disabled = false
+          ORDER BY d.next_attempt_at, d.id
+          LIMIT $1)
        UPDATE webhook_deliveries d
           SET next_attempt_at = now() + $2 * interval '1 millisecond', attempts = d.attempts + 1
          FROM webhook_endpoints w LEFT JOIN credentials c ON c.id = w.credential_id
-        WHERE d.id IN (SELECT id FROM webhook_deliveries
-                        WHERE id IN (SELECT id FROM pick) AND next_attempt_at <= now()
-                          FOR UPDATE SKIP LOCKED)
-          AND w.id = d.webhook_endpoint_id AND w.disabled = false
+        WHERE d.id IN (SELECT id FROM pick) AND w.id = d.webhook_endpoint_id
         RETURNING d.id, d.webhook_endpoint_id, d.job_id, d.pool_id, d.event_type, d.body, d.body_sha256, d.attempts,
                   w.url, w.signing_secret_enc, w.auth_header, c.secret_enc AS credential_enc`,
-      [n, this.#o.leaseMs, this.#o.perDestination, dests, busy],
+      [n, this.#o.leaseMs, dests, rooms, this.#o.initialPerDestination],
     );
+    this.stats.claims++;
+    this.stats.claimed += rows.length;
+    this.stats.claimMs += performance.now() - started;
     return rows;
+  }
+
+  #limitFor(dest: number): DestinationLimit {
+    let l = this.#limits.get(dest);
+    if (!l) {
+      l = new DestinationLimit({ initial: this.#o.initialPerDestination, min: 1, max: this.#o.perDestination });
+      this.#limits.set(dest, l);
+    }
+    return l;
   }
 
   #launch(row: ClaimedRow): void {
     const dest = row.webhook_endpoint_id;
-    this.#perDestination.set(dest, (this.#perDestination.get(dest) ?? 0) + 1);
-    const p = this.#deliver(row)
-      .catch((err: unknown) =>
-        // The store failed while recording: the row's lease ends and it is sent again (at-least-once).
-        this.#o.log.warn({ err, job: row.job_id, webhook: dest }, 'webhook delivery: recording the attempt failed; it will be retried'),
-      )
+    const limit = this.#limitFor(dest);
+    limit.inFlight++;
+    const p = this.send(row)
+      .then((outcome) => {
+        limit.inFlight--;
+        limit.onOutcome(outcome.ok, outcome.latencyMs, performance.now());
+        this.#outcomes.push(this.#outcomeOf(row, outcome));
+      })
       .finally(() => {
         this.#inFlight.delete(p);
-        const left = (this.#perDestination.get(dest) ?? 1) - 1;
-        if (left === 0) this.#perDestination.delete(dest);
-        else this.#perDestination.set(dest, left);
         this.kick();
       });
     this.#inFlight.add(p);
   }
 
-  async #deliver(row: ClaimedRow): Promise<void> {
-    const outcome = await this.send(row);
-    await this.#record(row, outcome);
+  #outcomeOf(row: ClaimedRow, outcome: AttemptOutcome): Outcome {
+    let retryMs: number | null = null;
+    if (!outcome.ok && row.attempts < this.#o.retry.maxAttempts) retryMs = retryDelayMs(this.#o.retry, row.attempts, this.#o.random);
+    if (!outcome.ok && retryMs === null) {
+      this.#o.log.warn({ job: row.job_id, webhook: row.webhook_endpoint_id, attempts: row.attempts }, 'webhook delivery given up after the last attempt');
+    }
+    return {
+      rowId: row.id,
+      dest: row.webhook_endpoint_id,
+      jobId: row.job_id,
+      poolId: row.pool_id,
+      ok: outcome.ok,
+      status: outcome.status,
+      error: outcome.ok ? null : outcome.error,
+      attempt: row.attempts,
+      latencyMs: outcome.latencyMs,
+      retryMs,
+    };
+  }
+
+  /** Writes every gathered outcome in one statement. A failed write drops them: their rows come back when the lease ends. */
+  async #flush(): Promise<void> {
+    if (this.#outcomes.length === 0) return;
+    const batch = this.#outcomes;
+    this.#outcomes = [];
+    let deactivated: number[];
+    const started = performance.now();
+    try {
+      deactivated = await recordOutcomes(this.#o.sql, batch, FAILURES_BEFORE_DEACTIVATION);
+    } catch (err) {
+      this.#o.log.warn({ err, deliveries: batch.length }, 'webhook delivery: recording the attempts failed; they will be sent again when their claim lease ends');
+      return;
+    }
+    this.stats.records++;
+    this.stats.recorded += batch.length;
+    this.stats.recordMs += performance.now() - started;
+    for (const dest of deactivated) {
+      this.#o.log.warn({ webhook: dest }, `webhook destination deactivated after ${FAILURES_BEFORE_DEACTIVATION} consecutive failed deliveries`);
+    }
+  }
+
+  /** Drops finished deliveries past their retention (at most once a minute). */
+  async #prune(): Promise<void> {
+    const now = Date.now();
+    if (now - this.#lastPrune < PRUNE_EVERY_MS) return;
+    this.#lastPrune = now;
+    await this.#o.sql.query(
+      `DELETE FROM webhook_deliveries WHERE status <> 'pending' AND finished_at < now() - $1 * interval '1 millisecond'`,
+      [this.#o.retentionMs],
+    );
+  }
+
+  #checkTarget(host: string): Promise<TargetVerdict> {
+    const now = performance.now();
+    const hit = this.#verdicts.get(host);
+    if (hit && now - hit.at < TARGET_VERDICT_MS) return hit.verdict;
+    const verdict = checkTarget(host, this.#o.targets);
+    if (this.#verdicts.size > 10_000) this.#verdicts.clear();
+    this.#verdicts.set(host, { at: now, verdict });
+    return verdict;
+  }
+
+  #secret(sealed: string): string {
+    let s = this.#secrets.get(sealed);
+    if (s === undefined) {
+      s = this.#o.box.open(sealed);
+      if (this.#secrets.size > 10_000) this.#secrets.clear();
+      this.#secrets.set(sealed, s);
+    }
+    return s;
   }
 
   /** One POST: signed now, with the secret and credential read at claim time (so a rotation applies at once). */
@@ -230,7 +380,7 @@ export class Deliverer {
     const signal = AbortSignal.timeout(this.#o.timeoutMs);
     // DNS may have changed since the URL was accepted: the SSRF guard runs again before every send.
     const verdict = await Promise.race([
-      checkTarget(url.hostname, this.#o.targets),
+      this.#checkTarget(url.hostname),
       new Promise<null>((resolve) => signal.addEventListener('abort', () => resolve(null), { once: true })),
     ]);
     if (verdict === null) return { ok: false, status: null, error: 'timeout (no answer within 5 s)', latencyMs: latency() };
@@ -239,7 +389,7 @@ export class Deliverer {
     const timestamp = Math.floor(Date.now() / 1000);
     let headers: Record<string, string>;
     try {
-      const secret = this.#o.box.open(row.signing_secret_enc);
+      const secret = this.#secret(row.signing_secret_enc);
       headers = {
         'content-type': 'application/json',
         'user-agent': 'poolgate-webhooks/1',
@@ -280,53 +430,6 @@ export class Deliverer {
     } catch (err) {
       return { ok: false, status: null, error: describe(err, signal), latencyMs: latency() };
     }
-  }
-
-  async #record(row: ClaimedRow, outcome: AttemptOutcome): Promise<void> {
-    const dest = row.webhook_endpoint_id;
-    if (outcome.ok) {
-      // One statement (atomic on its own): the attempt, the row leaves the outbox, the streak resets.
-      await this.#o.sql.query(
-        `WITH attempt AS (
-           INSERT INTO webhook_delivery_attempts (webhook_endpoint_id, job_id, pool_id, result, http_status, error, attempt, latency_ms)
-           VALUES ($1, $2, $3, 'success', $4, NULL, $5, $6)),
-         done AS (DELETE FROM webhook_deliveries WHERE id = $7)
-         UPDATE webhook_endpoints SET consecutive_failures = 0 WHERE id = $1 AND consecutive_failures <> 0`,
-        [dest, row.job_id, row.pool_id, outcome.status, row.attempts, outcome.latencyMs, row.id],
-      );
-      return;
-    }
-    const deactivated = await this.#o.sql.transaction(async (tx) => {
-      await tx.query(
-        `INSERT INTO webhook_delivery_attempts (webhook_endpoint_id, job_id, pool_id, result, http_status, error, attempt, latency_ms)
-         VALUES ($1, $2, $3, 'failure', $4, $5, $6, $7)`,
-        [dest, row.job_id, row.pool_id, outcome.status, outcome.error, row.attempts, outcome.latencyMs],
-      );
-      // No SELECT … FOR UPDATE here: the attempt's foreign key holds a KEY SHARE lock on the destination,
-      // and two recordings each holding one and then asking FOR UPDATE deadlocked on PostgreSQL (the
-      // streak was rolled back and deactivation came late). The UPDATE's own row lock serialises them.
-      // The streak is 0 after a re-enable, so reaching exactly 8 is the deactivating transition.
-      const { rows } = await tx.query<{ deactivated: boolean }>(
-        `UPDATE webhook_endpoints
-            SET consecutive_failures = consecutive_failures + 1,
-                disabled = disabled OR consecutive_failures + 1 >= $2,
-                updated_at = now()
-          WHERE id = $1 RETURNING disabled AND consecutive_failures = $2 AS deactivated`,
-        [dest, FAILURES_BEFORE_DEACTIVATION],
-      );
-      if (row.attempts >= this.#o.retry.maxAttempts) {
-        await tx.query('DELETE FROM webhook_deliveries WHERE id = $1', [row.id]);
-        this.#o.log.warn({ job: row.job_id, webhook: dest, attempts: row.attempts }, 'webhook delivery given up after the last attempt');
-      } else {
-        const wait = retryDelayMs(this.#o.retry, row.attempts, this.#o.random);
-        await tx.query(`UPDATE webhook_deliveries SET next_attempt_at = now() + $2 * interval '1 millisecond' WHERE id = $1`, [row.id, wait]);
-      }
-      const now = rows[0]?.deactivated === true;
-      // The data plane falls back to sync for pools left with no active destination; told at commit.
-      if (now) await tx.query('SELECT pg_notify($1, $2)', [CHANGE_CHANNEL, `webhook:${dest}`]);
-      return now;
-    });
-    if (deactivated) this.#o.log.warn({ webhook: dest }, `webhook destination deactivated after ${FAILURES_BEFORE_DEACTIVATION} consecutive failed deliveries`);
   }
 }
 

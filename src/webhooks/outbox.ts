@@ -2,12 +2,11 @@
 // caller's transaction (the jobs runner's, with the job's terminal status), so a job's event is stored
 // exactly when its status is. The deliverer reads the rows; see deliverer.ts.
 import type { JobEvent } from '../jobs/job-event.js';
-import type { Queryable } from '../store/sql.js';
+import { DELIVERY_CHANNEL, type Queryable } from '../store/sql.js';
 import { EVENT_TYPE } from '../jobs/job-event.js';
 import { envelopeBody } from './envelope-body.js';
 
-/** NOTIFY channel that wakes the deliverer when rows are enqueued (delivered at commit). */
-export const DELIVERY_CHANNEL = 'poolgate_deliveries';
+export { DELIVERY_CHANNEL };
 
 /**
  * Enqueues the event for every active (not disabled) destination attached to the event's pool and returns
