@@ -2,12 +2,12 @@
 // current secret, POSTs it over a warm keep-alive connection, and records the outcomes in batches, keeping
 // each destination's failure streak (8 → deactivated). See docs/decisions/deliveries.md.
 //
-// One loop, one statement at a time: record every outcome gathered so far (one statement), then claim
-// due rows for every destination with room (one statement), then send them. Work that arrives while a
-// statement runs is gathered for the next one, so under load the batches grow by themselves and at light
-// load a delivery waits for no batch. Because outcomes are always written before the next claim, a
-// destination's 8th failure is in the store (deactivated) before anything more is claimed for it: only the
-// sends already in flight can follow it.
+// Two loops, each one statement at a time: the recorder writes every outcome gathered so far (one
+// statement), the claimer claims due rows for every destination with room (one statement) and sends them.
+// Work that arrives while a statement runs is gathered for the next one, so under load the batches grow
+// by themselves and at light load a delivery waits for no batch. A destination with a failure not yet
+// written gets no new claims until it is: its 8th failure is in the store (deactivated) before anything
+// more is claimed for it, so only the sends already in flight can follow it.
 //
 // Claiming: a due row (pending, next_attempt_at ≤ now, destination active) is claimed by moving
 // next_attempt_at one lease ahead under `FOR UPDATE SKIP LOCKED`, so several workers never take the same
@@ -97,12 +97,15 @@ export class Deliverer {
   #unlisten: Array<() => Promise<void>> = [];
   #pumping = false;
   #again = false;
+  #recording: Promise<void> | null = null;
+  /** Failures not yet written, by destination: it gets no new claims until they are. */
+  readonly #unwrittenFailures = new Map<number, number>();
   /** Something may be due now (a notification, a full claim): claim without the read-only probe first. */
   #hint = true;
   #stopping = false;
   #lastPrune = 0;
   /** Send-time SSRF verdicts by host name, with their time. */
-  readonly #verdicts = new Map<string, { at: number; verdict: Promise<TargetVerdict> }>();
+  readonly #verdicts = new Map<string, { at: number; verdict: Promise<TargetVerdict>; settled: TargetVerdict | null }>();
   /** Opened signing secrets by their sealed form (a rotation seals a new value, so it misses). */
   readonly #secrets = new Map<string, string>();
   /** Batches written and rows claimed; for the bench and diagnostics. */
@@ -168,7 +171,8 @@ export class Deliverer {
 
   /** Records what finished and looks for due rows now (notifications, the poll timer, each finished send). */
   kick(): void {
-    if (this.#stopping && this.#outcomes.length === 0) return;
+    if (this.#outcomes.length > 0) this.#record();
+    if (this.#stopping) return;
     if (this.#pumping) {
       this.#again = true;
       return;
@@ -185,6 +189,23 @@ export class Deliverer {
       });
   }
 
+  /** The recorder loop: writes gathered outcomes, one batch at a time, until none are left. */
+  #record(): void {
+    if (this.#recording) return;
+    this.#recording = (async () => {
+      try {
+        while (this.#outcomes.length > 0) await this.#flush();
+      } finally {
+        this.#recording = null;
+      }
+      // Destinations held back by an unwritten failure may claim again.
+      if (!this.#stopping) {
+        this.#hint = true;
+        this.kick();
+      }
+    })();
+  }
+
   /** Stops claiming, lets in-flight deliveries finish (each within the timeout), records them and closes connections. */
   async stop(): Promise<void> {
     this.#stopping = true;
@@ -192,14 +213,16 @@ export class Deliverer {
     for (const u of this.#unlisten) await u().catch(() => {});
     this.#unlisten = [];
     await Promise.allSettled([...this.#inFlight]);
-    while (this.#pumping) await new Promise((r) => setTimeout(r, 5));
+    while (this.#pumping || this.#recording) {
+      await this.#recording;
+      await new Promise((r) => setTimeout(r, 5));
+    }
     await this.#flush().catch((err: unknown) => this.#o.log.warn({ err }, 'webhook deliverer: recording the last outcomes failed; those deliveries will be sent again'));
     await this.#agent.close().catch(() => {});
   }
 
   async #pump(): Promise<void> {
     for (;;) {
-      await this.#flush();
       if (this.#stopping) return;
       const free = this.#o.concurrency - this.#inFlight.size;
       if (free <= 0) return;
@@ -211,12 +234,12 @@ export class Deliverer {
       this.#hint = false;
       const rows = await this.#claim(free);
       for (const row of rows) this.#launch(row);
-      // A full claim may have left due rows behind: claim again once there is room.
-      if (rows.length > 0 && rows.length >= free) this.#hint = true;
-      if (this.#outcomes.length === 0 && !(this.#hint && this.#inFlight.size < this.#o.concurrency)) {
+      // A full claim may have left due rows behind: claim again at once.
+      if (rows.length === 0 || rows.length < free) {
         await this.#prune();
         return;
       }
+      this.#hint = true;
     }
   }
 
@@ -237,7 +260,7 @@ export class Deliverer {
     const rooms: number[] = [];
     for (const [dest, l] of this.#limits) {
       dests.push(dest);
-      rooms.push(l.room);
+      rooms.push(this.#unwrittenFailures.has(dest) ? 0 : l.room);
     }
     const started = performance.now();
     const { rows } = await this.#o.sql.query<ClaimedRow>(
@@ -286,6 +309,7 @@ export class Deliverer {
         limit.inFlight--;
         limit.onOutcome(outcome.ok, outcome.latencyMs, performance.now());
         this.#outcomes.push(this.#outcomeOf(row, outcome));
+        if (!outcome.ok) this.#unwrittenFailures.set(dest, (this.#unwrittenFailures.get(dest) ?? 0) + 1);
       })
       .finally(() => {
         this.#inFlight.delete(p);
@@ -326,6 +350,13 @@ export class Deliverer {
     } catch (err) {
       this.#o.log.warn({ err, deliveries: batch.length }, 'webhook delivery: recording the attempts failed; they will be sent again when their claim lease ends');
       return;
+    } finally {
+      for (const o of batch) {
+        if (o.ok) continue;
+        const left = (this.#unwrittenFailures.get(o.dest) ?? 1) - 1;
+        if (left <= 0) this.#unwrittenFailures.delete(o.dest);
+        else this.#unwrittenFailures.set(o.dest, left);
+      }
     }
     this.stats.records++;
     this.stats.recorded += batch.length;
@@ -346,14 +377,21 @@ export class Deliverer {
     );
   }
 
+  /** A settled verdict for the host from the last second, or null. */
+  #verdictNow(host: string): TargetVerdict | null {
+    const hit = this.#verdicts.get(host);
+    return hit && hit.settled && performance.now() - hit.at < TARGET_VERDICT_MS ? hit.settled : null;
+  }
+
   #checkTarget(host: string): Promise<TargetVerdict> {
     const now = performance.now();
     const hit = this.#verdicts.get(host);
     if (hit && now - hit.at < TARGET_VERDICT_MS) return hit.verdict;
-    const verdict = checkTarget(host, this.#o.targets);
+    const entry: { at: number; verdict: Promise<TargetVerdict>; settled: TargetVerdict | null } = { at: now, verdict: checkTarget(host, this.#o.targets), settled: null };
+    void entry.verdict.then((v) => (entry.settled = v), () => {});
     if (this.#verdicts.size > 10_000) this.#verdicts.clear();
-    this.#verdicts.set(host, { at: now, verdict });
-    return verdict;
+    this.#verdicts.set(host, entry);
+    return entry.verdict;
   }
 
   #secret(sealed: string): string {
@@ -376,13 +414,28 @@ export class Deliverer {
     } catch {
       return { ok: false, status: null, error: 'invalid destination URL', latencyMs: 0 };
     }
-    // The 5 s run from here: name resolution is part of the delivery's time.
-    const signal = AbortSignal.timeout(this.#o.timeoutMs);
-    // DNS may have changed since the URL was accepted: the SSRF guard runs again before every send.
-    const verdict = await Promise.race([
-      this.#checkTarget(url.hostname),
-      new Promise<null>((resolve) => signal.addEventListener('abort', () => resolve(null), { once: true })),
-    ]);
+    // The 5 s run from here: name resolution is part of the delivery's time. One timer, cleared when the
+    // send ends (AbortSignal.timeout's timer would fire, and build its DOMException, 5 s after every send).
+    const ac = new AbortController();
+    const signal = ac.signal;
+    const timer = setTimeout(() => ac.abort(), this.#o.timeoutMs);
+    try {
+      return await this.#sendSigned(row, url, signal, latency);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async #sendSigned(row: ClaimedRow, url: URL, signal: AbortSignal, latency: () => number): Promise<AttemptOutcome> {
+    // DNS may have changed since the URL was accepted: the SSRF guard runs again before every send (its
+    // verdict reused for a second; every new connection is checked again by the connector).
+    const cached = this.#verdictNow(url.hostname);
+    const verdict =
+      cached ??
+      (await Promise.race([
+        this.#checkTarget(url.hostname),
+        new Promise<null>((resolve) => signal.addEventListener('abort', () => resolve(null), { once: true })),
+      ]));
     if (verdict === null) return { ok: false, status: null, error: 'timeout (no answer within 5 s)', latencyMs: latency() };
     if (!verdict.ok) return { ok: false, status: null, error: `destination refused: ${verdict.reason}`, latencyMs: latency() };
 

@@ -3,7 +3,7 @@
 //   - Slow start: until the first back-off, each fast success adds 1 (the limit doubles per round trip).
 //   - Then additive increase: a fast success while the limit is in use adds 1/limit (+1 per round trip).
 //   - A failure (error, timeout, non-2xx) halves it; an answer much slower than the destination's
-//     baseline takes 10% off. At most one decrease per window, so a burst of simultaneous failures
+//     baseline (4×, and 250 ms more at least) takes 10% off. At most one decrease per window, so a burst of simultaneous failures
 //     counts once; never below `min`, never above `max` (the configured ceiling).
 // The baseline is the fastest answer of the last 10 s window (so it can rise when a receiver moves).
 
@@ -14,9 +14,12 @@ export interface LimitOptions {
   max: number;
 }
 
-/** An answer slower than this many times the baseline (and 50 ms more) counts as congestion. */
-const SLOW_FACTOR = 2;
-const SLOW_MARGIN_MS = 50;
+/**
+ * An answer slower than this many times the baseline, and this much slower at least, counts as congestion
+ * (a margin wide enough that scheduling noise on a busy machine is not taken for a struggling receiver).
+ */
+const SLOW_FACTOR = 4;
+const SLOW_MARGIN_MS = 250;
 const BASELINE_WINDOW_MS = 10_000;
 /** Shortest time between two decreases. */
 const DECREASE_WINDOW_MS = 100;
@@ -57,7 +60,7 @@ export class DestinationLimit {
       if (this.#baseline === Infinity) this.#baseline = latencyMs;
       else this.#baseline = Math.min(this.#baseline, latencyMs);
     }
-    const slow = ok && latencyMs > this.#baseline * SLOW_FACTOR + SLOW_MARGIN_MS;
+    const slow = ok && latencyMs > Math.max(this.#baseline * SLOW_FACTOR, this.#baseline + SLOW_MARGIN_MS);
     if (!ok || slow) {
       if (now - this.#lastDecrease < DECREASE_WINDOW_MS) return;
       this.#lastDecrease = now;
