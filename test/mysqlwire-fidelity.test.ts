@@ -54,4 +54,11 @@ if (skip) {
     t.equal(cs.cs, 'koi8r', 'the session keeps the change (the client is pinned)');
     await c.end();
   });
+
+  t.test("known difference: poolgate announces a MySQL version while MariaDB's own messages name MariaDB (mysql2's regression #433)", async (t) => {
+    const c = await w.connect();
+    t.equal((c as any).connection._handshakePacket.serverVersion, '8.0.36-poolgate');
+    await t.rejects(c.query('SELECT * FROM `broken'), { errno: 1064, message: /your MariaDB server version/ }, 'the server\'s text, forwarded unchanged');
+    await c.end();
+  });
 }
