@@ -197,8 +197,3 @@ function lockCalls(p: Buffer): number {
   const t = p.toString('latin1', 1).toLowerCase();
   return (t.includes('get_lock') ? PIN.get_lock : 0) | (t.includes('release_all_locks') ? CLEAR.get_lock : 0);
 }
-
-/** Whether the statement text changes session state at all (a prepared statement's marker). */
-export function changesSession(payload: Buffer, poolDb = ''): boolean {
-  return sessionEffects(payload, poolDb, false) !== 0;
-}
