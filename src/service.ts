@@ -27,6 +27,7 @@ import { Upstreams } from './dataplane/forward.js';
 import { SnapshotSource, poolLimits, type SnapshotFeed } from './dataplane/snapshot.js';
 import { DataplaneThreads, dataplaneThreadCount } from './dataplane/threads/host.js';
 import { SharedMemoryGovernor } from './governor/shared-memory.js';
+import { PROCESS_TIME, SYSTEM_TIME } from './governor/clock.js';
 import { storeIntake } from './jobs/intake.js';
 import { MemoryNonceStore } from './policies/nonce-store.js';
 import type { Governor } from './governor/governor.js';
@@ -189,10 +190,10 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
     if (opts.roles.includes('dataplane')) {
       const threads = dataplaneThreadCount(config);
       if (threads > 1 && config.redisUrl) throw new Error('dataplaneThreads above 1 shares the limits in memory: it cannot be combined with redisUrl yet');
-      const shared = threads > 1 ? new SharedMemoryGovernor() : null;
+      const shared = threads > 1 ? new SharedMemoryGovernor(PROCESS_TIME) : null;
       // With threads, one nonce store for all of them (claims come to the main thread), so a replay to another thread is caught.
       const nonces = shared ? new MemoryNonceStore() : undefined;
-      const governor = config.redisUrl ? await redisGovernorFromConfig(config, log) : (shared ?? new MemoryGovernor());
+      const governor = config.redisUrl ? await redisGovernorFromConfig(config, log, SYSTEM_TIME) : (shared ?? new MemoryGovernor(SYSTEM_TIME));
       const poolMetrics = new PoolMetrics();
       const rollups = new RollupBuffer({ db: sql, onError: (err) => log.warn({ err }, 'pool metrics rollup flush failed; counts kept for the next try') });
       rollupBuffer = rollups;
@@ -282,7 +283,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         snapshots = dataplane.snapshots;
         databases = dataplane.databases;
       } else {
-        const own = config.redisUrl ? await redisGovernorFromConfig(config, log) : new MemoryGovernor();
+        const own = config.redisUrl ? await redisGovernorFromConfig(config, log, SYSTEM_TIME) : new MemoryGovernor(SYSTEM_TIME);
         // Database pools' jobs need connections of their own when no data plane shares the process.
         const ownDatabases = new DbUpstreams({ allowInsecure: config.dbAllowInsecure, allowPrivate: config.allowPrivateTargets, log });
         const source = new SnapshotSource({

@@ -1,5 +1,6 @@
 // What one released slot teaches a pool: the upstream's answer fed to its RPM learner and adaptive limit,
-// and the retry hint from hold times (shared by the memory and shared-memory governors).
+// the retry hint from hold times, and what a pool has learned (shared by the memory, shared-memory and Redis
+// governors).
 import type { Outcome } from './governor.js';
 import { type AdaptiveLimit, SampleKind } from './adaptive-limit.js';
 import { applyRateObject, clearRateInfo, emptyRateInfo, hasRateInfo, parseRateHeaders, type RateInfo } from './rate-headers.js';
@@ -70,4 +71,34 @@ export function retryHintMs(avgHoldMs: number, queued: number, limit: number): n
 /** Refusal hint while the RPM gate is shut: when it reopens, in whole seconds. */
 export function gateRetryHintMs(wait: number): number {
   return Math.max(RETRY_MIN_MS, Math.ceil(wait / 1000) * 1000);
+}
+
+/** What the adaptive limit and the RPM learner of one pool know (for tests, benchmarks and diagnostics). */
+export interface LearnedState {
+  /** The learned adaptive limit (whole slots within adaptiveMin..max_concurrent, not lowered by a probe); null when adaptive is off. */
+  adaptiveLimit: number | null;
+  shortRttMs: number;
+  longRttMs: number;
+  /** Requests per minute the upstream stated; null until it said. */
+  learnedRpm: number | null;
+  /** The rate the gate enforces per minute (override, or a margin under the learned figure); null when none. */
+  gateRpm: number | null;
+  tokenLimit: number | null;
+  /** Ms until the gate lets the next request through; 0 when open. */
+  gateWaitMs: number;
+}
+
+const orNull = (n: number): number | null => (Number.isNaN(n) ? null : n);
+
+/** One pool's learners read out (`adaptive` null while adaptive is off). */
+export function learnedState(adaptive: AdaptiveLimit | null, rpm: RpmLearner, gateWaitMs: number): LearnedState {
+  return {
+    adaptiveLimit: adaptive === null ? null : Math.floor(adaptive.estimate),
+    shortRttMs: adaptive?.shortRtt ?? 0,
+    longRttMs: adaptive?.longRtt ?? 0,
+    learnedRpm: orNull(rpm.learnedRpm),
+    gateRpm: orNull(rpm.gateRpm),
+    tokenLimit: orNull(rpm.tokenLimit),
+    gateWaitMs,
+  };
 }

@@ -3,20 +3,19 @@
 import { randomBytes } from 'node:crypto';
 import { Redis, type RedisOptions } from 'ioredis';
 import { abortedAlready, waitSignal, type Admission, type AdmitRequest, type BudgetLimits, type Governor, type Outcome, type Permit, type PoolLimits, type PoolState, type RefusalReason } from './governor.js';
-import { EMPTY_STATE, sanitizeLimits } from './limits.js';
+import { EMPTY_STATE, nextAdaptive, sanitizeLimits } from './limits.js';
 import { BudgetShare } from './budget-share.js';
-import { MAX_TIMER_MS, MemoryGovernor } from './memory.js';
+import { MemoryGovernor } from './memory.js';
+import { MAX_TIMER_MS, SYSTEM_TIME, timeFrom, type GovernorTime, type GovernorTimers } from './clock.js';
 import { WaitQueue, type WaitNode } from './wait-queue.js';
 import { ACQUIRE, LEASE_END, PAUSE, REFRESH, RELEASE, RENEW, RENEW_CAPPED, SCRIPTS, SET_RPM, type Script } from './redis-scripts.js';
 import { AdaptiveLimit } from './adaptive-limit.js';
-import { learnOutcome } from './outcome-learning.js';
+import { gateRetryHintMs, learnedState, learnOutcome, nextAvgHold, type LearnedState } from './outcome-learning.js';
+import * as rules from './admission-rules.js';
+import type { SlotCounts } from './admission-rules.js';
 import { RpmLearner } from './rpm-learner.js';
 import { TurnBatch } from './turn-batch.js';
 
-const HOLD_WEIGHT = 0.1;
-const RETRY_MIN_MS = 1_000;
-const RETRY_MAX_MS = 60_000;
-const DEFAULT_HOLD_MS = 1_000;
 /** How long a published RPM gate lives in Redis unless published again (a stopped learner cannot hold it). */
 const RPM_TTL_MS = 600_000;
 /** Callers in one acquire or release script call at most: a script blocks Redis while it runs. */
@@ -24,7 +23,8 @@ const MAX_BATCH = 128;
 
 export type FailurePolicy = 'closed' | 'open';
 
-export interface RedisGovernorOptions {
+/** Time and randomness default to the system's; tests pass fake ones. */
+export interface RedisGovernorOptions extends Partial<GovernorTime> {
   /** redis://… ; ignored when `redis` is given. */
   url?: string;
   /** Extra ioredis options (tests: db index). */
@@ -73,22 +73,30 @@ interface PoolKeys {
   pause: string;
 }
 
+/**
+ * Where a waiter is. `Trying`: a newcomer whose first attempt is out and who will not wait; `Pending`: one
+ * that will wait if refused (counted in its pool's `pending`); `Queued`: in this node's queue (counted as
+ * queued in its answer, whatever it is); `Settled`: answered, nothing more happens to it.
+ */
+const Phase = { Trying: 0, Pending: 1, Queued: 2, Settled: 3 } as const;
+type Phase = (typeof Phase)[keyof typeof Phase];
+
+/** What an acquire script call asks for one caller (the script's `mode` argument). */
+const Attempt = { FailFast: 0, Newcomer: 1, Queued: 2 } as const;
+type Attempt = (typeof Attempt)[keyof typeof Attempt];
+
 class Waiter implements WaitNode<Waiter> {
   prev: Waiter | null = null;
   next: Waiter | null = null;
   linked = false;
-  timer: NodeJS.Timeout | null = null;
-  settled = false;
-  /** A newcomer whose first attempt is in flight; counted in its pool's `pending`. */
-  pending = false;
-  /** performance.now() after which it no longer waits (a shut RPM gate that opens later refuses at once). */
+  timer: unknown = null;
+  phase: Phase = Phase.Trying;
+  /** The governor's clock after which it no longer waits (a shut RPM gate that opens later refuses at once). */
   waitUntil = 0;
   /** Its acquire script is on its way to Redis or back: the answer may be a slot. */
   attempting = false;
   /** Its wait ended (timeout, abort) during an attempt: settled once that attempt's answer is in. */
   ended: RefusalReason | null = null;
-  /** It entered this node's queue (not only waited for its first answer): counted as queued. */
-  queued = false;
   constructor(
     readonly view: PoolView,
     readonly seq: number,
@@ -128,8 +136,12 @@ export class RedisPermit implements Permit {
   }
 }
 
-/** This node's view of one pool: its limits, last known pool-wide count, and its local FIFO. */
-class PoolView {
+/**
+ * This node's view of one pool: its limits, last known pool-wide count, and its local FIFO. The scripts
+ * decide and count; the rest of the admission rules (the queue's refusals, the retry hint, what remains)
+ * read this view as their slot counts.
+ */
+class PoolView implements SlotCounts {
   limits: PoolLimits;
   keys: PoolKeys;
   group: Group | null = null;
@@ -156,22 +168,19 @@ class PoolView {
   publishedRpm = NaN;
   publishedRpmAt = 0;
   publishedPause = -Infinity;
-  /** performance.now() until which the last script reply said the RPM gate is shut. */
+  /** The governor's clock until which the last script reply said the RPM gate is shut. */
   gateUntil = 0;
 
   constructor(readonly gov: RedisGovernor, limits: PoolLimits, keys: PoolKeys) {
     this.limits = limits;
     this.keys = keys;
-    this.learnFrom(limits);
+    this.learnFrom(limits, gov.now());
   }
 
   /** Applies the adaptive and RPM settings, as the memory governor does for its pools. */
-  learnFrom(limits: PoolLimits): void {
-    const min = Math.min(limits.adaptiveMin ?? 1, limits.maxConcurrent);
-    if (!limits.adaptive || limits.maxConcurrent === 0) this.adaptive = null;
-    else if (this.adaptive === null) this.adaptive = new AdaptiveLimit({ min, max: limits.maxConcurrent });
-    else this.adaptive.setBounds(min, limits.maxConcurrent);
-    this.rpm.setOverride(limits.rpmOverride ?? null, performance.now());
+  learnFrom(limits: PoolLimits, now: number): void {
+    this.adaptive = nextAdaptive(this.adaptive, limits);
+    this.rpm.setOverride(limits.rpmOverride ?? null, now);
   }
 
   get inFlight(): number {
@@ -186,15 +195,40 @@ class PoolView {
     return this.queue.size + this.pending;
   }
 
+  /** Waiting here counts newcomers whose first answer is on its way. */
+  get queued(): number {
+    return this.queue.size + this.pending;
+  }
+
+  get queueLength(): number {
+    return this.limits.queueLength;
+  }
+
+  get queueTimeoutMs(): number {
+    return this.limits.queueTimeoutMs;
+  }
+
+  /** The budget is counted in Redis; state() builds a share from the last counts when it needs one. */
+  get budget(): null {
+    return null;
+  }
+
+  /** The gate is in Redis: shut until the time the last script reply said. */
+  rpmAllows(now: number): boolean {
+    return !(this.gateUntil > now);
+  }
+
+  rpmWaitMs(now: number): number {
+    return this.gateUntil > now ? this.gateUntil - now : 0;
+  }
+
   effectiveLimit(): number {
     if (!this.active) return 0;
     return this.stored === null ? this.limits.maxConcurrent : Math.min(this.limits.maxConcurrent, this.stored);
   }
 
   retryAfterMs(): number {
-    const hold = this.avgHoldMs > 0 ? this.avgHoldMs : DEFAULT_HOLD_MS;
-    const ms = (hold * (this.waiting + 1)) / Math.max(1, this.effectiveLimit());
-    return Math.min(RETRY_MAX_MS, Math.max(RETRY_MIN_MS, Math.ceil(ms / 1000) * 1000));
+    return rules.retryAfterMs(this);
   }
 }
 
@@ -203,7 +237,7 @@ class Group {
   readonly members: PoolView[] = [];
   pumping = false;
   dirty = false;
-  timer: NodeJS.Timeout | null = null;
+  timer: unknown = null;
   constructor(readonly tag: string, readonly budgetMax: number | null) {}
 }
 
@@ -212,7 +246,7 @@ class Group {
 /** One caller in a pool's acquire batch; `settle` gets its answer (ACQUIRE: deadline, 0, or −gate ms). */
 interface AcquireCall {
   w: Waiter;
-  mode: 0 | 1 | 2;
+  mode: Attempt;
   more: boolean;
   settle: (answer: number) => void;
   fail: (err: unknown) => void;
@@ -246,6 +280,11 @@ export class RedisGovernor implements Governor {
   readonly #divisor: number;
   readonly #fallback: MemoryGovernor | null;
   readonly #onConnection: (up: boolean, err?: unknown) => void;
+  /** Monotonic ms (the injected clock). */
+  readonly now: () => number;
+  readonly #wallClock: () => number;
+  readonly #timers: GovernorTimers;
+  readonly #random: () => number;
   readonly #views = new Map<number, PoolView>();
   readonly #groups = new Map<string, Group>();
   /** Leases this node keeps alive, by slots key. */
@@ -264,6 +303,11 @@ export class RedisGovernor implements Governor {
   #markReady: () => void = () => {};
 
   constructor(opts: RedisGovernorOptions = {}) {
+    const time = timeFrom(opts, SYSTEM_TIME);
+    this.now = time.now;
+    this.#wallClock = time.wallClock;
+    this.#timers = time.timers;
+    this.#random = time.random;
     this.#prefix = opts.prefix ?? 'poolgate:';
     if (this.#prefix.includes('{')) throw new Error('the governor key prefix must not contain "{"');
     this.#channel = `${this.#prefix}freed`;
@@ -272,7 +316,7 @@ export class RedisGovernor implements Governor {
     this.#lineTtlMs = Math.max(500, this.#retryMs * 10);
     this.#policy = opts.failurePolicy ?? 'closed';
     this.#divisor = Math.max(1, Math.floor(opts.failOpenDivisor ?? 1));
-    this.#fallback = this.#policy === 'open' ? new MemoryGovernor() : null;
+    this.#fallback = this.#policy === 'open' ? new MemoryGovernor(time) : null;
     this.#onConnection = opts.onConnection ?? (() => {});
     const base: RedisOptions = {
       enableAutoPipelining: true,
@@ -337,7 +381,7 @@ export class RedisGovernor implements Governor {
       const v = this.#views.get(limits.poolId);
       if (v) {
         v.limits = limits;
-        v.learnFrom(limits);
+        v.learnFrom(limits, this.now());
         v.active = true;
         if (v.keys.slots !== keys.slots) {
           // The pool joined or left a budget: its count lives under another tag from now on.
@@ -354,7 +398,7 @@ export class RedisGovernor implements Governor {
       this.#refuseAll(v, 'unavailable');
       this.#views.delete(id);
     }
-    for (const g of this.#groups.values()) if (g.timer) clearTimeout(g.timer);
+    for (const g of this.#groups.values()) if (g.timer !== null) this.#timers.clearTimeout(g.timer);
     this.#groups.clear();
     for (const v of this.#views.values()) {
       const cap = v.limits.budgetId === null ? undefined : caps.get(v.limits.budgetId);
@@ -382,7 +426,7 @@ export class RedisGovernor implements Governor {
    * `inFlight` is the pool-wide count with this slot still in it.
    */
   #learn(v: PoolView, o: Outcome, held: number, inFlight: number): void {
-    learnOutcome(o, held, performance.now(), Date.now(), v.rpm, v.adaptive, Math.max(1, inFlight));
+    learnOutcome(o, held, this.now(), this.#wallClock(), v.rpm, v.adaptive, Math.max(1, inFlight));
     this.#publish(v);
   }
 
@@ -393,7 +437,7 @@ export class RedisGovernor implements Governor {
    */
   #publish(v: PoolView): void {
     if (this.#closed || !this.connected) return;
-    const now = performance.now();
+    const now = this.now();
     const stale = now - v.publishedRpmAt > RPM_TTL_MS / 2;
     const limit = v.adaptive === null ? null : v.adaptive.limit;
     if (limit !== v.publishedLimit || (limit !== null && stale)) {
@@ -533,17 +577,14 @@ export class RedisGovernor implements Governor {
       if (this.#fallback && keepAlive) return this.#fallback.acquire(req);
       return this.#down();
     }
-    const waitMs = Math.min(req.waitMs, v.limits.queueTimeoutMs);
-    const mayWait = waitMs > 0 && v.waiting < v.limits.queueLength;
-    // A newcomer never overtakes a waiter of its own pool on this node.
-    if (v.queue.size > 0 || (v.group?.pumping && v.waiting > 0)) {
-      if (!(waitMs > 0)) return { ok: false, reason: 'no_slot', queuedMs: 0, retryAfterMs: v.retryAfterMs() };
-      if (!mayWait) return { ok: false, reason: 'queue_full', queuedMs: 0, retryAfterMs: v.retryAfterMs() };
-    }
+    const waitMs = Math.min(req.waitMs, v.queueTimeoutMs);
+    const mayWait = rules.mayQueue(v, waitMs);
+    // A newcomer never overtakes a waiter of its own pool on this node; else the script decides.
+    if (!mayWait && (v.queue.size > 0 || (v.group?.pumping && v.waiting > 0))) return rules.queueRefusal(v, waitMs)!;
     const signal = waitSignal(req);
     return new Promise((resolve) => {
       const seq = ++this.#seq;
-      const w = new Waiter(v, seq, signal, performance.now(), termMs, keepAlive, resolve, leaseId ?? `${this.nodeId}:${seq}`);
+      const w = new Waiter(v, seq, signal, this.now(), termMs, keepAlive, resolve, leaseId ?? `${this.nodeId}:${seq}`);
       w.waitUntil = w.enqueuedAt + (mayWait ? waitMs : 0);
       if (mayWait) signal?.addEventListener('abort', w);
       if (v.queue.size > 0) {
@@ -551,15 +592,15 @@ export class RedisGovernor implements Governor {
         return;
       }
       if (mayWait) {
-        w.pending = true;
+        w.phase = Phase.Pending;
         v.pending++;
       }
-      this.#attempt(w, mayWait ? 1 : 0).then(
+      this.#attempt(w, mayWait ? Attempt.Newcomer : Attempt.FailFast).then(
         (admitted) => {
           this.#unpend(w);
-          if (admitted || w.settled) return;
+          if (admitted || w.phase === Phase.Settled) return;
           if (!mayWait) {
-            this.#settle(w, { ok: false, reason: waitMs > 0 ? 'queue_full' : 'no_slot', queuedMs: 0, retryAfterMs: v.retryAfterMs() });
+            this.#settle(w, rules.refuse(v, waitMs > 0 ? 'queue_full' : 'no_slot'));
             return;
           }
           this.#enqueue(w, waitMs);
@@ -576,16 +617,16 @@ export class RedisGovernor implements Governor {
   #enqueue(w: Waiter, waitMs: number): void {
     const v = w.view;
     if (!v.active || this.#closed) {
-      this.#settle(w, { ok: false, reason: 'unavailable', queuedMs: performance.now() - w.enqueuedAt });
+      this.#settle(w, { ok: false, reason: 'unavailable', queuedMs: this.now() - w.enqueuedAt });
       return;
     }
-    const left = waitMs - (performance.now() - w.enqueuedAt);
+    const left = waitMs - (this.now() - w.enqueuedAt);
     if (left <= 0) {
       this.giveUp(w, 'queue_timeout');
       return;
     }
-    w.timer = setTimeout(onWaitTimeout, Math.min(left, MAX_TIMER_MS), w);
-    w.queued = true;
+    w.timer = this.#timers.setTimeout(onWaitTimeout, Math.min(left, MAX_TIMER_MS), w);
+    w.phase = Phase.Queued;
     v.queue.push(w);
     if (v.group) {
       // A wake-up that found nobody queued while this caller's first attempt was out: try at once.
@@ -599,7 +640,7 @@ export class RedisGovernor implements Governor {
    * way); false when the slot was refused and the waiter still waits. A grant that arrives for a waiter
    * that already gave up is released at once.
    */
-  async #attempt(w: Waiter, mode: 0 | 1 | 2): Promise<boolean> {
+  async #attempt(w: Waiter, mode: Attempt): Promise<boolean> {
     const v = w.view;
     const keys = v.keys;
     const leaseId = w.leaseId;
@@ -607,7 +648,7 @@ export class RedisGovernor implements Governor {
     w.attempting = true;
     try {
       answer = await new Promise<number>((settle, fail) => {
-        this.#acquires.add(v, { w, mode, more: mode === 2 && v.queue.size > 1, settle, fail });
+        this.#acquires.add(v, { w, mode, more: mode === Attempt.Queued && v.queue.size > 1, settle, fail });
         this.#scheduleTurn();
       });
     } catch {
@@ -625,7 +666,7 @@ export class RedisGovernor implements Governor {
     // after a timeout: the slot is the caller's (the deciding round trip was already on its way). Granted
     // after an abort: the slot goes straight back.
     const ended = w.ended;
-    if (ended !== null && !w.settled) {
+    if (ended !== null && w.phase !== Phase.Settled) {
       w.ended = null;
       if (!ok || ended !== 'queue_timeout') {
         if (ok) {
@@ -640,54 +681,55 @@ export class RedisGovernor implements Governor {
     }
     if (!ok) {
       if (!(gate > 0)) return false;
-      const at = performance.now();
+      const at = this.now();
       v.gateUntil = at + gate;
       // The RPM gate is shut on every node: wait for it only when it opens within this waiter's wait.
       if (at + gate <= w.waitUntil) return false;
-      this.#settle(w, { ok: false, reason: 'rate_limited', queuedMs: at - w.enqueuedAt, retryAfterMs: Math.max(RETRY_MIN_MS, Math.ceil(gate / 1000) * 1000) });
+      this.#settle(w, { ok: false, reason: 'rate_limited', queuedMs: at - w.enqueuedAt, retryAfterMs: gateRetryHintMs(gate) });
       if (v.queue.size === 0 && v.pending === 0) this.#leaveLine(v);
       return true;
     }
-    if (w.settled || this.#closed) {
+    if (w.phase === Phase.Settled || this.#closed) {
       this.#sendRelease(keys, leaseId);
       return true;
     }
     if (w.linked) v.queue.remove(w);
-    const queuedMs = performance.now() - w.enqueuedAt;
+    const queuedMs = this.now() - w.enqueuedAt;
     if (w.keepAlive) {
-      const permit = new RedisPermit(this, v.limits.poolId, keys, leaseId, performance.now());
+      const permit = new RedisPermit(this, v.limits.poolId, keys, leaseId, this.now());
       let set = this.#held.get(keys.slots);
       if (!set) this.#held.set(keys.slots, (set = new Set()));
       set.add(permit);
-      this.#settle(w, { ok: true, permit, queuedMs: w.queued ? queuedMs : 0, queued: w.queued });
+      this.#settle(w, { ok: true, permit, queuedMs: w.phase === Phase.Queued ? queuedMs : 0, queued: w.phase === Phase.Queued });
     } else {
-      this.#settle(w, { ok: true, lease: { poolId: v.limits.poolId, leaseId, deadline, key: keys.lease + leaseId, requestDeadline: null }, queuedMs: w.queued ? queuedMs : 0, queued: w.queued });
+      this.#settle(w, { ok: true, lease: { poolId: v.limits.poolId, leaseId, deadline, key: keys.lease + leaseId, requestDeadline: null }, queuedMs: w.phase === Phase.Queued ? queuedMs : 0, queued: w.phase === Phase.Queued });
     }
     return true;
   }
 
   #unpend(w: Waiter): void {
-    if (!w.pending) return;
-    w.pending = false;
+    if (w.phase !== Phase.Pending) return;
+    w.phase = Phase.Trying;
     w.view.pending--;
   }
 
   #settle(w: Waiter, a: Admission | LeaseAdmission): void {
-    if (w.settled) return;
-    w.settled = true;
+    if (w.phase === Phase.Settled) return;
     this.#unpend(w);
-    if (w.timer !== null) clearTimeout(w.timer);
+    const queued = w.phase === Phase.Queued;
+    w.phase = Phase.Settled;
+    if (w.timer !== null) this.#timers.clearTimeout(w.timer);
     w.timer = null;
     w.signal?.removeEventListener('abort', w);
     if (w.linked) w.view.queue.remove(w);
     // Whatever the answer (a slot, a refusal, the fail-open fallback's), a caller that sat in the queue waited.
-    if (w.queued) a.queued = true;
+    if (queued) a.queued = true;
     w.resolve(a);
   }
 
   /** A waiter's wait ended (timeout or abort) before it got a slot. */
   giveUp(w: Waiter, reason: RefusalReason): void {
-    if (w.settled) return;
+    if (w.phase === Phase.Settled) return;
     // An attempt is out: its script may grant a slot in Redis after we answered "no", and that ghost lease
     // would refuse the next caller while nobody shows as waiting or in flight here. The waiter stays queued
     // until the answer is in (one round trip) and #attempt settles it.
@@ -696,15 +738,15 @@ export class RedisGovernor implements Governor {
       return;
     }
     const v = w.view;
-    const queuedMs = performance.now() - w.enqueuedAt;
+    const queuedMs = this.now() - w.enqueuedAt;
     this.#settle(w, reason === 'queue_timeout' ? { ok: false, reason, queuedMs, retryAfterMs: v.retryAfterMs() } : { ok: false, reason, queuedMs });
     if (v.queue.size === 0 && v.pending === 0) this.#leaveLine(v);
   }
 
   #failWaiter(w: Waiter): void {
-    if (w.settled) return;
+    if (w.phase === Phase.Settled) return;
     if (this.#fallback && w.keepAlive) {
-      const wait = Math.max(0, w.view.limits.queueTimeoutMs - (performance.now() - w.enqueuedAt));
+      const wait = Math.max(0, w.view.limits.queueTimeoutMs - (this.now() - w.enqueuedAt));
       const settle = (a: Admission) => this.#settle(w, a);
       const r = this.#fallback.acquire({ poolId: w.view.limits.poolId, waitMs: wait, signal: w.signal });
       if (r instanceof Promise) void r.then(settle);
@@ -722,7 +764,7 @@ export class RedisGovernor implements Governor {
 
   #refuseAll(v: PoolView, reason: RefusalReason): void {
     for (let w = v.queue.peek(); w !== null; w = v.queue.peek()) {
-      if (reason === 'unavailable') this.#settle(w, { ok: false, reason, queuedMs: performance.now() - w.enqueuedAt });
+      if (reason === 'unavailable') this.#settle(w, { ok: false, reason, queuedMs: this.now() - w.enqueuedAt });
       else this.giveUp(w, reason);
     }
   }
@@ -734,10 +776,10 @@ export class RedisGovernor implements Governor {
     const v = this.#views.get(p.poolId);
     const current = v !== undefined && v.keys.slots === p.keys.slots ? v : undefined;
     if (current) {
-      const held = performance.now() - p.grantedAt;
+      const held = this.now() - p.grantedAt;
       if (outcome !== undefined && !this.#closed) this.#learn(current, outcome, held, current.count);
       if (current.count > 0) current.count--;
-      current.avgHoldMs = current.avgHoldMs === 0 ? held : current.avgHoldMs + HOLD_WEIGHT * (held - current.avgHoldMs);
+      current.avgHoldMs = nextAvgHold(current.avgHoldMs, held);
     }
     // While close() runs, a lease it has not taken over yet is released here; after that, close() did it.
     if (this.#closed && set === undefined) return;
@@ -840,11 +882,13 @@ export class RedisGovernor implements Governor {
   /** The timed retry behind pub/sub: 1–2× retryMs, jittered so nodes do not retry in step. */
   #schedule(g: Group): void {
     if (g.timer !== null || this.#closed) return;
-    g.timer = setTimeout(() => {
-      g.timer = null;
-      this.#pump(g);
-    }, this.#retryMs * (1 + Math.random()));
+    g.timer = this.#timers.setTimeout(this.#retry, this.#retryMs * (1 + this.#random()), g);
   }
+
+  readonly #retry = (g: Group): void => {
+    g.timer = null;
+    this.#pump(g);
+  };
 
   /**
    * Admits this node's waiters of a group, oldest first (across the budget's pools), one attempt at a time,
@@ -880,7 +924,7 @@ export class RedisGovernor implements Governor {
     g.pumping = true;
     g.dirty = false;
     const w = best;
-    void this.#attempt(w, 2).then((admitted) => {
+    void this.#attempt(w, Attempt.Queued).then((admitted) => {
       g.pumping = false;
       if (this.#groups.get(g.tag) !== g) {
         const now = this.#groups.get(g.tag);
@@ -943,34 +987,35 @@ export class RedisGovernor implements Governor {
     }
   }
 
-  /** This node's adaptive controller of a pool (diagnostics and tests); null when unknown or adaptive is off. */
-  learned(poolId: number): { adaptiveLimit: number; shortRttMs: number; longRttMs: number } | null {
-    const a = this.#views.get(poolId)?.adaptive;
-    return a ? { adaptiveLimit: a.limit, shortRttMs: a.shortRtt, longRttMs: a.longRtt } : null;
+  /**
+   * What this node's learners of a pool know (diagnostics and tests); null for an unknown pool. The gate
+   * itself lives in Redis: its wait is as the last script reply said.
+   */
+  learned(poolId: number): LearnedState | null {
+    const v = this.#views.get(poolId);
+    return v === undefined ? null : learnedState(v.adaptive, v.rpm, Math.max(0, v.gateUntil - this.now()));
   }
 
   state(poolId: number): PoolState {
     const v = this.#views.get(poolId);
     if (v === undefined) return EMPTY_STATE;
-    const limit = v.effectiveLimit();
-    // A shut RPM gate takes nothing now, whatever slots are free.
-    const own = v.gateUntil > performance.now() ? 0 : Math.max(0, limit - v.count);
-    let remaining = own;
+    let remaining = rules.remaining(v, this.now());
     const g = v.group;
     if (g !== null && g.budgetMax !== null) {
+      // The budget's counts as last seen, for its headroom.
       const share = new BudgetShare<PoolView>(0, g.budgetMax);
       share.members.push(...g.members);
       share.recount((m) => m.waiting);
-      remaining = Math.min(own, share.headroom(v));
+      remaining = Math.min(remaining, share.headroom(v));
     }
-    return { inFlight: v.count, queued: v.waiting, effectiveLimit: limit, remaining };
+    return { inFlight: v.count, queued: v.waiting, effectiveLimit: v.effectiveLimit(), remaining };
   }
 
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
     clearInterval(this.#refreshTimer);
-    for (const g of this.#groups.values()) if (g.timer) clearTimeout(g.timer);
+    for (const g of this.#groups.values()) if (g.timer !== null) this.#timers.clearTimeout(g.timer);
     for (const v of this.#views.values()) this.#refuseAll(v, 'unavailable');
     await this.#fallback?.close();
     // Calls of this turn go out; once they are answered, a slot granted to a caller that is gone is released.
@@ -995,9 +1040,11 @@ export class RedisGovernor implements Governor {
 export async function redisGovernorFromConfig(
   config: { redisUrl: string | null; governorFailurePolicy: FailurePolicy; governorFailOpenDivisor: number; governorLeaseTermMs: number },
   log: { warn(obj: object, msg: string): void; info(obj: object, msg: string): void },
+  time: Readonly<GovernorTime> = SYSTEM_TIME,
 ): Promise<RedisGovernor> {
   let wasUp = false;
   const gov = new RedisGovernor({
+    ...time,
     url: config.redisUrl ?? undefined,
     failurePolicy: config.governorFailurePolicy,
     failOpenDivisor: config.governorFailOpenDivisor,

@@ -1,11 +1,14 @@
 // The shared-memory governor: the memory governor's slots, FIFO queues, budgets, adaptive limit and RPM
 // gate kept in one SharedArrayBuffer, so the data plane's worker threads admit against the same limits.
 import { abortedAlready, waitSignal, type Admission, type AdmitRequest, type BudgetLimits, type Governor, type Outcome, type PoolLimits, type PoolState, type RefusalReason } from './governor.js';
-import { MAX_TIMER_MS, NODE_TIMERS, type GovernorTimers, type LearnedState, type MemoryGovernorOptions } from './memory.js';
+import type { MemoryGovernorOptions } from './memory.js';
+import { MAX_TIMER_MS, PROCESS_TIME, timeFrom, type GovernorTimers } from './clock.js';
 import { AdaptiveLimit } from './adaptive-limit.js';
 import { BudgetShare } from './budget-share.js';
 import { EMPTY_STATE, sanitizeLimits } from './limits.js';
-import { gateRetryHintMs, applyOutcome, readOutcome, nextAvgHold, retryHintMs } from './outcome-learning.js';
+import { applyOutcome, learnedState, readOutcome, type LearnedState } from './outcome-learning.js';
+import * as rules from './admission-rules.js';
+import type { SlotState } from './admission-rules.js';
 import { RpmLearner } from './rpm-learner.js';
 import { SlotPermit } from './slot-permit.js';
 import { lockWord, unlockWord } from './shared-lock.js';
@@ -66,10 +69,6 @@ const waitAsync = (Atomics as unknown as {
   waitAsync(a: Int32Array, i: number, v: number): { async: false; value: string } | { async: true; value: Promise<string> };
 }).waitAsync;
 
-/** A clock every thread of the process agrees on (each thread's performance.now() has its own origin). */
-const ORIGIN = performance.timeOrigin;
-const processClock = (): number => ORIGIN + performance.now();
-
 export interface SharedMemoryGovernorOptions extends MemoryGovernorOptions {
   /** Capacities of the shared buffer (main thread only; workers take them from the handle). */
   sizes?: Partial<SharedSizes>;
@@ -103,20 +102,20 @@ function onWaitTimeout(w: Waiter): void {
   w.gov.leave(w, 'queue_timeout');
 }
 
-function onGateOpen(v: PoolView): void {
-  v.gateTimer = null;
-  v.gov.pumpPool(v);
-}
-
 /**
  * This thread's handle on one pool row of the shared buffer: reads its counts there, and holds views of
- * its budget, adaptive limit and RPM learner (whose state is in the buffer too). Built once per row.
+ * its budget, adaptive limit and RPM learner (whose state is in the buffer too). Built once per row. A
+ * store of slot state under the admission rules; every use is under the buffer's lock.
  */
-class PoolView {
+class PoolView implements SlotState {
   readonly gov: SharedMemoryGovernor;
   readonly row: number;
+  readonly timers: GovernorTimers;
   readonly #pools: Int32Array;
   readonly #base: number;
+  readonly #nums: Float64Array;
+  readonly #avgHold: number;
+  readonly #seq: Float64Array;
   poolId = 0;
   budget: BudgetShare<PoolView> | null = null;
   readonly adaptive: AdaptiveLimit;
@@ -124,11 +123,15 @@ class PoolView {
   /** This thread's wake-up for waiters the RPM gate holds back. */
   gateTimer: unknown = null;
 
-  constructor(gov: SharedMemoryGovernor, l: SharedLayout, row: number) {
+  constructor(gov: SharedMemoryGovernor, l: SharedLayout, row: number, timers: GovernorTimers) {
     this.gov = gov;
     this.row = row;
+    this.timers = timers;
     this.#pools = l.pools;
     this.#base = l.pool(row);
+    this.#nums = l.poolNums;
+    this.#avgHold = l.poolNum(row) + PN_AVG_HOLD;
+    this.#seq = l.entrySeq;
     // Attached, not initialised: the main thread's configure() sets the state up.
     this.adaptive = new AdaptiveLimit({ min: 1, max: 1 }, l.adaptiveStore(row), false);
     this.rpm = new RpmLearner({}, l.rpmStore(row), false);
@@ -141,6 +144,58 @@ class PoolView {
 
   get inFlight(): number {
     return this.#pools[this.#base + P_IN_FLIGHT]!;
+  }
+
+  set inFlight(n: number) {
+    this.#pools[this.#base + P_IN_FLIGHT] = n;
+  }
+
+  get queued(): number {
+    return this.#pools[this.#base + P_QUEUED]!;
+  }
+
+  get queueLength(): number {
+    return this.#pools[this.#base + P_QUEUE_LENGTH]!;
+  }
+
+  get queueTimeoutMs(): number {
+    return this.#pools[this.#base + P_QUEUE_TIMEOUT]!;
+  }
+
+  get avgHoldMs(): number {
+    return this.#nums[this.#avgHold]!;
+  }
+
+  set avgHoldMs(ms: number) {
+    this.#nums[this.#avgHold] = ms;
+  }
+
+  get active(): boolean {
+    return this.#pools[this.#base + P_STATE] === P_ACTIVE && !this.gov.closed;
+  }
+
+  rpmAllows(now: number): boolean {
+    return this.rpm.allows(now);
+  }
+
+  rpmWaitMs(now: number): number {
+    return this.rpm.waitMs(now);
+  }
+
+  rpmTake(now: number): void {
+    this.rpm.take(now);
+  }
+
+  headSeq(): number {
+    return this.#seq[this.#pools[this.#base + P_HEAD]!]!;
+  }
+
+  grantHead(now: number): void {
+    this.gov.grant(this, this.#pools[this.#base + P_HEAD]!, now);
+  }
+
+  gateOpened(): void {
+    this.gov.pumpPool(this);
   }
 
   get reservedConcurrent(): number {
@@ -195,9 +250,11 @@ export class SharedMemoryGovernor implements Governor {
 
   /** The main thread's governor; pass `handle` (through SharedMemoryGovernor.attach) to join one from a worker. */
   constructor(opts: SharedMemoryGovernorOptions = {}, handle?: SharedGovernorHandle) {
-    this.#now = opts.now ?? processClock;
-    this.#wallClock = opts.wallClock ?? Date.now;
-    this.#timers = opts.timers ?? NODE_TIMERS;
+    // The default clock is the process's: every thread must read the same time for the shared state.
+    const time = timeFrom(opts, PROCESS_TIME);
+    this.#now = time.now;
+    this.#wallClock = time.wallClock;
+    this.#timers = time.timers;
     if (handle === undefined) {
       const sizes = { ...DEFAULT_SIZES, ...opts.sizes };
       for (const k of ['maxPools', 'maxWaiters', 'maxThreads'] as const) {
@@ -330,7 +387,7 @@ export class SharedMemoryGovernor implements Governor {
       // Raised limits admit waiters at once.
       for (const row of this.#rows.values()) {
         const v = this.#views[row]!;
-        if (v.field(P_STATE) === P_ACTIVE) this.#pump(v);
+        if (v.field(P_STATE) === P_ACTIVE) rules.pump(v, this.#now);
       }
     } finally {
       this.#unlock();
@@ -354,19 +411,17 @@ export class SharedMemoryGovernor implements Governor {
       if (v.field(P_STATE) !== P_ACTIVE) return { ok: false, reason: 'unavailable', queuedMs: 0 };
       if (abortedAlready(req)) return { ok: false, reason: 'aborted', queuedMs: 0 };
       now = this.#now();
-      // An empty queue check first: a newcomer never overtakes a waiter of its own pool, in any thread.
-      if (v.field(P_QUEUED) === 0 && this.#canTake(v, now)) {
+      // The same rules in every thread: a newcomer never overtakes a waiter of its pool in any thread.
+      const d = rules.decide(v, req.waitMs, now);
+      if (d === rules.TAKE) {
         this.#take(v, this.#thread, now);
         return { ok: true, permit: new SlotPermit(v, now), queuedMs: 0, queued: false };
       }
-      waitMs = Math.min(req.waitMs, v.field(P_QUEUE_TIMEOUT));
-      // The RPM gate: refused at once, like a full pool, when it will not open within the wait.
-      const gateWait = v.rpm.waitMs(now);
-      if (gateWait > 0 && !(gateWait <= waitMs)) return { ok: false, reason: 'rate_limited', queuedMs: 0, retryAfterMs: gateRetryHintMs(gateWait) };
-      if (!(waitMs > 0)) return { ok: false, reason: 'no_slot', queuedMs: 0, retryAfterMs: this.#retryAfterMs(v) };
-      entry = v.field(P_QUEUED) >= v.field(P_QUEUE_LENGTH) ? NONE : this.#allocEntry();
+      if (typeof d !== 'number') return d;
+      waitMs = d;
+      entry = this.#allocEntry();
       // A full entry table counts as a full queue (maxWaiters is documented).
-      if (entry === NONE) return { ok: false, reason: 'queue_full', queuedMs: 0, retryAfterMs: this.#retryAfterMs(v) };
+      if (entry === NONE) return rules.refuse(v, 'queue_full');
       this.#enqueue(v, entry);
     } finally {
       this.#unlock();
@@ -389,7 +444,7 @@ export class SharedMemoryGovernor implements Governor {
       const row = this.#rows.get(poolId);
       if (row === undefined) return EMPTY_STATE;
       const v = this.#views[row]!;
-      return { inFlight: v.inFlight, queued: v.field(P_QUEUED), effectiveLimit: v.effectiveLimit(), remaining: this.#remaining(v) };
+      return { inFlight: v.inFlight, queued: v.queued, effectiveLimit: v.effectiveLimit(), remaining: rules.remaining(v, this.#now()) };
     } finally {
       this.#unlock();
     }
@@ -403,17 +458,7 @@ export class SharedMemoryGovernor implements Governor {
       const row = this.#rows.get(poolId);
       if (row === undefined) return null;
       const v = this.#views[row]!;
-      const on = v.field(P_ADAPTIVE) === 1;
-      const orNull = (n: number): number | null => (Number.isNaN(n) ? null : n);
-      return {
-        adaptiveLimit: on ? Math.floor(v.adaptive.estimate) : null,
-        shortRttMs: on ? v.adaptive.shortRtt : 0,
-        longRttMs: on ? v.adaptive.longRtt : 0,
-        learnedRpm: orNull(v.rpm.learnedRpm),
-        gateRpm: orNull(v.rpm.gateRpm),
-        tokenLimit: orNull(v.rpm.tokenLimit),
-        gateWaitMs: v.rpm.waitMs(this.#now()),
-      };
+      return learnedState(v.field(P_ADAPTIVE) === 1 ? v.adaptive : null, v.rpm, v.rpm.waitMs(this.#now()));
     } finally {
       this.#unlock();
     }
@@ -441,8 +486,7 @@ export class SharedMemoryGovernor implements Governor {
       }
       for (const row of this.#rows.values()) {
         const v = this.#views[row]!;
-        if (v.gateTimer !== null) this.#timers.clearTimeout(v.gateTimer);
-        v.gateTimer = null;
+        rules.disarmGate(v);
       }
     } finally {
       this.#unlock();
@@ -463,7 +507,7 @@ export class SharedMemoryGovernor implements Governor {
         this.#unlink(w.pool, w.entry);
         this.#freeEntry(w.entry);
         const queuedMs = this.#now() - w.enqueuedAt;
-        refusal = reason === 'queue_timeout' ? { ok: false, reason, queuedMs, retryAfterMs: this.#retryAfterMs(w.pool), queued: true } : { ok: false, reason, queuedMs, queued: true };
+        refusal = reason === 'queue_timeout' ? { ok: false, reason, queuedMs, retryAfterMs: rules.retryAfterMs(w.pool), queued: true } : { ok: false, reason, queuedMs, queued: true };
       }
     } finally {
       this.#unlock();
@@ -489,9 +533,7 @@ export class SharedMemoryGovernor implements Governor {
       // Learn before the slot is counted free: the sample's in-flight includes itself, and a raised
       // limit admits waiters in the pump below.
       if (kind !== null) applyOutcome(kind, outcome!.latencyMs ?? held, now, v.rpm, v.field(P_ADAPTIVE) === 1 ? v.adaptive : null, v.inFlight);
-      const nums = l.poolNums;
-      const at = l.poolNum(v.row) + PN_AVG_HOLD;
-      nums[at] = nextAvgHold(nums[at]!, held);
+      rules.noteHold(v, held);
       this.#giveBack(v, this.#thread);
     } finally {
       this.#unlock();
@@ -504,11 +546,22 @@ export class SharedMemoryGovernor implements Governor {
     this.#lock();
     try {
       this.#sync();
-      if (v.field(P_STATE) === P_ACTIVE) this.#pump(v);
+      if (v.field(P_STATE) === P_ACTIVE) rules.pump(v, this.#now);
     } finally {
       this.#unlock();
     }
     this.#ringThreads();
+  }
+
+  /** Whether this thread's governor is closed (its pools' waiters need no gate wake-up). */
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** Hands a slot straight to a queued entry (under the lock): counted for its thread before its thread is rung. */
+  grant(v: PoolView, e: number, now: number): void {
+    this.#take(v, this.#l.entries[this.#l.entry(e) + E_THREAD]!, now);
+    this.#answer(e, R_GRANTED, v);
   }
 
   // ---- under the lock ----
@@ -550,7 +603,7 @@ export class SharedMemoryGovernor implements Governor {
 
   #view(row: number): PoolView {
     let v = this.#views[row];
-    if (v === undefined) this.#views[row] = v = new PoolView(this, this.#l, row);
+    if (v === undefined) this.#views[row] = v = new PoolView(this, this.#l, row, this.#timers);
     v.poolId = this.#l.poolNums[this.#l.poolNum(row) + PN_ID]!;
     return v;
   }
@@ -619,74 +672,17 @@ export class SharedMemoryGovernor implements Governor {
     for (const { share } of shares.values()) share.recount((m) => m.field(P_QUEUED));
   }
 
-  #canTake(v: PoolView, now: number): boolean {
-    return v.inFlight < v.effectiveLimit() && (v.budget === null || v.budget.admits(v)) && v.rpm.allows(now);
-  }
-
-  #remaining(v: PoolView): number {
-    // A shut RPM gate takes nothing now, whatever slots are free.
-    if (!v.rpm.allows(this.#now())) return 0;
-    const own = Math.max(0, v.effectiveLimit() - v.inFlight);
-    return v.budget === null ? own : Math.min(own, v.budget.headroom(v));
-  }
-
-  #retryAfterMs(v: PoolView): number {
-    return retryHintMs(this.#l.poolNums[this.#l.poolNum(v.row) + PN_AVG_HOLD]!, v.field(P_QUEUED), v.effectiveLimit());
-  }
-
   /** Counts one slot for thread `t` (the one that will hold the permit). */
   #take(v: PoolView, t: number, now: number): void {
-    v.budget?.take(v);
-    v.set(P_IN_FLIGHT, v.inFlight + 1);
+    rules.take(v, now);
     this.#l.holdings[t * this.#l.sizes.maxPools + v.row]!++;
-    v.rpm.take(now);
   }
 
   /** Frees one slot thread `t` held and hands it on. */
   #giveBack(v: PoolView, t: number): void {
-    if (v.inFlight === 0) return;
-    v.budget?.give(v);
-    v.set(P_IN_FLIGHT, v.inFlight - 1);
+    if (!rules.give(v)) return;
     this.#l.holdings[t * this.#l.sizes.maxPools + v.row]!--;
-    if (v.field(P_STATE) === P_ACTIVE) this.#pump(v);
-  }
-
-  /** Admits waiters while capacity allows: the pool's own FIFO, or the budget's when it shares one. */
-  #pump(v: PoolView): void {
-    // Nobody waiting (the common release): nothing to hand over, no clock to read.
-    if (v.budget === null ? v.field(P_QUEUED) === 0 : v.budget.waiting === 0) return;
-    const now = this.#now();
-    if (v.budget !== null) {
-      this.#pumpBudget(v.budget, now);
-      return;
-    }
-    for (let e = v.field(P_HEAD); e !== NONE && this.#canTake(v, now); e = v.field(P_HEAD)) this.#grant(v, e, now);
-    this.#armGate(v, now);
-  }
-
-  /** The oldest waiter by arrival, across the budget's pools, whose pool may take a slot now; repeated. */
-  #pumpBudget(b: BudgetShare<PoolView>, now: number): void {
-    const seq = this.#l.entrySeq;
-    while (b.waiting > 0) {
-      let best: PoolView | null = null;
-      let bestEntry = NONE;
-      for (const m of b.members) {
-        const head = m.field(P_HEAD);
-        if (head !== NONE && (bestEntry === NONE || seq[head]! < seq[bestEntry]!) && this.#canTake(m, now)) {
-          best = m;
-          bestEntry = head;
-        }
-      }
-      if (best === null) break;
-      this.#grant(best, bestEntry, now);
-    }
-    if (b.waiting > 0) for (const m of b.members) this.#armGate(m, now);
-  }
-
-  /** Hands a slot straight to a waiter: counted for its thread before its thread is rung. */
-  #grant(v: PoolView, e: number, now: number): void {
-    this.#take(v, this.#l.entries[this.#l.entry(e) + E_THREAD]!, now);
-    this.#answer(e, R_GRANTED, v);
+    if (v.field(P_STATE) === P_ACTIVE) rules.pump(v, this.#now);
   }
 
   /** Moves a queued entry to its thread's answered list and marks that thread to be rung. */
@@ -711,12 +707,6 @@ export class SharedMemoryGovernor implements Governor {
 
   #refuseAll(v: PoolView): void {
     for (let e = v.field(P_HEAD); e !== NONE; e = v.field(P_HEAD)) this.#answer(e, R_UNAVAILABLE, v);
-  }
-
-  #armGate(v: PoolView, now: number): void {
-    if (v.gateTimer !== null || v.field(P_QUEUED) === 0 || v.field(P_STATE) !== P_ACTIVE || this.#closed) return;
-    const wait = v.rpm.waitMs(now);
-    if (wait > 0) v.gateTimer = this.#timers.setTimeout(onGateOpen, Math.min(Math.ceil(wait), MAX_TIMER_MS), v);
   }
 
   #allocEntry(): number {
@@ -749,7 +739,7 @@ export class SharedMemoryGovernor implements Governor {
     v.set(P_QUEUED, v.field(P_QUEUED) + 1);
     l.entrySeq[e] = ++l.ctlNums[CN_SEQ]!;
     if (v.budget !== null) v.budget.waiting++;
-    this.#armGate(v, this.#now());
+    rules.armGate(v, this.#now());
   }
 
   /** Takes a queued entry out of its pool's FIFO (O(1), from anywhere in it). */

@@ -3,6 +3,7 @@
 // What needs the store or is process-wide goes back to the main thread: job inserts, nonce claims, metrics counts.
 import { parentPort, workerData } from 'node:worker_threads';
 import { SharedMemoryGovernor } from '../../governor/shared-memory.js';
+import { PROCESS_TIME } from '../../governor/clock.js';
 import type { JobIntake } from '../../jobs/intake.js';
 import type { NonceStore } from '../../policies/nonce-store.js';
 import { createLogger } from '../../log.js';
@@ -17,7 +18,7 @@ const post = (m: FromWorker) => port.postMessage(m);
 const log = createLogger(start.config.logLevel);
 const feed = new PushedSnapshots(start.snapshot);
 const batch = new RecordBatch(post);
-const governor = SharedMemoryGovernor.attach(start.governor);
+const governor = SharedMemoryGovernor.attach(start.governor, PROCESS_TIME);
 
 // Questions for the main thread, by id: job inserts (the store lives there) and nonce claims.
 let nextAsk = 1;
