@@ -44,8 +44,8 @@ export const reply = (status: number, error: OutcomeName, message: string, heade
 export interface Exchange {
   /** Upper-case method as sent. */
   readonly method: string;
-  /** Path as sent (without the query). */
-  readonly path: string;
+  /** Path as sent (without the query); the canonical path once a path-scoped key was judged on it (scope.ts). */
+  path: string;
   /** Raw query string without `?`, or ''. */
   readonly query: string;
   /** Request headers, names lower-case; repeated headers joined with ", ". */
