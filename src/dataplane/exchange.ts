@@ -14,6 +14,8 @@ export type OutcomeName =
   | 'unauthorized'
   | 'forbidden'
   | 'bad_request'
+  /** A transfer coding the proxy does not implement (RFC 9112 §6.1): 501. */
+  | 'not_implemented'
   | 'payload_too_large'
   | 'too_many_requests'
   | 'queue_timeout'

@@ -16,6 +16,7 @@ import { readRequestHeaders, reply, type Exchange, type Gate, type Reply } from 
 import { forward, Upstreams, type ForwardDeps } from './forward.js';
 import { releaseStage, type DataplaneMetrics, type Settlement } from './release.js';
 import { RequestBody } from './request-body.js';
+import { framingRefusal } from './framing.js';
 import { acceptJob, asyncEligible, asyncRequested, JOB_TOO_LARGE, tooLargeForJob, type JobIntake } from '../jobs/intake.js';
 import type { JobReason } from '../jobs/job-event.js';
 import { routeGate } from './route.js';
@@ -234,6 +235,8 @@ export class Dataplane {
       client.sendReply(r, null, bodyPresent);
       this.#settle(ex, { outcome: r.error, status: r.status });
     };
+    const framing = framingRefusal(headers);
+    if (framing !== null) return this.#refuseFraming(ex, client, framing);
     if (ex.path.charCodeAt(0) !== 47 /* '/' */) return stop(BAD_TARGET);
     for (const gate of this.#gates) {
       const r = gate(ex);
@@ -258,6 +261,21 @@ export class Dataplane {
     const body = bodyPresent ? new RequestBody(client, stage4.onData ?? ((h) => res.onData(h)), this.#bodyLimit) : null;
     if (stage4.pending !== null) return this.#afterPolicies(stage4.pending, ex, client, body, () => this.#admitStage(ex, client, body, wait, asyncPool));
     this.#admitStage(ex, client, body, wait, asyncPool);
+  }
+
+  /**
+   * A request whose body length is ambiguous is answered on the next turn, not now: uWS 20.30 goes on parsing
+   * the rest of the read after a synchronous answer (even one that says close), so bytes smuggled behind the
+   * body would become a request of their own. Answered later, the response is pending when uWS meets those
+   * bytes, and uWS closes the connection instead (nothing more is parsed, nothing reaches the origin).
+   */
+  #refuseFraming(ex: Exchange, client: ClientResponse, r: Reply): void {
+    client.onAbort(() => this.#settle(ex, { outcome: 'client_aborted', status: 0 }));
+    setImmediate(() => {
+      if (!client.open) return;
+      client.sendReply(r, null, true);
+      this.#settle(ex, { outcome: r.error, status: r.status });
+    });
   }
 
   /** Waits for an async policy verdict (JWT, signed body, Redis nonces), then refuses or goes on. */
