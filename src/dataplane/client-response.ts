@@ -24,7 +24,7 @@ export class ClientResponse {
   #writable: ((offset: number) => boolean) | null = null;
   /** Headers taken by writeHead and not written yet. */
   #pendingHead: ReadonlyArray<readonly [string, string]> | null = null;
-  /** The status sent to the client, once a response started. */
+  /** The status sent to the client, once a response started (0 again when it was cut before its head went out). */
   status = 0;
 
   readonly #head: boolean;
@@ -178,6 +178,8 @@ export class ClientResponse {
   close(): void {
     if (!this.open) return;
     this.#ended = true;
+    // A head taken but never written: the client gets no response at all.
+    if (this.#pendingHead !== null) this.status = 0;
     this.#onAbort = [];
     this.#res.close();
   }
