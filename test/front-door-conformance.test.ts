@@ -31,12 +31,10 @@ const UWS_2030: Record<string, string> = {
 };
 
 let origin: Origin;
-let svc: TestService;
-let key = '';
+const services: Record<'uws' | 'node', { svc: TestService; key: string } | null> = { uws: null, node: null };
 
-t.before(async () => {
-  origin = await startOrigin();
-  svc = await startTestService({ overrides: { originCaFile: origin.caFile } });
+async function startProxy(parser: 'uws' | 'node'): Promise<{ svc: TestService; key: string }> {
+  const svc = await startTestService({ overrides: { originCaFile: origin.caFile, proxyHttpParser: parser } });
   const boot = await svc.bootstrap();
   const sql = svc.service.sql;
   const { rows } = await sql.query<{ id: number }>(
@@ -46,31 +44,40 @@ t.before(async () => {
   );
   await sql.notify(CHANGE_CHANNEL, `pool:${rows[0]!.id}`);
   const r = await svc.api('POST', '/api/v1/pools/corpus/keys', { token: boot.token, body: {} });
-  key = r.body.data.key;
   await svc.service.dataplane!.snapshots.reload();
+  return { svc, key: r.body.data.key };
+}
+
+t.before(async () => {
+  origin = await startOrigin();
+  [services.uws, services.node] = await Promise.all([startProxy('uws'), startProxy('node')]);
 });
 t.teardown(async () => {
-  await svc?.close();
+  await services.uws?.svc.close();
+  await services.node?.svc.close();
   await origin?.close();
 });
 
-t.test('the framing corpus: each answer, the close, and nothing at the origin the proxy did not answer for', async (t) => {
-  origin.reset();
-  const port = svc.service.ports.proxy!;
-  // All at once, each on its own connection and path: a held connection costs the wait once, not per case.
-  const results = await Promise.all(CORPUS.map((c, i) => sendRaw(port, c.bytes('corpus.pools.localhost', `/c${i}`, key), 1500)));
-  await new Promise((r) => setTimeout(r, 200));
-  const seen = origin.requests.map((r) => r.url);
-  CORPUS.forEach((c, i) => {
-    const r = results[i]!;
-    const todo = UWS_2030[c.name];
-    const got = `${JSON.stringify(r.statuses)}${r.closed ? ' closed' : ' open'}`;
-    t.same(r.statuses, c.statuses, `${c.name}: answered ${JSON.stringify(c.statuses)} (got ${got})`, todo ? { todo } : {});
-    t.equal(r.closed, c.closes, `${c.name}: ${c.closes ? 'closed' : 'kept open'} (got ${got})`, todo ? { todo } : {});
-    // Never a todo: whatever uWS does, the origin may only see what the proxy answered for.
-    const mine = seen.filter((u) => u === `/c${i}` || u.startsWith(`/c${i}/`));
-    const allowed = new Set(c.reaches(`/c${i}`));
-    t.ok(mine.every((u) => allowed.has(u)), `${c.name}: the origin saw ${JSON.stringify(mine)}, at most ${JSON.stringify([...allowed])}`);
-    if (c.statuses.length > 0 && c.statuses.every((s) => s >= 400)) t.same(mine, [], `${c.name}: a refused request never reached the origin`);
+for (const parser of ['uws', 'node'] as const) {
+  t.test(`proxyHttpParser ${parser}: the framing corpus: each answer, the close, and nothing at the origin the proxy did not answer for`, async (t) => {
+    const { svc, key } = services[parser]!;
+    origin.reset();
+    const port = svc.service.ports.proxy!;
+    // All at once, each on its own connection and path: a held connection costs the wait once, not per case.
+    const results = await Promise.all(CORPUS.map((c, i) => sendRaw(port, c.bytes('corpus.pools.localhost', `/c${i}`, key), 1500)));
+    await new Promise((r) => setTimeout(r, 200));
+    const seen = origin.requests.map((r) => r.url);
+    CORPUS.forEach((c, i) => {
+      const r = results[i]!;
+      const todo = parser === 'uws' ? UWS_2030[c.name] : undefined;
+      const got = `${JSON.stringify(r.statuses)}${r.closed ? ' closed' : ' open'}`;
+      t.same(r.statuses, c.statuses, `${c.name}: answered ${JSON.stringify(c.statuses)} (got ${got})`, todo ? { todo } : {});
+      t.equal(r.closed, c.closes, `${c.name}: ${c.closes ? 'closed' : 'kept open'} (got ${got})`, todo ? { todo } : {});
+      // Never a todo: whatever uWS does, the origin may only see what the proxy answered for.
+      const mine = seen.filter((u) => u === `/c${i}` || u.startsWith(`/c${i}/`));
+      const allowed = new Set(c.reaches(`/c${i}`));
+      t.ok(mine.every((u) => allowed.has(u)), `${c.name}: the origin saw ${JSON.stringify(mine)}, at most ${JSON.stringify([...allowed])}`);
+      if (c.statuses.length > 0 && c.statuses.every((s) => s >= 400)) t.same(mine, [], `${c.name}: a refused request never reached the origin`);
+    });
   });
-});
+}

@@ -9,7 +9,7 @@ import type { Governor, Outcome } from '../governor/governor.js';
 import { CidrList } from '../policies/cidr.js';
 import { guardedConnector, targetRefusalOf, type ConnectTargets } from '../security/connect-guard.js';
 import { governorHeaders } from './admit.js';
-import type { ClientResponse } from './client-response.js';
+import type { ClientSide as ClientResponse } from './client-response.js';
 import { reply, type Exchange, type Reply } from './exchange.js';
 import type { PoolEntry } from './snapshot.js';
 import { clientResponseHeaders, upstreamRequestHeaders } from './headers.js';

@@ -1,6 +1,6 @@
 // The data plane side of async jobs: whether a request becomes a job, and turning it into one — the body
 // read (capped), the request spilled in one INSERT, then 202 with the job id and its poll URL.
-import type { ClientResponse } from '../dataplane/client-response.js';
+import type { ClientSide as ClientResponse } from '../dataplane/client-response.js';
 import { reply, type Exchange, type Reply } from '../dataplane/exchange.js';
 import { connectionListed, isHopByHop } from '../dataplane/headers.js';
 import type { RequestBody } from '../dataplane/request-body.js';
