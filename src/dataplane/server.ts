@@ -13,6 +13,7 @@ import { admit, refusalReply, requestedWait, governorHeaders } from './admit.js'
 import { authenticateGate } from './authenticate.js';
 import { ClientResponse, type ClientSide } from './client-response.js';
 import { NodeClientResponse } from './node-client-response.js';
+import type { Duplex } from 'node:stream';
 import { createServer, type IncomingMessage, type Server as NodeServer, type ServerResponse } from 'node:http';
 import { readRequestHeaders, reply, type Exchange, type Gate, type Reply } from './exchange.js';
 import { forward, Upstreams, type ForwardDeps } from './forward.js';
@@ -154,6 +155,11 @@ export class Dataplane {
       this.#node.on('request', (req, res) => this.#handleNode(req, res, false));
       // Expect: 100-continue comes here instead: 100 Continue goes out only once the body is wanted, after the gates.
       this.#node.on('checkContinue', (req, res) => this.#handleNode(req, res, true));
+      // node:http hands CONNECT to 'connect' (never 'request'); the proxy forwards no tunnels: answer and close.
+      this.#node.on('connect', (_req: IncomingMessage, socket: Duplex) => {
+        const body = JSON.stringify({ error: 'bad_request', message: 'the request cannot be forwarded: CONNECT is not supported' });
+        socket.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
+      });
     } else {
       this.#app = loadUws().App();
       this.#app.any('/*', (res, req) => this.#handle(res, req));
