@@ -205,7 +205,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       ports.metrics = metricsServer.port;
       closers.push(() => metricsServer.close());
       let sink: RequestMetrics | null = null;
-      const jobs = storeIntake(sql, log, lockApiUrl);
+      const jobs = storeIntake(sql, box, log, lockApiUrl);
       const dp = await Dataplane.start({
         config,
         sql,
@@ -311,7 +311,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         trustedProxies: config.trustedProxies.split(',').map((c) => c.trim()).filter(Boolean),
       });
       const runner = new JobRunner({
-        sql, governor, snapshot: () => snapshots.current, upstreams, databases, enqueue: enqueueJobEvent, log,
+        sql, box, governor, snapshot: () => snapshots.current, upstreams, databases, enqueue: enqueueJobEvent, log,
         poolDomain: config.poolDomain, lockApiUrl, exclusiveStore: !config.databaseUrl, ...opts.jobs,
       });
       await runner.start();

@@ -5,6 +5,9 @@ import t from 'tap';
 import { createServer as createTcpServer, type Server as TcpServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { Pool } from 'undici';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { SignJWT } from 'jose';
 import { startTestService, type TestService } from './helpers/service.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
@@ -23,6 +26,8 @@ const dns: Record<string, string[]> = {
 };
 
 /** A TCP listener on loopback that only counts connections: proof that nothing dialled it. */
+/** The guarded service's access log: where the reason for a 502 goes (issue 15 item 10), not to the client. */
+const accessLogFile = join(mkdtempSync(join(tmpdir(), 'poolgate-ssrf-')), 'access.log');
 let trap: TcpServer;
 let trapPort = 0;
 let trapped = 0;
@@ -39,7 +44,7 @@ t.before(async () => {
   await new Promise<void>((r) => trap.listen(0, '127.0.0.1', r));
   trapPort = (trap.address() as AddressInfo).port;
   guarded = await startTestService({
-    overrides: { allowPrivateTargets: false },
+    overrides: { allowPrivateTargets: false, accessLogFile },
     lookup: async (host) => {
       const found = dns[host];
       if (!found) throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: 'ENOTFOUND' });
@@ -123,7 +128,7 @@ t.test('the JWKS fetcher dials a loopback answer only with allowPrivateTargets',
   t.equal(trapped, before + 1, 'allowPrivateTargets: dialled');
 });
 
-t.test('an origin that resolves to loopback at connect time is refused: 502 with the reason, slot released', async (t) => {
+t.test('an origin that resolves to loopback at connect time is refused: 502, the reason in the access log only, slot released', async (t) => {
   const sub = await newPool('origin.example.com');
   t.equal((await guarded.api('PATCH', `/api/v1/pools/${sub}/settings`, { token, body: { require_key: false, max_concurrent: 1 } })).status, 200);
   dns['origin.example.com'] = ['127.0.0.1'];
@@ -140,9 +145,17 @@ t.test('an origin that resolves to loopback at connect time is refused: 502 with
     const body = (await res.body.json()) as { error: string; message: string };
     t.equal(res.statusCode, 502, `request ${i + 1}`);
     t.equal(body.error, 'upstream_unreachable');
-    t.match(body.message, /origin\.example\.com resolves to 127\.0\.0\.1.*refused at connect time/);
+    t.equal(body.message, 'the origin could not be reached', 'the client is not told where the name resolved');
   }
   t.equal(trapped, before, 'no connection reached the loopback address');
+  // The access log file gets its lines within a second (access-log.ts).
+  await new Promise((r) => setTimeout(r, 1300));
+  const lines = readFileSync(accessLogFile, 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((l) => l.pool === sub);
+  t.equal(lines.length, 2);
+  for (const l of lines) {
+    t.equal(l.status, 502);
+    t.match(l.detail, /origin\.example\.com resolves to 127\.0\.0\.1.*refused at connect time/, 'the operator reads the reason in the access log');
+  }
 });
 
 t.test('an IP-literal origin stored before the guard (no lookup runs for it) is refused at connect time too', async (t) => {
@@ -161,7 +174,7 @@ t.test('an IP-literal origin stored before the guard (no lookup runs for it) is 
   const res = await proxy.request({ path: '/', method: 'GET', headers: { host: 'literal.pools.localhost' } });
   const body = (await res.body.json()) as { error: string; message: string };
   t.equal(res.statusCode, 502);
-  t.match(body.message, /127\.0\.0\.1, a loopback.*refused at connect time/);
+  t.equal(body.message, 'the origin could not be reached');
   t.equal(trapped, before, 'not dialled');
 });
 

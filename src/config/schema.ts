@@ -190,6 +190,12 @@ export const ConfigSchema = Type.Object(
       env: 'POOLGATE_WEBHOOK_CLAIM_LEASE_MS',
       description: 'How long a claimed delivery stays claimed; after a worker crash it is sent again once this passes.',
     }),
+    proxyHttpParser: Type.Union([Type.Literal('uws'), Type.Literal('node')], {
+      default: 'uws',
+      env: 'POOLGATE_PROXY_HTTP_PARSER',
+      description:
+        "The proxy port's HTTP/1.1 server: 'uws' (uWebSockets.js 20.30, least CPU; does not answer HTTP/1.0, pipelined or malformed requests) or 'node' (node:http's llhttp: answers all of them, authenticates before 100 Continue; more CPU per request). See docs/decisions/http-front-door.md.",
+    }),
     proxyBodyLimit: Type.Integer({
       minimum: 0,
       maximum: Number.MAX_SAFE_INTEGER,

@@ -104,7 +104,8 @@ function accessLine(r: AccessRecord): string {
   return (
     `{"level":30${isoTimeOncePerMs()},"log":"access","pool":${jsonOrNull(r.pool)},"method":${JSON.stringify(r.method)}` +
     `,"path":${JSON.stringify(r.path)},"status":${num(r.status)},"outcome":"${r.outcome}","queuedMs":${num(r.queuedMs)}` +
-    `,"upstreamMs":${num(r.upstreamMs)},"totalMs":${num(r.totalMs)},"keyId":${num(r.keyId)}}\n`
+    `,"upstreamMs":${num(r.upstreamMs)},"totalMs":${num(r.totalMs)},"keyId":${num(r.keyId)}` +
+    (r.detail === undefined ? '}\n' : `,"detail":${JSON.stringify(r.detail)}}\n`)
   );
 }
 
@@ -119,6 +120,8 @@ export interface AccessRecord {
   /** From arrival to release. */
   totalMs: number;
   keyId: number | null;
+  /** Why the origin failed, when it did: kept here, out of the client's answer. */
+  detail?: string;
 }
 
 export class AccessLog {

@@ -14,7 +14,31 @@ function statusLine(status: number): string {
   return line;
 }
 
-export class ClientResponse {
+/**
+ * The client side of one request as the stages use it: implemented over uWS (ClientResponse) and over node:http
+ * (NodeClientResponse, src/dataplane/node-client-response.ts) for the `node` proxy parser.
+ */
+export interface ClientSide {
+  readonly open: boolean;
+  readonly aborted: boolean;
+  readonly started: boolean;
+  status: number;
+  signal(): AbortSignal;
+  onAbort(handler: () => void): void;
+  pause(): void;
+  resume(): void;
+  sendReply(r: Reply, extra: ReadonlyArray<readonly [string, string]> | null, closeConnection: boolean): void;
+  writeHead(status: number, headers: ReadonlyArray<readonly [string, string]>): void;
+  write(chunk: Uint8Array): boolean;
+  tryEnd(chunk: Uint8Array, total: number): [boolean, boolean];
+  writeOffset(): number;
+  onWritable(handler: (offset: number) => boolean): void;
+  end(): void;
+  endWithoutBody(reportedLength: number | undefined): void;
+  close(): void;
+}
+
+export class ClientResponse implements ClientSide {
   readonly #res: HttpResponse;
   #aborted = false;
   #ended = false;
@@ -24,7 +48,7 @@ export class ClientResponse {
   #writable: ((offset: number) => boolean) | null = null;
   /** Headers taken by writeHead and not written yet. */
   #pendingHead: ReadonlyArray<readonly [string, string]> | null = null;
-  /** The status sent to the client, once a response started. */
+  /** The status sent to the client, once a response started (0 again when it was cut before its head went out). */
   status = 0;
 
   readonly #head: boolean;
@@ -178,6 +202,8 @@ export class ClientResponse {
   close(): void {
     if (!this.open) return;
     this.#ended = true;
+    // A head taken but never written: the client gets no response at all.
+    if (this.#pendingHead !== null) this.status = 0;
     this.#onAbort = [];
     this.#res.close();
   }

@@ -14,6 +14,8 @@ export type OutcomeName =
   | 'unauthorized'
   | 'forbidden'
   | 'bad_request'
+  /** A transfer coding the proxy does not implement (RFC 9112 §6.1): 501. */
+  | 'not_implemented'
   | 'payload_too_large'
   | 'too_many_requests'
   | 'queue_timeout'
@@ -44,8 +46,8 @@ export const reply = (status: number, error: OutcomeName, message: string, heade
 export interface Exchange {
   /** Upper-case method as sent. */
   readonly method: string;
-  /** Path as sent (without the query). */
-  readonly path: string;
+  /** Path as sent (without the query); the canonical path once a path-scoped key was judged on it (scope.ts). */
+  path: string;
   /** Raw query string without `?`, or ''. */
   readonly query: string;
   /** Request headers, names lower-case; repeated headers joined with ", ". */

@@ -9,7 +9,7 @@ import type { Governor, Outcome } from '../governor/governor.js';
 import { CidrList } from '../policies/cidr.js';
 import { guardedConnector, targetRefusalOf, type ConnectTargets } from '../security/connect-guard.js';
 import { governorHeaders } from './admit.js';
-import type { ClientResponse } from './client-response.js';
+import type { ClientSide as ClientResponse } from './client-response.js';
 import { reply, type Exchange, type Reply } from './exchange.js';
 import type { PoolEntry } from './snapshot.js';
 import { clientResponseHeaders, upstreamRequestHeaders } from './headers.js';
@@ -88,6 +88,7 @@ function retryAfterMs(value: string | string[] | undefined, now: number): number
   return Number.isNaN(at) ? undefined : Math.max(0, at - now);
 }
 
+const UNREACHABLE = reply(502, 'upstream_unreachable', 'the origin could not be reached');
 const UPSTREAM_TIMEOUT = reply(504, 'upstream_timeout', 'the origin did not answer within the request timeout');
 
 /** What a failed upstream call becomes for the client (when nothing was sent yet). */
@@ -102,10 +103,18 @@ function failureReply(err: unknown, body: RequestBody | null): Reply {
   if (code === 'UND_ERR_INVALID_ARG' || code === 'UND_ERR_NOT_SUPPORTED' || code === 'UND_ERR_REQ_CONTENT_LENGTH_MISMATCH') {
     return reply(400, 'bad_request', `the request cannot be forwarded: ${(err as Error).message}`);
   }
-  // The SSRF guard refused the address the origin's name resolves to now: say so, it is a config problem.
+  return UNREACHABLE;
+}
+
+/**
+ * Why the origin could not be reached, for the access log only: the SSRF guard's refusal names the address the
+ * origin's name resolves to, which is the operator's to know and not the client's.
+ */
+function failureDetail(err: unknown): string | undefined {
   const refused = targetRefusalOf(err);
-  if (refused) return reply(502, 'upstream_unreachable', `the origin could not be reached: ${refused.message}`);
-  return reply(502, 'upstream_unreachable', 'the origin could not be reached');
+  if (refused) return refused.message;
+  const code = (err as { code?: string } | null)?.code;
+  return code ?? (err instanceof Error ? err.message : undefined);
 }
 
 export interface ForwardDeps {
@@ -287,7 +296,7 @@ class Forwarding implements Dispatcher.DispatchHandler {
   /** The origin sent fewer bytes than it announced: the client must not take this as complete. */
   #shortBody(): void {
     this.#client.close();
-    this.#finish({ outcome: 'upstream_aborted', status: this.#upstream!.status!, upstream: { ...this.#upstream!, dropped: true } });
+    this.#finish({ outcome: 'upstream_aborted', status: this.#client.status, upstream: { ...this.#upstream!, dropped: true }, detail: 'the origin sent fewer bytes than its Content-Length' });
   }
 
   onResponseError(_controller: Dispatcher.DispatchController | null, err: Error): void {
@@ -298,14 +307,16 @@ class Forwarding implements Dispatcher.DispatchHandler {
       // Aborting for a client that left also errors the body: that is still the client's doing.
       const gone = client.aborted;
       client.close();
-      this.#finish({ outcome: gone ? 'client_aborted' : 'upstream_aborted', status: gone ? 0 : this.#upstream!.status!, upstream: { ...this.#upstream!, dropped: true } });
+      // The log says what the client got: the origin's status once its head went out (then a cut body), else nothing.
+      this.#finish({ outcome: gone ? 'client_aborted' : 'upstream_aborted', status: gone ? 0 : client.status, upstream: { ...this.#upstream!, dropped: true }, detail: gone ? undefined : failureDetail(err) });
       return;
     }
     if (client.aborted) {
       this.#finish({ outcome: 'client_aborted', status: 0 });
       return;
     }
-    this.#failBeforeResponse(failureReply(err, this.#body));
+    const r = failureReply(err, this.#body);
+    this.#failBeforeResponse(r, r === UNREACHABLE ? failureDetail(err) : undefined);
   }
 
   #onDeadline(): void {
@@ -323,12 +334,12 @@ class Forwarding implements Dispatcher.DispatchHandler {
   }
 
   /** No answer from the origin: the error reply, and no latency sample for the adaptive limit. */
-  #failBeforeResponse(r: Reply): void {
+  #failBeforeResponse(r: Reply, detail?: string): void {
     const body = this.#body;
     // The rest of an unread request body is discarded with the connection.
     body?.release();
     this.#client.sendReply(r, governorHeaders(this.#deps.governor, this.#ex.pool!.id, this.#ex.queuedMs), body !== null && !body.complete);
-    this.#finish({ outcome: r.error, status: r.status, upstream: { dropped: true, latencyMs: performance.now() - this.#started } });
+    this.#finish({ outcome: r.error, status: r.status, upstream: { dropped: true, latencyMs: performance.now() - this.#started }, detail });
   }
 
   #done(): void {

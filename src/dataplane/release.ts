@@ -35,6 +35,8 @@ export interface Settlement {
   status: number;
   /** The upstream's answer for the governor, when the request was admitted. */
   upstream?: Outcome;
+  /** For the access log only, never the client: why the origin failed (e.g. the address its name resolved to). */
+  detail?: string;
 }
 
 export function releaseStage(metrics: DataplaneMetrics | null, accessLog: AccessLog | null) {
@@ -63,6 +65,7 @@ export function releaseStage(metrics: DataplaneMetrics | null, accessLog: Access
       upstreamMs: ex.upstreamMs === null ? null : Math.round(ex.upstreamMs),
       totalMs: Math.round(performance.now() - ex.startedAt),
       keyId: ex.key?.id ?? null,
+      detail: s.detail,
     });
   };
 }

@@ -1,7 +1,7 @@
 // The client's request body as a Readable with backpressure: uWS is paused whenever the stream's buffer
 // is full (the origin or the queue is not reading) and resumed when undici reads again.
 import { Readable } from 'node:stream';
-import type { ClientResponse } from './client-response.js';
+import type { ClientSide as ClientResponse } from './client-response.js';
 
 export class BodyTooLargeError extends Error {
   override name = 'BodyTooLargeError';

@@ -11,11 +11,15 @@ import type { Sql } from '../store/sql.js';
 import { AccessLog } from './access-log.js';
 import { admit, refusalReply, requestedWait, governorHeaders } from './admit.js';
 import { authenticateGate } from './authenticate.js';
-import { ClientResponse } from './client-response.js';
+import { ClientResponse, type ClientSide } from './client-response.js';
+import { NodeClientResponse } from './node-client-response.js';
+import type { Duplex } from 'node:stream';
+import { createServer, type IncomingMessage, type Server as NodeServer, type ServerResponse } from 'node:http';
 import { readRequestHeaders, reply, type Exchange, type Gate, type Reply } from './exchange.js';
 import { forward, Upstreams, type ForwardDeps } from './forward.js';
 import { releaseStage, type DataplaneMetrics, type Settlement } from './release.js';
 import { RequestBody } from './request-body.js';
+import { framingRefusal } from './framing.js';
 import { acceptJob, asyncEligible, asyncRequested, JOB_TOO_LARGE, tooLargeForJob, type JobIntake } from '../jobs/intake.js';
 import type { JobReason } from '../jobs/job-event.js';
 import { routeGate } from './route.js';
@@ -54,6 +58,16 @@ export interface DataplaneOptions {
 }
 
 const BAD_TARGET = reply(400, 'bad_request', 'the request target must be a path');
+const VERSION_NOT_SUPPORTED = reply(505, 'bad_request', 'only HTTP/1.0 and HTTP/1.1 are served');
+/**
+ * node:http's own cap is bytes (maxHeaderSize); a cap on lines answers 431 to a flood of tiny headers. 48 is the
+ * most uWS 20.30 accepts (it drops a request with more), so both parsers admit the same requests.
+ */
+const MAX_HEADER_LINES = 48;
+const TOO_MANY_HEADERS = reply(431, 'bad_request', `more than ${MAX_HEADER_LINES} header lines`);
+
+/** Registers the handler that receives the request body (uWS's res.onData shape). */
+type BodySource = (handler: (chunk: ArrayBuffer, isLast: boolean) => void) => void;
 
 /** The request carries a body (uWS then delivers it through onData). */
 function hasBody(headers: Record<string, string>): boolean {
@@ -75,7 +89,9 @@ export class Dataplane {
   readonly policies: Policies;
   #port = 0;
   readonly #opts: DataplaneOptions;
-  readonly #app: TemplatedApp;
+  /** The pool listener: uWS, or node:http with proxyHttpParser 'node' (docs/decisions/http-front-door.md). */
+  readonly #app: TemplatedApp | null = null;
+  readonly #node: NodeServer | null = null;
   readonly #gates: readonly Gate[];
   readonly #upstreams: Upstreams;
   readonly #forwardDeps: ForwardDeps;
@@ -134,8 +150,20 @@ export class Dataplane {
         onKeys: (changes) => this.#listener?.keys(changes),
       });
     }
-    this.#app = loadUws().App();
-    this.#app.any('/*', (res, req) => this.#handle(res, req));
+    if (opts.config.proxyHttpParser === 'node') {
+      this.#node = createServer({ requireHostHeader: true, headersTimeout: 10_000, requestTimeout: 0, keepAliveTimeout: 10_000 });
+      this.#node.on('request', (req, res) => this.#handleNode(req, res, false));
+      // Expect: 100-continue comes here instead: 100 Continue goes out only once the body is wanted, after the gates.
+      this.#node.on('checkContinue', (req, res) => this.#handleNode(req, res, true));
+      // node:http hands CONNECT to 'connect' (never 'request'); the proxy forwards no tunnels: answer and close.
+      this.#node.on('connect', (_req: IncomingMessage, socket: Duplex) => {
+        const body = JSON.stringify({ error: 'bad_request', message: 'the request cannot be forwarded: CONNECT is not supported' });
+        socket.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
+      });
+    } else {
+      this.#app = loadUws().App();
+      this.#app.any('/*', (res, req) => this.#handle(res, req));
+    }
   }
 
   /** Loads the snapshot, then listens on config.proxyPort. */
@@ -177,9 +205,20 @@ export class Dataplane {
   }
 
   #listen(host: string, port: number): Promise<void> {
+    const node = this.#node;
+    if (node !== null) {
+      return new Promise((resolve, reject) => {
+        node.once('error', reject);
+        node.listen(port, host, () => {
+          node.off('error', reject);
+          this.#port = (node.address() as { port: number }).port;
+          resolve();
+        });
+      });
+    }
     const uws = loadUws();
     return new Promise((resolve, reject) => {
-      this.#app.listen(host, port, (socket) => {
+      this.#app!.listen(host, port, (socket) => {
         if (!socket) {
           reject(new Error(`data plane cannot listen on ${host}:${port}`));
           return;
@@ -216,7 +255,7 @@ export class Dataplane {
     };
     this.#inFlight++;
     try {
-      this.#begin(res, ex, client);
+      this.#begin((h) => res.onData(h), ex, client);
     } catch (err) {
       // A bug must cost one request, not the process (an exception escaping a uWS handler is fatal).
       this.#opts.log.error({ err }, 'data plane request handler failed');
@@ -225,8 +264,66 @@ export class Dataplane {
     }
   }
 
+  /** A request taken by node:http (llhttp has already refused malformed framing with 400/431 and closed). */
+  #handleNode(req: IncomingMessage, res: ServerResponse, expectContinue: boolean): void {
+    const method = req.method ?? 'GET';
+    const client = new NodeClientResponse(req, res, method === 'HEAD');
+    const raw = req.rawHeaders;
+    const headers: Record<string, string> = {};
+    for (let i = 0; i < raw.length; i += 2) {
+      const k = raw[i]!.toLowerCase();
+      headers[k] = Object.hasOwn(headers, k) ? `${headers[k]}, ${raw[i + 1]}` : raw[i + 1]!;
+    }
+    const url = req.url ?? '';
+    const q = url.indexOf('?');
+    let address = req.socket.remoteAddress ?? '';
+    if (address.startsWith('::ffff:')) address = address.slice(7);
+    const ex: Exchange = {
+      method,
+      path: q === -1 ? url : url.slice(0, q),
+      query: q === -1 ? '' : url.slice(q + 1),
+      headers,
+      clientAddress: address,
+      snapshot: this.snapshots.current,
+      startedAt: performance.now(),
+      pool: null,
+      key: null,
+      keyInAuthorization: false,
+      admission: null,
+      permit: null,
+      waited: false,
+      queuedMs: 0,
+      upstreamMs: null,
+      settled: false,
+    };
+    this.#inFlight++;
+    try {
+      if (req.httpVersionMajor !== 1) return this.#stopNode(ex, client, VERSION_NOT_SUPPORTED);
+      if (raw.length / 2 > MAX_HEADER_LINES) return this.#stopNode(ex, client, TOO_MANY_HEADERS);
+      let continued = !expectContinue;
+      const onBody: BodySource = (h) => {
+        if (!continued) {
+          continued = true;
+          res.writeContinue();
+        }
+        req.on('data', (b: Buffer) => h(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength) as ArrayBuffer, false));
+        req.on('end', () => h(new ArrayBuffer(0), true));
+      };
+      this.#begin(onBody, ex, client);
+    } catch (err) {
+      this.#opts.log.error({ err }, 'data plane request handler failed');
+      client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
+      this.#settle(ex, { outcome: 'internal_error', status: 500 });
+    }
+  }
+
+  #stopNode(ex: Exchange, client: ClientSide, r: Reply): void {
+    client.sendReply(r, null, true);
+    this.#settle(ex, { outcome: r.error, status: r.status });
+  }
+
   /** Runs the gates and asks for a slot; returns once everything async is under way. */
-  #begin(res: HttpResponse, ex: Exchange, client: ClientResponse): void {
+  #begin(onBody: BodySource, ex: Exchange, client: ClientSide): void {
     const headers = ex.headers;
     const bodyPresent = hasBody(headers);
     // A refusal leaves any request body unread: close that connection rather than parse the body.
@@ -234,16 +331,22 @@ export class Dataplane {
       client.sendReply(r, null, bodyPresent);
       this.#settle(ex, { outcome: r.error, status: r.status });
     };
-    if (ex.path.charCodeAt(0) !== 47 /* '/' */) return stop(BAD_TARGET);
+    const framing = framingRefusal(headers);
+    if (framing !== null) return this.#refuseFraming(ex, client, framing);
+    // Not origin-form (absolute-form, authority-form, `*`): answered and closed, like any request we cannot frame a meaning for.
+    if (ex.path.charCodeAt(0) !== 47 /* '/' */) {
+      client.sendReply(BAD_TARGET, null, true);
+      return this.#settle(ex, { outcome: BAD_TARGET.error, status: BAD_TARGET.status });
+    }
     for (const gate of this.#gates) {
       const r = gate(ex);
       if (r !== null) return stop(r);
     }
     // Stage 4, policies (src/policies): before a slot; a signed body is read whole first, to be hashed.
-    const stage4 = policyStage(this.policies, ex, bodyPresent ? (h) => res.onData(h) : null);
+    const stage4 = policyStage(this.policies, ex, bodyPresent ? onBody : null);
     if (stage4.refusal !== null) return stop(stage4.refusal);
     if (ex.pool!.backend !== 'http') {
-      const onData = bodyPresent ? (stage4.onData ?? ((h) => res.onData(h))) : null;
+      const onData = bodyPresent ? (stage4.onData ?? onBody) : null;
       return this.#sql.serve(ex, client, onData, stage4.pending, (s) => this.#settle(ex, s));
     }
     if (this.#bodyLimit > 0 && Number(headers['content-length'] ?? 0) > this.#bodyLimit) {
@@ -255,13 +358,28 @@ export class Dataplane {
     const asyncPool = this.#opts.jobs && asyncEligible(ex.pool!) ? ex.pool! : null;
     if (asyncPool && asyncRequested(headers) && tooLargeForJob(headers)) return stop(JOB_TOO_LARGE);
 
-    const body = bodyPresent ? new RequestBody(client, stage4.onData ?? ((h) => res.onData(h)), this.#bodyLimit) : null;
+    const body = bodyPresent ? new RequestBody(client, stage4.onData ?? onBody, this.#bodyLimit) : null;
     if (stage4.pending !== null) return this.#afterPolicies(stage4.pending, ex, client, body, () => this.#admitStage(ex, client, body, wait, asyncPool));
     this.#admitStage(ex, client, body, wait, asyncPool);
   }
 
+  /**
+   * A request whose body length is ambiguous is answered on the next turn, not now: uWS 20.30 goes on parsing
+   * the rest of the read after a synchronous answer (even one that says close), so bytes smuggled behind the
+   * body would become a request of their own. Answered later, the response is pending when uWS meets those
+   * bytes, and uWS closes the connection instead (nothing more is parsed, nothing reaches the origin).
+   */
+  #refuseFraming(ex: Exchange, client: ClientSide, r: Reply): void {
+    client.onAbort(() => this.#settle(ex, { outcome: 'client_aborted', status: 0 }));
+    setImmediate(() => {
+      if (!client.open) return;
+      client.sendReply(r, null, true);
+      this.#settle(ex, { outcome: r.error, status: r.status });
+    });
+  }
+
   /** Waits for an async policy verdict (JWT, signed body, Redis nonces), then refuses or goes on. */
-  #afterPolicies(pending: Promise<Reply | null>, ex: Exchange, client: ClientResponse, body: RequestBody | null, go: () => void): void {
+  #afterPolicies(pending: Promise<Reply | null>, ex: Exchange, client: ClientSide, body: RequestBody | null, go: () => void): void {
     let deciding = true;
     client.onAbort(() => {
       if (deciding) this.#settle(ex, { outcome: 'client_aborted', status: 0 });
@@ -284,7 +402,7 @@ export class Dataplane {
   }
 
   /** Stage 5 on: a job when the request asks for one, else a slot. */
-  #admitStage(ex: Exchange, client: ClientResponse, body: RequestBody | null, wait: number, asyncPool: PoolEntry | null): void {
+  #admitStage(ex: Exchange, client: ClientSide, body: RequestBody | null, wait: number, asyncPool: PoolEntry | null): void {
     if (asyncPool && asyncRequested(ex.headers)) return this.#toJob(ex, client, body, 'requested');
     const a = admit(this.governor, ex, asyncPool?.asyncOnQueue ? 0 : wait, client);
     if (a instanceof Promise) {
@@ -306,7 +424,7 @@ export class Dataplane {
     }
   }
 
-  #admitted(ex: Exchange, client: ClientResponse, body: RequestBody | null, a: Admission): void {
+  #admitted(ex: Exchange, client: ClientSide, body: RequestBody | null, a: Admission): void {
     ex.admission = a;
     ex.queuedMs = a.queuedMs;
     // Queued only when the governor really put it in its queue (a promise alone is not a wait: see Admission).
@@ -343,7 +461,7 @@ export class Dataplane {
   }
 
   /** Spills the request as a job and answers 202 (src/jobs/intake.ts). */
-  #toJob(ex: Exchange, client: ClientResponse, body: RequestBody | null, reason: JobReason): void {
+  #toJob(ex: Exchange, client: ClientSide, body: RequestBody | null, reason: JobReason): void {
     // A job is counted by the jobs, not as a refused pool request.
     ex.admission = null;
     acceptJob(this.#opts.jobs!, ex, client, body, reason).then(
@@ -375,6 +493,7 @@ export class Dataplane {
     this.#closing ??= (async () => {
       if (this.#listenSocket) loadUws().us_listen_socket_close(this.#listenSocket);
       this.#listenSocket = null;
+      this.#node?.close();
       await this.snapshots.close();
       if (this.#inFlight > 0) {
         await new Promise<void>((resolve) => {
@@ -386,7 +505,8 @@ export class Dataplane {
         });
       }
       // Drops idle keep-alive connections too (present at runtime, missing from the typings).
-      (this.#app as TemplatedApp & { close(): void }).close();
+      if (this.#app) (this.#app as TemplatedApp & { close(): void }).close();
+      this.#node?.closeAllConnections();
       await this.#upstreams.close(this.#inFlight > 0);
       await this.#sql.close();
       await this.policies.close();

@@ -5,7 +5,7 @@ import type { Config } from '../config/schema.js';
 import type { Admission, Governor, Outcome } from '../governor/governor.js';
 import type { Logger } from '../log.js';
 import { admit, governorHeaders, refusalReply, requestedWait } from '../dataplane/admit.js';
-import type { ClientResponse } from '../dataplane/client-response.js';
+import type { ClientSide as ClientResponse } from '../dataplane/client-response.js';
 import { reply, type Exchange, type Reply } from '../dataplane/exchange.js';
 import type { Settlement } from '../dataplane/release.js';
 import type { PoolEntry, Snapshot } from '../dataplane/snapshot.js';

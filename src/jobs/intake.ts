@@ -1,6 +1,6 @@
 // The data plane side of async jobs: whether a request becomes a job, and turning it into one — the body
 // read (capped), the request spilled in one INSERT, then 202 with the job id and its poll URL.
-import type { ClientResponse } from '../dataplane/client-response.js';
+import type { ClientSide as ClientResponse } from '../dataplane/client-response.js';
 import { reply, type Exchange, type Reply } from '../dataplane/exchange.js';
 import { connectionListed, isHopByHop } from '../dataplane/headers.js';
 import type { RequestBody } from '../dataplane/request-body.js';
@@ -10,6 +10,7 @@ import type { Logger } from '../log.js';
 import type { Queryable } from '../store/sql.js';
 import type { JobReason } from './job-event.js';
 import { newJobId } from './job-id.js';
+import type { SecretBox } from '../security/secret-box.js';
 import { spillJob, type NewJob, type StoredRequest } from './job-store.js';
 import { JOB_BODY_CAP } from './limits.js';
 import { pollUrl } from './result-view.js';
@@ -23,8 +24,8 @@ export interface JobIntake {
 }
 
 /** The intake of a process that holds the store: one INSERT per job. */
-export function storeIntake(sql: Queryable, log: Logger, lockApiUrl: () => string): JobIntake {
-  return { spill: (job) => spillJob(sql, job), log, lockApiUrl };
+export function storeIntake(sql: Queryable, box: SecretBox, log: Logger, lockApiUrl: () => string): JobIntake {
+  return { spill: (job) => spillJob(sql, box, job), log, lockApiUrl };
 }
 
 /** Async is on for the pool and it has at least one active destination (spec rule 5). */

@@ -5,6 +5,7 @@ import { randomBytes } from 'node:crypto';
 import type { JobReason, TerminalStatus } from './job-event.js';
 import { JOBS_CHANNEL } from './limits.js';
 import type { Queryable } from '../store/sql.js';
+import type { SecretBox } from '../security/secret-box.js';
 
 export type JobStatus = 'queued' | 'running' | TerminalStatus;
 
@@ -39,10 +40,27 @@ export function toBuffer(v: unknown): Buffer | null {
 const ms = (v: Date | string | null): number | null => (v === null ? null : new Date(v).getTime());
 
 /**
+ * A stored request's headers and body are the client's secrets (cookies, Authorization for the origin, the
+ * payload): sealed with the master key like other secrets (AES-256-GCM, src/security/secret-box.ts). The
+ * headers column (jsonb) holds `{"sealed": "v1:…"}`; the body column the sealed bytes.
+ */
+function sealHeaders(box: SecretBox, headers: Record<string, string>): string {
+  return JSON.stringify({ sealed: box.seal(JSON.stringify(headers)) });
+}
+
+/** The stored request's headers and body in the clear; a row spilled before sealing (no `sealed` key) is read as it is. */
+function openRequest(box: SecretBox, headers: Record<string, string> | string, body: unknown): { headers: Record<string, string>; body: Buffer | null } {
+  const v = typeof headers === 'string' ? (JSON.parse(headers) as Record<string, string>) : headers;
+  const bytes = toBuffer(body);
+  if (typeof v.sealed !== 'string' || Object.keys(v).length !== 1) return { headers: v, body: bytes };
+  return { headers: JSON.parse(box.open(v.sealed)) as Record<string, string>, body: bytes === null ? null : box.openBytes(bytes) };
+}
+
+/**
  * Spills a job: one statement that inserts the row and wakes runners (NOTIFY is delivered on commit,
  * so a runner never looks before the row is visible).
  */
-export async function spillJob(db: Queryable, job: NewJob): Promise<void> {
+export async function spillJob(db: Queryable, box: SecretBox, job: NewJob): Promise<void> {
   const r = job.request;
   await db.query(
     `WITH j AS (
@@ -50,7 +68,7 @@ export async function spillJob(db: Queryable, job: NewJob): Promise<void> {
        VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, now() + $10::double precision * interval '1 millisecond')
        RETURNING pool_id)
      SELECT pg_notify($11, pool_id::text) FROM j`,
-    [job.id, job.poolId, job.reason, r.method, r.path, r.query, JSON.stringify(r.headers), r.clientAddress, r.body, job.ttlMs, JOBS_CHANNEL],
+    [job.id, job.poolId, job.reason, r.method, r.path, r.query, sealHeaders(box, r.headers), r.clientAddress, r.body === null ? null : box.sealBytes(r.body), job.ttlMs, JOBS_CHANNEL],
   );
 }
 
@@ -88,7 +106,7 @@ export async function poolsWithReadyJobs(db: Queryable): Promise<number[]> {
 }
 
 /** Claims the oldest ready job of a pool (skipping rows another runner holds), leased for leaseMs. */
-export async function claimJob(db: Queryable, poolId: number, leaseMs: number): Promise<ClaimedJob | null> {
+export async function claimJob(db: Queryable, box: SecretBox, poolId: number, leaseMs: number): Promise<ClaimedJob | null> {
   const token = randomBytes(16).toString('hex');
   const { rows } = await db.query<ClaimRow>(
     `UPDATE jobs SET status = 'running', attempts = attempts + 1, claim_token = $2,
@@ -101,6 +119,7 @@ export async function claimJob(db: Queryable, poolId: number, leaseMs: number): 
   );
   const row = rows[0];
   if (!row) return null;
+  const opened = openRequest(box, row.headers, row.body);
   return {
     id: row.id,
     poolId: row.pool_id,
@@ -112,9 +131,9 @@ export async function claimJob(db: Queryable, poolId: number, leaseMs: number): 
       method: row.method,
       path: row.path,
       query: row.query,
-      headers: typeof row.headers === 'string' ? (JSON.parse(row.headers) as Record<string, string>) : row.headers,
+      headers: opened.headers,
       clientAddress: row.client_address,
-      body: toBuffer(row.body),
+      body: opened.body,
     },
   };
 }

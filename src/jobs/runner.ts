@@ -9,6 +9,7 @@ import type { DbUpstreams } from '../db/upstream.js';
 import type { PoolEntry, Snapshot } from '../dataplane/snapshot.js';
 import type { Queryable, Sql } from '../store/sql.js';
 import type { JobEvent } from './job-event.js';
+import type { SecretBox } from '../security/secret-box.js';
 import {
   claimJob,
   expireJobs,
@@ -41,6 +42,8 @@ export interface JobRunnerTuning {
 
 export interface JobRunnerOptions extends JobRunnerTuning {
   sql: Sql;
+  /** Opens the stored request's sealed headers and body (job-store.ts). */
+  box: SecretBox;
   governor: Governor;
   /** The current config snapshot (pools with their origin, credential and settings). */
   snapshot: () => Snapshot;
@@ -253,7 +256,7 @@ export class JobRunner {
   async #claimAndStart(pool: PoolEntry, permit: Permit): Promise<boolean> {
     let job: ClaimedJob | null;
     try {
-      job = await claimJob(this.#o.sql, pool.id, pool.settings.requestTimeoutMs + LEASE_MARGIN_MS);
+      job = await claimJob(this.#o.sql, this.#o.box, pool.id, pool.settings.requestTimeoutMs + LEASE_MARGIN_MS);
     } catch (err) {
       this.#o.log.error({ err, poolId: pool.id }, 'job claim failed');
       job = null;

@@ -4,6 +4,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'n
 import { join, resolve } from 'node:path';
 
 const VERSION = 'v1';
+const BYTES_VERSION = Buffer.from([1]);
 
 export class SecretBox {
   readonly #key: Buffer;
@@ -18,6 +19,22 @@ export class SecretBox {
     const cipher = createCipheriv('aes-256-gcm', this.#key, iv);
     const body = Buffer.concat([cipher.update(plaintext, 'utf8'), cipher.final()]);
     return [VERSION, iv.toString('base64'), cipher.getAuthTag().toString('base64'), body.toString('base64')].join(':');
+  }
+
+  /** Binary form of seal(): version byte 1, 12-byte IV, 16-byte tag, ciphertext. */
+  sealBytes(plaintext: Uint8Array): Buffer {
+    const iv = randomBytes(12);
+    const cipher = createCipheriv('aes-256-gcm', this.#key, iv);
+    const body = Buffer.concat([cipher.update(plaintext), cipher.final()]);
+    return Buffer.concat([BYTES_VERSION, iv, cipher.getAuthTag(), body]);
+  }
+
+  openBytes(sealed: Uint8Array): Buffer {
+    const b = Buffer.from(sealed.buffer, sealed.byteOffset, sealed.byteLength);
+    if (b.length < 29 || b[0] !== BYTES_VERSION[0]) throw new Error('sealed bytes have an unknown format');
+    const decipher = createDecipheriv('aes-256-gcm', this.#key, b.subarray(1, 13));
+    decipher.setAuthTag(b.subarray(13, 29));
+    return Buffer.concat([decipher.update(b.subarray(29)), decipher.final()]);
   }
 
   open(sealed: string): string {

@@ -94,6 +94,8 @@ export async function startTestService(
       allowPrivateTargets: true,
       // TEST_LOG_LEVEL=warn (or debug) shows the service's log while a test runs.
       logLevel: process.env.TEST_LOG_LEVEL ?? 'silent',
+      // TEST_PROXY_HTTP_PARSER=node runs a test file's pool traffic through the node:http listener.
+      ...(process.env.TEST_PROXY_HTTP_PARSER ? { proxyHttpParser: process.env.TEST_PROXY_HTTP_PARSER } : {}),
       ...opts.overrides,
     },
   });

@@ -182,6 +182,10 @@ export class DataplaneThreads {
       return t.listening();
     };
     try {
+      // node:http on Node 20 cannot share one port between threads (no SO_REUSEPORT before Node 22.12).
+      if (config.dataplaneThreadPorts === 'shared' && config.proxyHttpParser === 'node') {
+        throw new Error(`proxyHttpParser=node: ${SHARED_PORT_HELP}`);
+      }
       if (config.dataplaneThreadPorts === 'shared') {
         for (let attempt = 1; ; attempt++) {
           const port = config.proxyPort || (await freePort(config.host));

@@ -1,0 +1,155 @@
+// The client side of one pool request over node:http (proxyHttpParser 'node'): the same contract as the uWS
+// ClientResponse, so the stages do not know which parser took the request. node:http answers pipelined
+// requests in order, HTTP/1.0, and malformed requests itself (docs/decisions/http-front-door.md).
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Reply } from './exchange.js';
+import type { ClientSide } from './client-response.js';
+
+export class NodeClientResponse implements ClientSide {
+  readonly #req: IncomingMessage;
+  readonly #res: ServerResponse;
+  readonly #head: boolean;
+  #aborted = false;
+  #ended = false;
+  #started = false;
+  #onAbort: Array<() => void> = [];
+  #signal: AbortSignal | null = null;
+  #pendingHead: ReadonlyArray<readonly [string, string]> | null = null;
+  /** Body bytes handed to node so far (the uWS write offset's counterpart). */
+  #written = 0;
+  #writable: ((offset: number) => boolean) | null = null;
+  status = 0;
+
+  constructor(req: IncomingMessage, res: ServerResponse, head: boolean) {
+    this.#req = req;
+    this.#res = res;
+    this.#head = head;
+    res.once('close', () => {
+      if (this.#ended && res.writableFinished) return;
+      this.#aborted = true;
+      const handlers = this.#onAbort;
+      this.#onAbort = [];
+      for (const h of handlers) h();
+    });
+  }
+
+  get open(): boolean {
+    return !this.#aborted && !this.#ended;
+  }
+
+  get aborted(): boolean {
+    return this.#aborted;
+  }
+
+  get started(): boolean {
+    return this.#started;
+  }
+
+  signal(): AbortSignal {
+    if (this.#signal === null) {
+      const controller = new AbortController();
+      this.#signal = controller.signal;
+      this.onAbort(() => controller.abort());
+    }
+    return this.#signal;
+  }
+
+  onAbort(handler: () => void): void {
+    if (this.#aborted) handler();
+    else if (!this.#ended) this.#onAbort.push(handler);
+  }
+
+  pause(): void {
+    if (this.open) this.#req.pause();
+  }
+
+  resume(): void {
+    if (this.open) this.#req.resume();
+  }
+
+  sendReply(r: Reply, extra: ReadonlyArray<readonly [string, string]> | null, closeConnection: boolean): void {
+    if (!this.open || this.#started) return;
+    const body = JSON.stringify({ error: r.error, message: r.message });
+    this.status = r.status;
+    this.#started = true;
+    this.#ended = true;
+    const res = this.#res;
+    const flat: string[] = ['content-type', 'application/json', 'content-length', String(Buffer.byteLength(body))];
+    if (r.headers) for (const [k, v] of r.headers) flat.push(k, v);
+    if (extra) for (const [k, v] of extra) flat.push(k, v);
+    // node closes the connection after a response that says so (an unread body is then never parsed as a request).
+    if (closeConnection) flat.push('connection', 'close');
+    res.writeHead(r.status, flat);
+    res.end(this.#head ? undefined : body);
+  }
+
+  writeHead(status: number, headers: ReadonlyArray<readonly [string, string]>): void {
+    if (!this.open) return;
+    this.status = status;
+    this.#started = true;
+    this.#pendingHead = headers;
+  }
+
+  #flushHead(length: number | undefined): void {
+    const headers = this.#pendingHead;
+    if (headers === null) return;
+    this.#pendingHead = null;
+    const flat: string[] = [];
+    for (const [k, v] of headers) flat.push(k, v);
+    if (length !== undefined) flat.push('content-length', String(length));
+    this.#res.writeHead(this.status, flat);
+  }
+
+  write(chunk: Uint8Array): boolean {
+    if (!this.open) return false;
+    this.#flushHead(undefined);
+    this.#written += chunk.byteLength;
+    return this.#res.write(chunk);
+  }
+
+  tryEnd(chunk: Uint8Array, total: number): [boolean, boolean] {
+    if (!this.open) return [false, false];
+    this.#flushHead(total);
+    this.#written += chunk.byteLength;
+    if (this.#written >= total) {
+      this.#ended = true;
+      this.#res.end(chunk);
+      return [true, true];
+    }
+    // node buffers the whole chunk either way: "not accepted" only asks the caller to wait for onWritable, where
+    // the offset already covers this chunk (so nothing is written twice).
+    return [this.#res.write(chunk), false];
+  }
+
+  writeOffset(): number {
+    return this.#written;
+  }
+
+  onWritable(handler: (offset: number) => boolean): void {
+    if (!this.open) return;
+    if (this.#writable === null) this.#res.on('drain', () => this.#writable?.(this.#written));
+    this.#writable = handler;
+  }
+
+  end(): void {
+    if (!this.open) return;
+    this.#ended = true;
+    this.#flushHead(undefined);
+    this.#res.end();
+  }
+
+  endWithoutBody(reportedLength: number | undefined): void {
+    if (!this.open) return;
+    this.#ended = true;
+    this.#flushHead(reportedLength);
+    this.#res.end();
+  }
+
+  close(): void {
+    if (!this.open) return;
+    this.#ended = true;
+    if (this.#pendingHead !== null) this.status = 0;
+    this.#onAbort = [];
+    this.#res.destroy();
+  }
+}
