@@ -56,8 +56,10 @@ export function webhookActionRoutes(app: TypedApp, ctx: ControlContext): void {
           [actor.teamId, found.id],
         );
         const enabled = (await findWebhook(tx, actor.teamId, found.id))!;
-        // The data plane and the deliverer learn of it at once: async pools with it attached go async again.
+        // The deliverer and the data plane learn of it at once. The data plane's snapshot holds no destinations,
+        // only each pool's "has an active destination": its attached pools are reloaded, so they go async again.
         await project(`webhook:${found.id}`);
+        for (const poolId of enabled.pool_ids) await project(`pool:${poolId}`);
         return enabled;
       });
       return { data: webhookView(row) };
