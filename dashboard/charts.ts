@@ -18,11 +18,12 @@ export function minutesChart(el: HTMLElement, rows: Minute[], windowMs: number, 
     cols[3]!.push(r?.rejected ?? 0);
   }
   const width = Math.max(320, el.clientWidth || 640);
+  const height = 240;
   return new uPlot(
     {
       title,
       width,
-      height: 220,
+      height,
       scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Math.max(1, max)] } },
       axes: [{}, { label: 'per minute' }],
       series: [

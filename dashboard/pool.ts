@@ -32,11 +32,11 @@ export function poolPage(main: HTMLElement, subdomain: string): () => void {
       pool.description ? h('p', { class: 'muted' }, pool.description) : null,
       h('section', { class: 'card', aria: { label: 'Live' } }, live),
       await chartsSection(base),
-      h('div', { class: 'grid2' }, await settingsSection(base), await keysSection(base)),
-      credentialSection(base, pool, (p) => {
+      await keysSection(base),
+      h('div', { class: 'grid2' }, await settingsSection(base), credentialSection(base, pool, (p) => {
         credState.textContent = p.has_credential ? 'credential attached' : 'no credential';
         credState.className = `badge ${p.has_credential ? 'ok' : 'muted'}`;
-      }),
+      })),
     );
     const tick = async () => {
       try {
@@ -70,6 +70,8 @@ async function chartsSection(base: string): Promise<HTMLElement> {
   const show = async (w: keyof typeof WINDOWS) => {
     try {
       const { data } = await api<{ data: Minute[] }>('GET', `${base}/metrics/minutes?window=${w}`);
+      // Drawn once the section is on the page, at its width.
+      while (!holder.isConnected) await new Promise((r) => requestAnimationFrame(r));
       replace(holder);
       minutesChart(holder, data, WINDOWS[w], `Requests per minute, last ${w === '1h' ? 'hour' : 'day'}`);
       const sum = (k: keyof Minute) => data.reduce((a, r) => a + (r[k] as number), 0);
