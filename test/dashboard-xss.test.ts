@@ -75,7 +75,7 @@ const watch = (p: typeof page) => {
   });
   p.on('request', (r) => {
     const u = new URL(r.url());
-    if (u.origin !== controlOrigin || !/^\/(dashboard|api\/v1)\//.test(u.pathname) || /\/x$/.test(u.pathname)) problems.push(`request: ${r.url()}`);
+    if (u.origin !== controlOrigin || !/^\/(dashboard(\/|$)|api\/v1\/)/.test(u.pathname) || /\/x$/.test(u.pathname)) problems.push(`request: ${r.url()}`);
   });
 };
 watch(page);
