@@ -15,6 +15,8 @@ COPY tsconfig.json ./
 COPY bin ./bin
 COPY config ./config
 COPY src ./src
+COPY dashboard ./dashboard
+COPY scripts ./scripts
 RUN npm run build && npm prune --omit=dev
 
 FROM node:20-bookworm-slim

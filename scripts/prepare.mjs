@@ -17,4 +17,7 @@ if (!existsSync(tsc)) {
   process.exit(0);
 }
 const r = spawnSync(process.execPath, [tsc, '-p', join(root, 'tsconfig.json')], { stdio: 'inherit' });
-process.exit(r.status ?? 1);
+if (r.status !== 0) process.exit(r.status ?? 1);
+// The dashboard's browser bundles (esbuild, a dev dependency like typescript).
+const d = existsSync(join(root, 'dashboard')) ? spawnSync(process.execPath, [join(root, 'scripts', 'build-dashboard.mjs')], { stdio: 'inherit' }) : { status: 0 };
+process.exit(d.status ?? 1);

@@ -38,6 +38,8 @@ import { Deliverer } from './webhooks/deliverer.js';
 import { closeEnvelopeWorkers } from './webhooks/envelope-body.js';
 import { Health, type HealthCheck } from './health.js';
 import { Registry } from 'prom-client';
+import { LiveCounts } from './dataplane/live-counts.js';
+import type { LiveSource } from './control/context.js';
 
 export type RoleName = 'control' | 'dataplane' | 'worker';
 
@@ -127,11 +129,14 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
   health.add(storeCheck(sql));
   const lockApiUrl = () => config.lockApiUrl ?? `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${ports.lock ?? config.lockPort}`;
 
+  // The dashboard's live numbers: filled in by the data plane role when it shares this process.
+  const live: { source: LiveSource | null } = { source: null };
+
   try {
     if (opts.roles.includes('control')) {
       const base = config.baseUrl ?? '';
       const lockApi = config.lockApiUrl ?? '';
-      const urls = { base, lockApi, dashboard: config.dashboardUrl ?? base };
+      const urls = { base, lockApi, dashboard: config.dashboardUrl ?? `${base}/dashboard` };
       const own = ownHosts(config, [base, lockApi]);
       const ctx: ControlContext = {
         config,
@@ -140,6 +145,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         now,
         log,
         urls,
+        live,
         targets: { allowPrivate: config.allowPrivateTargets, ownHosts: own, lookup: opts.lookup ?? systemLookup },
         health,
       };
@@ -150,7 +156,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       // Public addresses default to what we bound, once the port is known.
       const hostForUrl = config.host.includes(':') ? `[${config.host}]` : config.host;
       if (!config.baseUrl) urls.base = `http://${hostForUrl}:${ports.control}`;
-      if (!config.dashboardUrl) urls.dashboard = urls.base;
+      if (!config.dashboardUrl) urls.dashboard = `${urls.base}/dashboard`;
       if (!config.lockApiUrl) urls.lockApi = `http://${hostForUrl}:${config.lockPort}`;
       own.splice(0, own.length, ...ownHosts(config, [urls.base, urls.lockApi]));
       const app = control;
@@ -220,7 +226,9 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         listen: threads === 1,
         nonces,
       });
-      sink = new RequestMetrics(poolMetrics, rollups, dp.snapshots, governor);
+      const liveCounts = new LiveCounts();
+      sink = new RequestMetrics(poolMetrics, rollups, dp.snapshots, governor, liveCounts);
+      live.source = { state: (poolId) => governor.state(poolId), lastMinute: (poolId) => liveCounts.lastMinute(poolId) };
       health.add(snapshotCheck('snapshot', dp.snapshots));
       if (governor instanceof RedisGovernor) health.add(governorCheck(governor, config.governorFailurePolicy));
       ports.proxy = dp.port;

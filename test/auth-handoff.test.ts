@@ -48,7 +48,7 @@ t.test('auth-handoff flips the pool to managed auth and mints a one-shot intake 
     already_attached: false,
     auth_method: 'bearer_static',
     intake_token: /^pgi_[A-Za-z0-9]{40}$/,
-    dashboard_url: svc.controlUrl,
+    dashboard_url: `${svc.controlUrl}/dashboard/pools/${pool.subdomain}`,
     required_fields: ['token'],
     auth_posture: 'managed_pending_credential',
     next: /intake_url/,

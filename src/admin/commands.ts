@@ -9,6 +9,8 @@ import { webhookCommands } from './webhook-commands.js';
 import { budgetCommands } from './budget-commands.js';
 import { poolCommands } from './pool-commands.js';
 import { poolKeyCommands } from './pool-key-commands.js';
+import { createLoginLink } from '../store/sessions.js';
+import type { Config } from '../config/schema.js';
 import {
   PLANS,
   ROLES,
@@ -139,6 +141,19 @@ export const commands: Record<string, Command> = {
     },
   },
 
+  'login-link': {
+    usage: 'admin login-link --team TEAM --email EMAIL   (a one-time dashboard sign-in link, valid 15 minutes)',
+    options: { team: { type: 'string' }, email: { type: 'string' } },
+    async run(v, deps) {
+      const team = await teamOf(deps, need(v, 'team'));
+      const user = await findUser(deps.sql, team.id, need(v, 'email'));
+      if (!user) throw new AdminUsageError(`user ${JSON.stringify(v.email)} not found in team ${team.slug}`);
+      const { link, expiresAt } = await createLoginLink(deps.sql, team.id, user.id, deps.now());
+      // The secret rides in the fragment: browsers never send it to a server or in a Referer.
+      return { url: `${dashboardBase(deps.config)}/login#${link}`, expires_at: expiresAt.toISOString(), user: { id: user.id, email: user.email, role: user.role } };
+    },
+  },
+
   'plan set': {
     usage: 'admin plan set --team TEAM --plan free|pro|team|business',
     options: { team: { type: 'string' }, plan: { type: 'string' } },
@@ -156,6 +171,14 @@ export const commands: Record<string, Command> = {
   ...poolCommands,
   ...poolKeyCommands,
 };
+
+/** The dashboard's public address as the control process derives it (src/service.ts). */
+function dashboardBase(config: Config): string {
+  if (config.dashboardUrl) return config.dashboardUrl.replace(/\/+$/, '');
+  const host = config.host === '0.0.0.0' || config.host === '::' ? '127.0.0.1' : config.host;
+  const base = config.baseUrl ?? `http://${host.includes(':') ? `[${host}]` : host}:${config.controlPort}`;
+  return `${base.replace(/\/+$/, '')}/dashboard`;
+}
 
 export function helpText(): string {
   return ['usage: poolgate admin <command> [options]  (--help on any command)', '', ...Object.values(commands).map((c) => `  poolgate ${c.usage}`)].join('\n');

@@ -52,7 +52,7 @@ export const ConfigSchema = Type.Object(
     dashboardUrl: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
       default: null,
       env: 'POOLGATE_DASHBOARD_URL',
-      description: 'Address shown as dashboard_url in auth handoffs; the Control API base when null.',
+      description: 'Public address of the dashboard (auth handoffs\' dashboard_url, sign-in links); <baseUrl>/dashboard when null.',
     }),
     dataDir: Type.String({ minLength: 1, default: './data', env: 'POOLGATE_DATA_DIR', description: 'Embedded store, generated master key and admin socket.' }),
     embeddedSharedBuffersMb: Type.Integer({

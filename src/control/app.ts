@@ -6,7 +6,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv, type Options as AjvOptions } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import { ApiError } from './errors.js';
-import { ActorCache, authenticate } from './auth.js';
+import { ActorCache, authenticateRequest } from './auth.js';
 import { CHANGE_CHANNEL } from '../store/sql.js';
 import { hasUnstorableText } from './unstorable-text.js';
 import { clientErrorHandler } from './client-errors.js';
@@ -22,6 +22,10 @@ import { keyRoutes } from './keys.js';
 import { metricsRoutes } from './metrics.js';
 import { settingsRoutes } from './settings.js';
 import { HEALTH_PATHS, healthAnswer } from '../health.js';
+import { sessionRoutes, DashboardSession } from './session.js';
+import { liveRoutes, PoolLive, MinuteRollup } from './live.js';
+import { webhookActionRoutes, DeliveryAttempt } from './webhook-actions.js';
+import { dashboardRoutes } from '../dashboard/serve.js';
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv;
 
@@ -69,7 +73,7 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
   // Bodies are validated exactly (no coercion, no silent stripping); path and query strings are coerced.
   const bodyAjv = makeAjv({ coerceTypes: false, removeAdditional: false, useDefaults: false });
   const textAjv = makeAjv({ coerceTypes: true, removeAdditional: false, useDefaults: true });
-  for (const s of sharedSchemas) {
+  for (const s of [...sharedSchemas, DashboardSession, PoolLive, MinuteRollup, DeliveryAttempt]) {
     app.addSchema(s);
     bodyAjv.addSchema(s);
     textAjv.addSchema(s);
@@ -109,7 +113,7 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
   app.addHook('onRequest', async (req: FastifyRequest) => {
     if (req.routeOptions.config?.public) return;
     // Unknown routes fall through to the not-found handler after auth, so paths are not probeable without a token.
-    req.actor = await authenticate(ctx.sql, req.headers.authorization, ctx.now(), actors);
+    req.actor = await authenticateRequest(ctx.sql, req, ctx.now(), actors);
   });
   // One line per Control API request (issue 20): the route pattern (never the path: an intake token travels in it),
   // the pool, the status, the time and the API token's id (never the token). Health probes are not logged.
@@ -176,8 +180,14 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
         version: '1.0.0',
         description: 'Management plane of poolgate: budgets, pools, pool keys, webhook destinations, metrics.',
       },
-      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
-      security: [{ bearer: [] }],
+      components: {
+        securitySchemes: {
+          bearer: { type: 'http', scheme: 'bearer' },
+          // The dashboard's alternative: the session cookie set by POST /api/v1/session (with X-CSRF-Token on changes).
+          session: { type: 'apiKey', in: 'cookie', name: 'poolgate_session' },
+        },
+      },
+      security: [{ bearer: [] }, { session: [] }],
     },
     refResolver: { buildLocalReference: (json, _base, _fragment, i) => String(json.$id ?? `def-${i}`) },
   });
@@ -203,6 +213,10 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
   keyRoutes(app, ctx);
   metricsRoutes(app, ctx);
   settingsRoutes(app, ctx);
+  sessionRoutes(app, ctx);
+  liveRoutes(app, ctx);
+  webhookActionRoutes(app, ctx);
+  dashboardRoutes(app);
 
   await app.ready();
   return app;

@@ -5,6 +5,14 @@ import type { Logger } from '../log.js';
 import type { SecretBox } from '../security/secret-box.js';
 import type { TargetPolicy } from '../security/targets.js';
 import type { Queryable, Sql } from '../store/sql.js';
+import type { PoolState } from '../governor/governor.js';
+import type { LastMinute } from '../dataplane/live-counts.js';
+
+/** What a data plane in this process knows of a pool right now (the dashboard's live numbers). */
+export interface LiveSource {
+  state(poolId: number): PoolState;
+  lastMinute(poolId: number): LastMinute;
+}
 
 export interface ControlContext {
   readonly config: Config;
@@ -22,6 +30,11 @@ export interface ControlContext {
   readonly project?: (tx: Queryable, change: string) => Promise<void>;
   /** The process's health, served without auth at /livez, /readyz and /healthz. */
   readonly health?: Health;
+  /**
+   * The data plane's live state, when it runs in this process (set once it has started); null in a
+   * control-only process, whose live numbers then say `reporting: false`.
+   */
+  readonly live?: { source: LiveSource | null };
 }
 
 import type {

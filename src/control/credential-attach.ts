@@ -137,7 +137,8 @@ export function credentialRoutes(app: TypedApp, ctx: ControlContext): void {
         auth_method: method,
         intake_url: out.intake ? `${ctx.urls.base}/api/v1/intake/${out.intake.token}` : null,
         intake_token: out.intake?.token ?? null,
-        dashboard_url: ctx.urls.dashboard,
+        // The pool's page, where the credential can be attached by hand.
+        dashboard_url: `${ctx.urls.dashboard}/pools/${encodeURIComponent(out.after.subdomain)}`,
         expires_at: out.intake?.expiresAt.toISOString() ?? null,
         required_fields: requiredFields(method),
         auth_posture: out.after.credential_id !== null ? 'managed' : 'managed_pending_credential',

@@ -5,7 +5,8 @@ import { Type } from '@sinclair/typebox';
 import type { ControlContext, TypedApp } from './context.js';
 import { ApiError, isUniqueViolation, notFound, unprocessable } from './errors.js';
 import { DataOf, type AuthMethod } from './schemas.js';
-import { freeCredentialName, secretFor, SecretFieldProps } from './credential-fields.js';
+import { freeCredentialName, requiredFields, secretFor, SecretFieldProps } from './credential-fields.js';
+import { sendPage } from '../dashboard/serve.js';
 import { sha256Hex } from '../security/tokens.js';
 import { createCredential, findCredential } from '../store/credentials.js';
 import { findPoolById, poolView } from '../store/pools.js';
@@ -27,7 +28,61 @@ interface IntakeRow {
 
 const gone = (message: string) => new ApiError(410, message);
 
+const IntakeForm = Type.Object(
+  {
+    pool: Type.Object({ name: Type.String(), subdomain: Type.String() }, { additionalProperties: false }),
+    auth_method: Type.String(),
+    required_fields: Type.Array(Type.String()),
+    optional_fields: Type.Array(Type.String()),
+    expires_at: Type.String({ format: 'date-time' }),
+  },
+  { additionalProperties: false },
+);
+
+/** A browser (Accept prefers text/html) gets the intake form page; any other client gets JSON. */
+const wantsHtml = (accept: string | undefined): boolean => {
+  if (!accept) return false;
+  const html = accept.indexOf('text/html');
+  const json = accept.indexOf('application/json');
+  return html >= 0 && (json < 0 || html < json);
+};
+
 export function intakeRoutes(app: TypedApp, ctx: ControlContext): void {
+  app.get(
+    '/api/v1/intake/:token',
+    {
+      config: { public: true },
+      schema: {
+        tags: ['pools'],
+        summary: 'What the one-shot intake asks for (a browser gets the HTML form instead)',
+        description: 'Extension of the service spec: opening intake_url in a browser shows a form with the fields of the handoff\'s method; it posts them to the same address. Reading does not spend the link.',
+        security: [],
+        params: IntakeParams,
+        response: { 200: IntakeForm, 404: Type.Ref('Error'), 410: Type.Ref('Error') },
+      },
+    },
+    async (req, reply) => {
+      if (wantsHtml(req.headers.accept)) return sendPage(reply, 'intake');
+      const { rows } = await ctx.sql.query<IntakeRow & { name: string }>(
+        `SELECT i.auth_method, i.expires_at, i.used_at, p.name, p.subdomain
+           FROM credential_intakes i JOIN pools p ON p.id = i.pool_id
+          WHERE i.token_hash = $1 AND p.status <> 'deleted'`,
+        [sha256Hex(req.params.token)],
+      );
+      const intake = rows[0];
+      if (!intake) throw notFound('intake');
+      if (intake.used_at) throw gone('this intake link was already used; run the auth handoff again for a new one');
+      if (new Date(intake.expires_at).getTime() <= ctx.now().getTime()) throw gone('this intake link has expired or was superseded; run the auth handoff again for a new one');
+      return reply.send({
+        pool: { name: intake.name, subdomain: intake.subdomain },
+        auth_method: intake.auth_method,
+        required_fields: requiredFields(intake.auth_method),
+        optional_fields: intake.auth_method === 'api_key' ? ['header_name'] : [],
+        expires_at: new Date(intake.expires_at).toISOString(),
+      });
+    },
+  );
+
   app.post(
     '/api/v1/intake/:token',
     {

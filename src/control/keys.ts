@@ -1,12 +1,12 @@
 // Pool keys: mint (plaintext shown once, stored as a hash) and revoke (spec: Pool keys, Key access semantics).
 import { Type, type Static } from '@sinclair/typebox';
 import type { PoolKeyT } from './schemas.js';
-import { DataOf } from './schemas.js';
+import { DataListOf, DataOf } from './schemas.js';
 import { actorOf, requireAbility } from './auth.js';
 import type { ControlContext, TypedApp } from './context.js';
 import { notFound, unprocessable } from './errors.js';
 import { findPool } from '../store/pools.js';
-import { insertKey, revokeKey, type KeyAccess, type PoolKeyRow } from '../store/keys.js';
+import { insertKey, listPoolKeys, revokeKey, type KeyAccess, type PoolKeyRow } from '../store/keys.js';
 import { allowedMethods, BASE_READ_METHODS, resolvePoolSettings, type PoolSettings } from '../store/pool-settings.js';
 import { CHANGE_CHANNEL } from '../store/sql.js';
 import { lastFour, newKeySigningSecret, newPoolKey, sha256Hex } from '../security/tokens.js';
@@ -93,6 +93,29 @@ export function poolKeyView(row: PoolKeyRow, settings: PoolSettings, once?: { ke
 }
 
 export function keyRoutes(app: TypedApp, ctx: ControlContext): void {
+  app.get(
+    '/api/v1/pools/:pool/keys',
+    {
+      schema: {
+        tags: ['pool keys'],
+        summary: 'List a pool\'s keys, revoked and expired ones included, newest first (never the plaintext key)',
+        description: 'Extension of the service spec (the dashboard lists keys). Needs pools:read, the ability that shows the pool.',
+        params: PoolParams,
+        response: { 200: DataListOf('PoolKey'), 403: Type.Ref('Error'), 404: Type.Ref('Error') },
+      },
+      preValidation: async (req) => {
+        requireAbility(req, 'pools:read');
+      },
+    },
+    async (req) => {
+      const actor = actorOf(req);
+      const pool = await findPool(ctx.sql, actor.teamId, req.params.pool);
+      if (!pool) throw notFound('pool');
+      const settings = resolvePoolSettings(pool.settings);
+      return { data: (await listPoolKeys(ctx.sql, pool.id)).map((row) => poolKeyView(row, settings)) };
+    },
+  );
+
   app.post(
     '/api/v1/pools/:pool/keys',
     {

@@ -93,7 +93,7 @@ type Project = (change: string) => Promise<void>;
  * Runs a config write and its projection to the data plane in one transaction. When the projection
  * fails, nothing is written and the client is told so with 503 and `failMessage`.
  */
-async function writeAndProject<T>(ctx: ControlContext, failMessage: string, fn: (tx: Queryable, project: Project) => Promise<T>): Promise<T> {
+export async function writeAndProject<T>(ctx: ControlContext, failMessage: string, fn: (tx: Queryable, project: Project) => Promise<T>): Promise<T> {
   const projectFn = ctx.project ?? notifyChange;
   try {
     return await ctx.sql.transaction((tx) =>

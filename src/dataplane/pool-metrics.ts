@@ -6,6 +6,7 @@ import type { RollupBuffer } from '../metrics/rollups.js';
 import type { OutcomeName } from './exchange.js';
 import type { DataplaneMetrics, RequestRecord } from './release.js';
 import type { SnapshotFeed } from './snapshot.js';
+import type { LiveCounts } from './live-counts.js';
 
 /** Outcomes decided before the governor; governor refusals are counted by recordAdmission. */
 const EARLY: Partial<Record<OutcomeName, RequestOutcome>> = {
@@ -43,10 +44,12 @@ export interface LockAcquireRecord {
 export class RequestMetrics implements DataplaneMetrics {
   readonly #metrics: PoolMetrics;
   readonly #rollups: RollupBuffer;
+  readonly #live: LiveCounts | null;
 
-  constructor(metrics: PoolMetrics, rollups: RollupBuffer, snapshots: SnapshotFeed, governor: Governor) {
+  constructor(metrics: PoolMetrics, rollups: RollupBuffer, snapshots: SnapshotFeed, governor: Governor, live: LiveCounts | null = null) {
     this.#metrics = metrics;
     this.#rollups = rollups;
+    this.#live = live;
     metrics.watch({
       *pools() {
         // Every pool the governor limits: http and database pools alike (SQL requests hold the same slots).
@@ -67,6 +70,7 @@ export class RequestMetrics implements DataplaneMetrics {
     }
     recordAdmission(h, a, r.waited);
     this.#rollups.addRequest(r.poolId, a.ok, r.waited, !a.ok && a.reason !== 'aborted');
+    this.#live?.record(r.poolId, a.ok, r.status);
     if (!a.ok) return;
     if (r.outcome === 'proxied') {
       h.requests.admitted.inc();

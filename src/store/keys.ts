@@ -48,6 +48,12 @@ export async function findKey(db: Queryable, poolId: number, id: number): Promis
   return rows[0] ?? null;
 }
 
+/** Every key of the pool, revoked and expired ones too, newest first (the list view; never the key itself). */
+export async function listPoolKeys(db: Queryable, poolId: number): Promise<PoolKeyRow[]> {
+  const { rows } = await db.query<PoolKeyRow>(`SELECT ${KEY_COLUMNS} FROM pool_keys WHERE pool_id = $1 ORDER BY id DESC`, [poolId]);
+  return rows;
+}
+
 /**
  * Revokes a key of the pool. Idempotent: a key already revoked keeps its first revoked_at.
  * Returns the key (revoked) and whether this call changed it, or null when the pool has no such key.

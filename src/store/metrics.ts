@@ -76,3 +76,21 @@ export async function sumRollups(db: Queryable, poolId: number, from: Date | nul
   const r = rows[0]!;
   return { requests: Number(r.requests), admitted: Number(r.admitted), queued: Number(r.queued), rejected: Number(r.rejected) };
 }
+
+export interface MinuteRow {
+  minute: Date;
+  requests: number;
+  admitted: number;
+  queued: number;
+  rejected: number;
+}
+
+/** One pool's per-minute rollups from `from` on, oldest first (the dashboard's charts). */
+export async function minuteRollups(db: Queryable, poolId: number, from: Date): Promise<MinuteRow[]> {
+  const { rows } = await db.query<MinuteRow>(
+    `SELECT minute, requests::float8 AS requests, admitted::float8 AS admitted, queued::float8 AS queued, rejected::float8 AS rejected
+       FROM pool_metrics_minute WHERE pool_id = $1 AND minute >= $2 ORDER BY minute`,
+    [poolId, from],
+  );
+  return rows.map((r) => ({ minute: new Date(r.minute), requests: Number(r.requests), admitted: Number(r.admitted), queued: Number(r.queued), rejected: Number(r.rejected) }));
+}

@@ -1,0 +1,123 @@
+// Webhooks: destinations with their pools; a destination's details page with Rotate secret (shown once),
+// Re-enable, and its delivery history filtered by result.
+import { api } from './api.js';
+import { h, replace, fmtTime, orDash, BASE } from './dom.js';
+import { field, select, shownOnce } from './forms.js';
+import type { Delivery, Pool, Webhook } from './types.js';
+
+async function poolNames(): Promise<Map<number, Pool>> {
+  const { data } = await api<{ data: Pool[] }>('GET', '/api/v1/pools');
+  return new Map(data.map((p) => [p.id, p]));
+}
+
+function status(w: Webhook): HTMLElement {
+  return h('span', { class: `badge ${w.disabled ? 'bad' : 'ok'}`, data: { state: w.disabled ? 'deactivated' : 'active' } }, w.disabled ? 'Deactivated' : 'Active');
+}
+
+function poolList(ids: number[], pools: Map<number, Pool>): HTMLElement | string {
+  if (ids.length === 0) return 'none';
+  return h('ul', { class: 'inline-list' }, ids.map((id) => {
+    const p = pools.get(id);
+    return h('li', null, p ? h('a', { href: `${BASE}/pools/${encodeURIComponent(p.subdomain)}` }, p.name) : `pool ${id}`);
+  }));
+}
+
+export function webhooksPage(main: HTMLElement): void {
+  replace(main, h('p', { class: 'loading' }, 'Loading…'));
+  void (async () => {
+    try {
+      const [{ data }, pools] = await Promise.all([api<{ data: Webhook[] }>('GET', '/api/v1/webhooks'), poolNames()]);
+      replace(main, h('div', { class: 'page-head' }, h('h1', null, 'Webhooks')),
+        h('p', { class: 'muted' }, 'Destinations receive one signed POST per finished async job. A destination that fails 8 deliveries in a row is deactivated until it is re-enabled here.'),
+        h('div', { class: 'card' }, h('table', { class: 'data', id: 'webhooks-table' },
+          h('thead', null, h('tr', null, ['Name', 'URL', 'State', 'Pools'].map((c) => h('th', { scope: 'col' }, c)))),
+          h('tbody', null, data.length === 0 ? h('tr', null, h('td', { colspan: '4', class: 'empty' }, 'No destinations. Create one with POST /api/v1/webhooks.')) : null,
+            data.map((w) => h('tr', { data: { webhook: String(w.id) } },
+              h('th', { scope: 'row' }, h('a', { href: `${BASE}/webhooks/${w.id}` }, w.name)),
+              h('td', null, h('code', { class: 'url' }, w.url)),
+              h('td', null, status(w)),
+              h('td', null, poolList(w.pool_ids, pools))))))));
+    } catch (err) {
+      replace(main, h('h1', null, 'Webhooks'), h('p', { class: 'form-error', role: 'alert' }, (err as Error).message));
+    }
+  })();
+}
+
+export function webhookPage(main: HTMLElement, id: number): void {
+  replace(main, h('p', { class: 'loading' }, 'Loading…'));
+  void (async () => {
+    let hook: Webhook | undefined;
+    let pools: Map<number, Pool>;
+    try {
+      const [{ data }, p] = await Promise.all([api<{ data: Webhook[] }>('GET', '/api/v1/webhooks'), poolNames()]);
+      hook = data.find((w) => w.id === id);
+      pools = p;
+    } catch (err) {
+      replace(main, h('h1', null, 'Webhook'), h('p', { class: 'form-error', role: 'alert' }, (err as Error).message));
+      return;
+    }
+    if (!hook) {
+      replace(main, h('h1', null, 'Webhook'), h('p', { class: 'form-error', role: 'alert' }, 'webhook destination not found'), h('a', { href: `${BASE}/webhooks` }, 'Back to webhooks'));
+      return;
+    }
+    let w: Webhook = hook;
+    const state = h('span', null, status(w));
+    const message = h('div', { role: 'status', id: 'webhook-message' });
+    const actions = h('div', { class: 'actions' });
+    const renderActions = () => {
+      replace(actions,
+        w.disabled ? h('button', {
+          type: 'button', class: 'btn primary', id: 'reenable',
+          onclick: async () => {
+            try {
+              w = (await api<{ data: Webhook }>('POST', `/api/v1/webhooks/${w.id}/enable`)).data;
+              replace(state, status(w));
+              replace(message, h('p', { class: 'saved' }, 'Re-enabled: deliveries resume.'));
+              renderActions();
+            } catch (e) {
+              replace(message, h('p', { class: 'form-error' }, (e as Error).message));
+            }
+          },
+        }, 'Re-enable') : null,
+        h('button', {
+          type: 'button', class: 'btn', id: 'rotate',
+          onclick: async () => {
+            if (!confirm('Rotate the signing secret? Receivers must switch to the new secret.')) return;
+            try {
+              const { data } = await api<{ data: Webhook }>('POST', `/api/v1/webhooks/${w.id}/rotate`);
+              replace(message, shownOnce('New signing secret', data.signing_secret!, 'Give it to the receiver now; it is not shown again.'));
+            } catch (e) {
+              replace(message, h('p', { class: 'form-error' }, (e as Error).message));
+            }
+          },
+        }, 'Rotate secret'));
+    };
+    renderActions();
+    const filter = field('Show', select('result', [['', 'All deliveries'], ['failure', 'Failures'], ['success', 'Successes']], ''));
+    const tbody = h('tbody');
+    const load = async () => {
+      const q = filter.control.value ? `?result=${encodeURIComponent(filter.control.value)}` : '';
+      const { data } = await api<{ data: Delivery[] }>('GET', `/api/v1/webhooks/${w.id}/deliveries${q}`);
+      replace(tbody, data.length === 0 ? h('tr', null, h('td', { colspan: '7', class: 'empty' }, 'No deliveries.')) : null,
+        data.map((d) => h('tr', { data: { result: d.result } },
+          h('td', null, fmtTime(d.time)), h('td', null, h('code', null, d.job_id)), h('td', null, orDash(d.pool)),
+          h('td', null, h('span', { class: `badge ${d.result === 'success' ? 'ok' : 'bad'}` }, d.result)),
+          h('td', { class: 'n' }, orDash(d.http_status)), h('td', { class: 'n' }, `${d.latency_ms} ms`), h('td', { class: 'err-text' }, orDash(d.error)))));
+    };
+    filter.control.addEventListener('change', () => void load());
+    replace(main,
+      h('nav', { class: 'crumbs', aria: { label: 'Breadcrumb' } }, h('a', { href: `${BASE}/webhooks` }, 'Webhooks'), ' / ', w.name),
+      h('div', { class: 'page-head' }, h('h1', null, w.name), state),
+      h('section', { class: 'card' },
+        h('dl', { class: 'props' },
+          h('dt', null, 'URL'), h('dd', null, h('code', { class: 'url' }, w.url)),
+          h('dt', null, 'Description'), h('dd', null, orDash(w.description)),
+          h('dt', null, 'Pools'), h('dd', null, poolList(w.pool_ids, pools!))),
+        actions, message),
+      h('section', { class: 'card', aria: { labelledby: 'deliveries-title' } },
+        h('div', { class: 'section-head' }, h('h2', { id: 'deliveries-title' }, 'Deliveries'), filter.row),
+        h('table', { class: 'data compact', id: 'deliveries-table' },
+          h('thead', null, h('tr', null, ['Time', 'Job', 'Pool', 'Result', 'Status', 'Latency', 'Error'].map((c) => h('th', { scope: 'col' }, c)))), tbody)));
+    await load();
+  })();
+}

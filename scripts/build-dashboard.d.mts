@@ -1,0 +1,1 @@
+export function buildDashboard(outdir?: string): Promise<string>;

@@ -1,0 +1,93 @@
+// The dashboard's live numbers through the public API: every pool's in-flight, queued and effective limit
+// now, with the last minute's admitted / 429 / 504 / 5xx (GET /api/v1/metrics/live), and one pool's
+// per-minute rollups over the last hour or day (GET /api/v1/pools/{pool}/metrics/minutes).
+import { Type, type Static } from '@sinclair/typebox';
+import { actorOf, requireAbility } from './auth.js';
+import type { ControlContext, TypedApp } from './context.js';
+import { notFound } from './errors.js';
+import { findPool, listPools } from '../store/pools.js';
+import { minuteRollups } from '../store/metrics.js';
+
+const Count = Type.Integer({ minimum: 0 });
+
+export const PoolLive = Type.Object(
+  {
+    pool_id: Type.Integer(),
+    subdomain: Type.String(),
+    name: Type.String(),
+    backend: Type.String(),
+    max_concurrent: Type.Integer(),
+    reporting: Type.Boolean({ description: 'false when no data plane runs in the Control API\'s process; the live fields are then null' }),
+    in_flight: Type.Union([Count, Type.Null()]),
+    queued: Type.Union([Count, Type.Null()]),
+    effective_limit: Type.Union([Count, Type.Null()]),
+    last_minute: Type.Union([
+      Type.Object({ admitted: Count, status_429: Count, status_504: Count, status_5xx: Count }, { additionalProperties: false }),
+      Type.Null(),
+    ]),
+  },
+  { $id: 'PoolLive', additionalProperties: false },
+);
+type PoolLiveT = Static<typeof PoolLive>;
+
+export const MinuteRollup = Type.Object(
+  { minute: Type.String({ format: 'date-time' }), requests: Count, admitted: Count, queued: Count, rejected: Count },
+  { $id: 'MinuteRollup', additionalProperties: false },
+);
+
+const WINDOWS = { '1h': 3_600_000, '24h': 86_400_000 } as const;
+const MinutesQuery = Type.Object(
+  { window: Type.Optional(Type.Union([Type.Literal('1h'), Type.Literal('24h')], { default: '1h' })) },
+  { additionalProperties: false },
+);
+const PoolParams = Type.Object({ pool: Type.String({ minLength: 1, maxLength: 63 }) });
+
+export function liveRoutes(app: TypedApp, ctx: ControlContext): void {
+  app.get(
+    '/api/v1/metrics/live',
+    {
+      schema: {
+        tags: ['metrics'],
+        summary: 'Every pool\'s in-flight, queued and effective limit now, and the last minute\'s admitted / 429 / 504 / 5xx',
+        description: 'Extension of the service spec (the dashboard\'s Pools page). Needs metrics:read. The numbers are those of the data plane in this process.',
+        response: { 200: Type.Object({ data: Type.Array(Type.Ref('PoolLive')) }, { additionalProperties: false }), 403: Type.Ref('Error') },
+      },
+    },
+    async (req) => {
+      const actor = requireAbility(req, 'metrics:read');
+      const source = ctx.live?.source ?? null;
+      const data: PoolLiveT[] = (await listPools(ctx.sql, actor.teamId)).map((p) => {
+        const base = { pool_id: p.id, subdomain: p.subdomain, name: p.name, backend: p.backend, max_concurrent: p.max_concurrent };
+        if (!source) return { ...base, reporting: false, in_flight: null, queued: null, effective_limit: null, last_minute: null };
+        const s = source.state(p.id);
+        return { ...base, reporting: true, in_flight: s.inFlight, queued: s.queued, effective_limit: s.effectiveLimit, last_minute: source.lastMinute(p.id) };
+      });
+      return { data };
+    },
+  );
+
+  app.get(
+    '/api/v1/pools/:pool/metrics/minutes',
+    {
+      schema: {
+        tags: ['metrics'],
+        summary: 'A pool\'s per-minute rollups (requests, admitted, queued, rejected) over the last hour or day, oldest first',
+        description: 'Extension of the service spec (the dashboard\'s charts). Needs metrics:read. Minutes without traffic are absent.',
+        params: PoolParams,
+        querystring: MinutesQuery,
+        response: { 200: Type.Object({ data: Type.Array(Type.Ref('MinuteRollup')) }, { additionalProperties: false }), 403: Type.Ref('Error'), 404: Type.Ref('Error'), 422: Type.Ref('Error') },
+      },
+      preValidation: async (req) => {
+        requireAbility(req, 'metrics:read');
+      },
+    },
+    async (req) => {
+      const actor = actorOf(req);
+      const pool = await findPool(ctx.sql, actor.teamId, req.params.pool);
+      if (!pool) throw notFound('pool');
+      const from = new Date(ctx.now().getTime() - WINDOWS[req.query.window ?? '1h']);
+      const rows = await minuteRollups(ctx.sql, pool.id, from);
+      return { data: rows.map((r) => ({ ...r, minute: r.minute.toISOString() })) };
+    },
+  );
+}
