@@ -57,6 +57,9 @@ const Q = 0x51, F = 0x46, P = 0x50, B = 0x42, D = 0x44, C = 0x43, S = 0x53, H = 
 // Frame types (server → client).
 const PARSE_COMPLETE = 0x31, CLOSE_COMPLETE = 0x33, READY = 0x5a, ERROR = 0x45, COPY_IN = 0x47, COMMAND_COMPLETE = 0x43, PARAMETER_STATUS = 0x53;
 
+/** The first four bytes of a Terminate message ('X' 00 00 00) read as a startup packet's length. */
+const TERMINATE_AS_LENGTH = 0x58000000;
+
 const PAUSE_ACQUIRE = 1;
 const PAUSE_SERVER_FULL = 2;
 
@@ -131,6 +134,10 @@ export class ClientConn implements ServerLink {
   #skipping = false;
   /** The server connection was lost while the client sat in a transaction: its next batch gets the error. */
   #lostTransaction = false;
+  /** The client's Terminate went to the server (answers were still owed): the server's close ends the client. */
+  #terminating = false;
+  /** The server sent a FATAL error (terminated, shutting down), passed to the client: its close ends the client quietly. */
+  #serverFatal = false;
   #pause = 0;
   /** The frames of one received chunk are being handled: what they forward is written once, after the chunk. */
   #inChunk = false;
@@ -202,6 +209,9 @@ export class ClientConn implements ServerLink {
   }
 
   #frameError(err: FrameError): void {
+    // A Terminate ('X', length 4) before any startup packet (node-postgres on connect(); end()): read untyped,
+    // 'X\0\0\0' is a length of 0x58000000. PostgreSQL closes such a connection without a word.
+    if (this.#phase === 'first' && err.declared === TERMINATE_AS_LENGTH) return this.#end();
     const message =
       err.kind === 'too_large'
         ? `message of ${err.declared} bytes exceeds the limit of ${this.#reader.maxFrameBytes} bytes`
@@ -375,10 +385,11 @@ export class ClientConn implements ServerLink {
       } else if (type === X) this.#end();
       return;
     }
+    // Terminate is ours to act on, never the server's (checked before the linked fast path).
+    if (type === X && this.#queue.length === 0) return this.#terminate(frame);
     if (this.#server && this.#queue.length === 0) return this.#forward(type, frame);
     if (this.#queue.length === 0 && !this.#acquiring) {
       // Messages that need no server while unlinked.
-      if (type === X) return this.#end();
       if (type === CD || type === CC || type === CF || type === H) return;
       if (type === S && !this.#lostTransaction) {
         this.#send(readyForQuery('I'));
@@ -414,7 +425,7 @@ export class ClientConn implements ServerLink {
     if (!server || this.#gone) return;
     while (this.#queue.length > 0 && this.#server === server) {
       const { type, frame } = this.#queue.shift()!;
-      if (type === X) return this.#end();
+      if (type === X) return this.#terminate(frame);
       this.#forward(type, frame);
     }
     // Linked while reading a chunk: the rest of it is forwarded too, then written in one go by #onData.
@@ -647,11 +658,12 @@ export class ClientConn implements ServerLink {
       if (p) this.#keepWanted(p.name, p.value);
     } else if (type === ERROR) {
       this.#copyIn = false;
-      // The server is going away (terminated, shutting down): the close that follows tells the client.
-      if (isFatal(frame)) return;
+      // The server is going away (terminated 57P01, shutting down 57P02/57P03): the client gets the server's own
+      // error, which drivers key failover on, and the close that follows ends the client.
+      if (isFatal(frame)) this.#serverFatal = true;
     }
     this.#toClient.add(frame);
-    if (type !== READY) return;
+    if (type !== READY || this.#terminating) return;
     this.onServerChunkEnd();
     // Not while an extended batch is open (Parse/Bind/… forwarded after the last Query or Sync, its Sync still
     // to come): that server connection has work of this client's in it, and after an error in it PostgreSQL
@@ -687,8 +699,10 @@ export class ClientConn implements ServerLink {
     this.#permit = null;
     permit?.release({ dropped: true });
     if (this.#gone) return;
+    if (this.#terminating) return this.#end();
     this.#record(this.#pool!, 'upstream_aborted', 502, null);
     this.#unpause(PAUSE_SERVER_FULL);
+    if (this.#serverFatal) return this.#end();
     if (this.#session) return this.#fatal(SQLSTATE.upstreamLost, 'the server connection was lost; the session ended');
     const waiting = this.#syncs > 0 || this.#midBatch;
     this.#expect.length = 0;
@@ -749,8 +763,24 @@ export class ClientConn implements ServerLink {
   }
 
   #end(): void {
+    this.#toClient.flush();
     this.#socket.end();
     this.#closed();
+  }
+
+  /**
+   * The client sent Terminate. With nothing owed by its server connection, the client ends here and the
+   * connection is reset and reused (#closed). With answers still owed (a batch sent without waiting for
+   * them), PostgreSQL would finish that batch before reading the Terminate: it goes to the server, whose
+   * answers and close the client then gets, and that server connection is not reused.
+   */
+  #terminate(frame: Buffer): void {
+    if (!this.#server || (this.#syncs === 0 && !this.#midBatch && !this.#copyIn)) return this.#end();
+    this.#terminating = true;
+    this.#pause |= PAUSE_ACQUIRE;
+    this.#socket.pause();
+    this.#toServer.add(frame);
+    if (!this.#inChunk) this.#flushToServer();
   }
 
   /** The client is gone: its server connection is cleaned (or closed) and its slot freed. Runs once. */
