@@ -70,6 +70,24 @@ if (skip) {
       });
     });
 
+  /** Sends a startup packet with these parameters (and the pool) on a raw socket; what came back until the close. */
+  const rawStartup = (pool: WirePool, extra: Record<string, string>) =>
+    new Promise<string>((resolve, reject) => {
+      const s = tcpConnect(pool.port, '127.0.0.1');
+      let got = '';
+      s.on('data', (c: Buffer) => (got += c.toString('latin1')));
+      s.on('error', reject);
+      s.on('close', () => resolve(got));
+      s.on('connect', () => {
+        const all = { user: 'u', database: 'd', options: `pool=${pool.sub}`, ...extra };
+        const params = Buffer.from(`${Object.entries(all).map(([k, v]) => `${k}\0${v}\0`).join('')}\0`);
+        const head = Buffer.alloc(8);
+        head.writeInt32BE(params.length + 8, 0);
+        head.writeInt32BE(196608, 4);
+        s.write(Buffer.concat([head, params]));
+      });
+    });
+
   /** connect → a named query → end(), as an application's short-lived client does; its error events collected. */
   const shortLived = async (errors: string[]) => {
     const c = new pg.Client(w.clientConfig());
@@ -186,6 +204,41 @@ if (skip) {
     await c.end();
     await new Promise((r) => setTimeout(r, 100));
     t.same(errors, [], 'node-postgres connect(); end() sees no error');
+  });
+
+  t.test('login parameters statement_timeout, lock_timeout, idle_in_transaction_session_timeout, search_path are applied, on every server connection', async (t) => {
+    await w.patch({ max_concurrent: 1, settings: { wirePoolMode: 'transaction' } });
+    await w.direct.query(`CREATE SCHEMA IF NOT EXISTS mine AUTHORIZATION ${w.role}`);
+    const strict = new pg.Client(
+      w.clientConfig({ statement_timeout: 150, lock_timeout: 250, idle_in_transaction_session_timeout: 5000, options: `pool=${w.sub} -c search_path=mine,public` } as Partial<pg.ClientConfig>),
+    );
+    await strict.connect();
+    const plain = new pg.Client(w.clientConfig());
+    await plain.connect();
+    const seen = async (c: pg.Client) =>
+      (await c.query("SELECT current_setting('statement_timeout') AS st, current_setting('lock_timeout') AS lt, current_setting('idle_in_transaction_session_timeout') AS it, current_setting('search_path') AS sp, pg_backend_pid() AS pid")).rows[0];
+    const pids = new Set<number>();
+    for (let i = 0; i < 3; i++) {
+      const a = await seen(strict);
+      const b = await seen(plain);
+      pids.add(a.pid).add(b.pid);
+      t.same({ ...a, pid: 0 }, { st: '150ms', lt: '250ms', it: '5s', sp: 'mine,public', pid: 0 }, `round ${i}: the client's own login values`);
+      t.same({ ...b, pid: 0 }, { st: '0', lt: '0', it: '0', sp: '"$user", public', pid: 0 }, `round ${i}: the other client has the defaults`);
+    }
+    t.equal(pids.size, 1, 'both on the one server connection');
+    const err = await strict.query('SELECT pg_sleep(2)').then(() => null, (e: Error & { code?: string }) => e);
+    t.equal(err?.code, '57014', `the statement timeout given at login bites: ${err?.message}`);
+    await strict.query('CREATE TABLE made_here (n int)');
+    t.equal((await w.direct.query("SELECT to_regclass('mine.made_here') IS NOT NULL AS there")).rows[0].there, true, 'search_path given at login decides where a table goes');
+    await strict.end();
+    await plain.end();
+    await w.patch({ max_concurrent: 2 });
+  });
+
+  t.test('a startup parameter poolgate cannot keep is refused at login with a clear error, never dropped', async (t) => {
+    const got = await rawStartup(w, { work_mem: '64MB' });
+    t.match(got, /0A000/, 'feature_not_supported');
+    t.match(got, /startup parameter "work_mem" is not supported/);
   });
 
   t.test('nothing is left held', async (t) => {

@@ -10,7 +10,7 @@ import type { Admission, Governor, LazyAbortSignal, Permit } from '../../governo
 import type { Logger } from '../../log.js';
 import type { RequestRecord } from '../../dataplane/release.js';
 import { liveKey } from '../../dataplane/authenticate.js';
-import { refusalOutcome } from '../../dataplane/admit.js';
+import { refusalOutcome, refusalStatus } from '../../dataplane/admit.js';
 import type { PoolEntry, Snapshot } from '../../dataplane/snapshot.js';
 import type { Policies } from '../../policies/index.js';
 import { sha256Hex } from '../../security/tokens.js';
@@ -18,13 +18,20 @@ import { cstring, FrameReader, type FrameError } from './frames.js';
 import { AUTH_CLEARTEXT, AUTH_OK, backendKeyData, errorFields, parameterStatus, readyForQuery, SSL_NO, SSL_YES } from './messages.js';
 import { error, fatal, refusal, SQLSTATE } from './errors.js';
 import { MAX_STARTUP_BYTES, poolFromServerName, readFirstPacket, readOptions } from './startup.js';
-import { readParameterStatus, setupQuery, trackedName } from './session-params.js';
+import { forgetUnreported, notASetting, readParameterStatus, reported, setupQuery, TRACKED_LIST, trackedName } from './session-params.js';
 import type { ServerConn, ServerLink } from './server-conn.js';
 import type { ServerPool, ServerPools } from './server-pool.js';
 import { ClientStatements, type Expect, QUERY_END, SYNC } from './statements.js';
 import { Outbox } from './outbox.js';
+import { ALL_PINS, NONE, PIN, PIN_REASONS, queryEffect, statementEffect, type Effect } from './pinning.js';
 import { directReads } from '../direct-reads.js';
 import { LastCheck } from '../wire-recheck.js';
+
+/** Where pinned clients are counted, by kind of session state. */
+export interface PinMetrics {
+  pinned(pool: string, reason: string): void;
+  unpinned(pool: string, reason: string): void;
+}
 
 /** What the listener gives each client connection. */
 export interface WireContext {
@@ -41,6 +48,7 @@ export interface WireContext {
   loginTimeoutMs: number;
   clock(): number;
   metrics: { record(r: RequestRecord): void } | null;
+  pins: PinMetrics | null;
   /** The data plane's policies (the IP allowlist; HTTP-shaped ones refuse wire clients); null: none. */
   policies: Policies | null;
   /** Gives the client its BackendKeyData, and forgets it when it leaves. */
@@ -136,6 +144,13 @@ export class ClientConn implements ServerLink {
   #lostTransaction = false;
   /** The client's Terminate went to the server (answers were still owed): the server's close ends the client. */
   #terminating = false;
+  /**
+   * Session state this client made on its server connection (PIN bits, transaction mode): while any is held,
+   * the client keeps the connection and its slot between transactions (pinning.ts).
+   */
+  #pins = 0;
+  /** A simple Query that removes session state when it succeeds: applied at its ReadyForQuery unless an error came. */
+  #pendingClear: Effect | null = null;
   /** The server sent a FATAL error (terminated, shutting down), passed to the client: its close ends the client quietly. */
   #serverFatal = false;
   #pause = 0;
@@ -284,6 +299,13 @@ export class ClientConn implements ServerLink {
     for (const [name, value] of params) {
       const tracked = trackedName(name);
       if (tracked) this.#fromClient.set(tracked, value);
+      else if (!notASetting(name)) {
+        // Never dropped silently (a safety timeout the client believes it has): applied, or the login refused.
+        return this.#fatal(
+          SQLSTATE.featureNotSupported,
+          `startup parameter ${JSON.stringify(name)} is not supported by poolgate: only ${TRACKED_LIST} are kept on pooled server connections; send a SET instead`,
+        );
+      }
     }
     // `-c` settings in options win, as they do on PostgreSQL.
     for (const [name, value] of fromOptions.settings) this.#fromClient.set(name, value);
@@ -366,7 +388,7 @@ export class ClientConn implements ServerLink {
     this.secret = keys.secret;
     const out = [AUTH_OK];
     // The server's parameters as this client will have them.
-    for (const [k, v] of servers.params ?? []) out.push(parameterStatus(k, this.#wanted.get(k) ?? v));
+    for (const [k, v] of servers.params ?? []) if (reported(k)) out.push(parameterStatus(k, this.#wanted.get(k) ?? v));
     out.push(backendKeyData(this.pid, this.secret), readyForQuery('I'));
     this.#send(Buffer.concat(out));
     if (this.#loginTimer) clearTimeout(this.#loginTimer);
@@ -381,7 +403,7 @@ export class ClientConn implements ServerLink {
     if (this.#skipping) {
       if (type === S) {
         this.#skipping = false;
-        this.#send(readyForQuery('I'));
+        this.#localReady();
       } else if (type === X) this.#end();
       return;
     }
@@ -458,7 +480,7 @@ export class ClientConn implements ServerLink {
     // Queued only when the governor really queued it (a Redis answer is always a promise).
     this.#waited = admission.queued === true;
     if (!admission.ok) {
-      this.#record(pool, refusalOutcome(admission.reason), 429, null);
+      this.#record(pool, refusalOutcome(admission.reason), refusalStatus(admission.reason), null);
       if (this.#gone) return false;
       const r = refusal(admission.reason, pool.subdomain, pool.settings.queueTimeoutMs);
       if (this.#session) this.#fatal(r.code, r.message);
@@ -524,6 +546,10 @@ export class ClientConn implements ServerLink {
     } else if (type === READY && --this.#setupAnswers === 0 && this.#setupError) {
       const f = errorFields(this.#setupError);
       this.#setupError = null;
+      if (this.#server) {
+        forgetUnreported(this.#server.params);
+        this.#server.settledFor = null;
+      }
       this.#fatal(f.get('C') ?? SQLSTATE.protocolViolation, `a session parameter given at login cannot be applied: ${f.get('M') ?? 'error'}`);
     }
   }
@@ -588,7 +614,14 @@ export class ClientConn implements ServerLink {
           this.#syncs++;
         }
         return this.#toServer.add(frame);
-      case Q:
+      case Q: {
+        const e = queryEffect(frame, 5, frame.length - 1);
+        if (e !== NONE && this.#sessionState(e, true)) return;
+        this.#expect.push(QUERY_END);
+        this.#syncs++;
+        this.#midBatch = false;
+        return this.#toServer.add(frame);
+      }
       case F:
         this.#expect.push(QUERY_END);
         this.#syncs++;
@@ -598,16 +631,105 @@ export class ClientConn implements ServerLink {
       case CF:
         this.#copyIn = false;
         return this.#toServer.add(frame);
-      case P:
-      case B:
+      case P: {
+        // The unnamed statement pins when parsed (its Bind follows in the same batch); a named one at each Bind.
+        const named = frame[5] !== 0;
+        const textAt = named ? frame.indexOf(0, 5) + 1 : 6;
+        const e = textAt > 0 ? statementEffect(frame, textAt, frame.length) : NONE;
+        if (e !== NONE && e.pins !== 0 && (!named || this.#refusing) && this.#sessionState(e, false)) return;
+        this.#midBatch = true;
+        this.#statements.forward(type, frame, this.#server!, this.#expect, this.#out, e.pins);
+        return;
+      }
+      case B: {
+        this.#midBatch = true;
+        const pins = this.#statements.forward(type, frame, this.#server!, this.#expect, this.#out);
+        if (pins !== 0 && !this.#session) this.#pin(pins);
+        return;
+      }
       case D:
       case C:
         this.#midBatch = true;
-        return this.#statements.forward(type, frame, this.#server!, this.#expect, this.#out);
+        this.#statements.forward(type, frame, this.#server!, this.#expect, this.#out);
+        return;
       default:
         if (type !== H && type !== CD) this.#midBatch = true;
         return this.#toServer.add(frame);
     }
+  }
+
+  /** The pool refuses session state in transaction mode (wireSessionState: 'refuse'). */
+  get #refusing(): boolean {
+    return !this.#session && this.#pool!.settings.wireSessionState === 'refuse';
+  }
+
+  /**
+   * A statement that creates or removes session state is about to be forwarded. Transaction mode pins the
+   * client (or, under wireSessionState 'refuse', answers it with 0A000 here and returns true: nothing ran).
+   * A simple Query that removes state is noted, to unpin once it has succeeded outside any transaction.
+   */
+  #sessionState(e: Effect, query: boolean): boolean {
+    if (e.pins !== 0 && !this.#session) {
+      if (this.#refusing) return this.#refuseState(e.pins, query);
+      this.#pin(e.pins);
+    }
+    if (query && (e.clears !== 0 || e.dropsPrepared || e.resetsSettings)) {
+      // Only a Query alone on the wire, outside a transaction block: its one ReadyForQuery says whether it ran.
+      this.#pendingClear = this.#syncs === 0 && !this.#midBatch && this.#server!.status === 'I' ? e : null;
+    }
+    return false;
+  }
+
+  #pin(bits: number): void {
+    const added = bits & ~this.#pins;
+    if (added === 0) return;
+    this.#pins |= added;
+    const m = this.#ctx.pins;
+    if (m) for (const reason of PIN_REASONS) if (added & PIN[reason]) m.pinned(this.#pool!.subdomain, reason);
+  }
+
+  #unpin(bits: number): void {
+    const removed = bits & this.#pins;
+    if (removed === 0) return;
+    this.#pins &= ~removed;
+    const m = this.#ctx.pins;
+    if (m) for (const reason of PIN_REASONS) if (removed & PIN[reason]) m.unpinned(this.#pool!.subdomain, reason);
+  }
+
+  /** wireSessionState 'refuse': the statement is answered 0A000 here and never reaches the server. */
+  #refuseState(bits: number, query: boolean): true {
+    const kinds = PIN_REASONS.filter((r) => bits & PIN[r]).join(', ');
+    const message =
+      `pool ${this.#pool!.subdomain} refuses statements that create session state (${kinds}) in transaction mode ` +
+      `(pool setting wireSessionState: 'refuse'); set wireSessionState to 'pin', or wirePoolMode to 'session'`;
+    // Answers still owed ahead of it (a pipelining client): an answer of ours cannot be put in order.
+    if (this.#syncs !== 0 || this.#midBatch) {
+      this.#fatal(SQLSTATE.featureNotSupported, message);
+      return true;
+    }
+    this.#send(error(SQLSTATE.featureNotSupported, message));
+    if (query) this.#localReady();
+    else this.#skipping = true;
+    return true;
+  }
+
+  /**
+   * A ReadyForQuery of ours for a batch that never reached the server: the server connection's transaction
+   * status, and, in transaction mode, the link ends if that leaves nothing open.
+   */
+  #localReady(): void {
+    const server = this.#server;
+    this.#send(readyForQuery(server?.status ?? 'I'));
+    if (server && !this.#session && this.#pins === 0 && server.status === 'I' && this.#syncs === 0 && !this.#midBatch) this.#unlink();
+  }
+
+  /** A noted removal of session state succeeded: the client is unpinned from it, the connection's bookkeeping follows. */
+  #applyClear(e: Effect): void {
+    this.#pendingClear = null;
+    const server = this.#server;
+    if (e.clears !== 0) this.#unpin(e.clears);
+    if (server && e.dropsPrepared) server.prepared.clear();
+    if (server && e.resetsSettings) server.resetUnreported();
   }
 
   onServerDrain(): void {
@@ -629,6 +751,7 @@ export class ClientConn implements ServerLink {
         if (e.drop) return;
       }
     } else if (type === READY) {
+      if (this.#pendingClear !== null) this.#applyClear(this.#pendingClear);
       // Entries before this Sync never answered (an error skipped them): their statements were not prepared,
       // and those we closed are still there.
       let kept: Set<string> | null = null;
@@ -658,6 +781,7 @@ export class ClientConn implements ServerLink {
       if (p) this.#keepWanted(p.name, p.value);
     } else if (type === ERROR) {
       this.#copyIn = false;
+      this.#pendingClear = null;
       // The server is going away (terminated 57P01, shutting down 57P02/57P03): the client gets the server's own
       // error, which drivers key failover on, and the close that follows ends the client.
       if (isFatal(frame)) this.#serverFatal = true;
@@ -671,7 +795,7 @@ export class ClientConn implements ServerLink {
     if (this.#syncs !== 0 || this.#midBatch || frame[5] !== 0x49 /* I */) return;
     // Out of any transaction: no portal is left that needs one of the statements used in it.
     this.#statements.transactionEnd();
-    if (!this.#session) this.#unlink();
+    if (!this.#session && this.#pins === 0) this.#unlink();
   }
 
   /** The transaction is over: the server connection goes back idle and the slot is freed. */
@@ -704,6 +828,8 @@ export class ClientConn implements ServerLink {
     this.#unpause(PAUSE_SERVER_FULL);
     if (this.#serverFatal) return this.#end();
     if (this.#session) return this.#fatal(SQLSTATE.upstreamLost, 'the server connection was lost; the session ended');
+    // Its session state (what pinned it) is gone with the connection: the client cannot go on as if it were not.
+    if (this.#pins !== 0) return this.#fatal(SQLSTATE.upstreamLost, 'the server connection was lost, and with it this session\'s state (SET, temporary tables, LISTEN, locks); the session ended');
     const waiting = this.#syncs > 0 || this.#midBatch;
     this.#expect.length = 0;
     this.#syncs = 0;
@@ -800,8 +926,9 @@ export class ClientConn implements ServerLink {
       server.resume();
       // Work still owed (a batch without its answer, or a COPY FROM STDIN the server waits on): never reusable.
       if (this.#syncs > 0 || this.#midBatch || this.#copyIn) this.#servers!.destroy(server);
-      else this.#servers!.release(server, this.#session ? 'discard' : 'rollback');
+      else this.#servers!.release(server, this.#session || this.#pins !== 0 ? 'discard' : 'rollback');
     }
+    this.#unpin(ALL_PINS);
     if (permit) {
       permit.release({ dropped: true });
       this.#record(this.#pool!, 'client_aborted', 499, null);
