@@ -543,7 +543,12 @@ export class ClientConn implements ServerLink {
       if (p) this.#keepWanted(p.name, p.value);
     } else if (type === ERROR) {
       this.#setupError ??= frame;
-    } else if (type === READY && --this.#setupAnswers === 0 && this.#setupError) {
+    } else if (type === READY && --this.#setupAnswers === 0 && !this.#setupError) {
+      // Everything the client sent on this link was answered here (a refused statement): the link ends now.
+      if (this.#server && !this.#session && this.#pins === 0 && this.#syncs === 0 && !this.#midBatch && this.#server.status === 'I' && !this.#skipping) {
+        this.#unlink();
+      }
+    } else if (type === READY && this.#setupAnswers === 0 && this.#setupError) {
       const f = errorFields(this.#setupError);
       this.#setupError = null;
       if (this.#server) {
@@ -720,7 +725,8 @@ export class ClientConn implements ServerLink {
   #localReady(): void {
     const server = this.#server;
     this.#send(readyForQuery(server?.status ?? 'I'));
-    if (server && !this.#session && this.#pins === 0 && server.status === 'I' && this.#syncs === 0 && !this.#midBatch) this.#unlink();
+    // (While our SET's answers are still to come, its ReadyForQuery ends the link instead: #onSetupFrame.)
+    if (server && !this.#session && this.#pins === 0 && server.status === 'I' && this.#syncs === 0 && !this.#midBatch && this.#setupAnswers === 0) this.#unlink();
   }
 
   /** A noted removal of session state succeeded: the client is unpinned from it, the connection's bookkeeping follows. */
