@@ -235,10 +235,31 @@ if (skip) {
     await w.patch({ max_concurrent: 2 });
   });
 
-  t.test('a startup parameter poolgate cannot keep is refused at login with a clear error, never dropped', async (t) => {
-    const got = await rawStartup(w, { work_mem: '64MB' });
-    t.match(got, /0A000/, 'feature_not_supported');
-    t.match(got, /startup parameter "work_mem" is not supported/);
+  t.test('any other login setting (startup parameter, options -c/--name=value) is applied, and pins its client', async (t) => {
+    await w.patch({ max_concurrent: 2, settings: { wirePoolMode: 'transaction' } });
+    const a = new pg.Client(w.clientConfig({ options: `pool=${w.sub} --default_transaction_isolation=serializable -c work_mem=5MB` }));
+    await a.connect();
+    const b = new pg.Client(w.clientConfig());
+    await b.connect();
+    const seen = async (c: pg.Client) => (await c.query("SELECT current_setting('default_transaction_isolation') AS iso, current_setting('work_mem') AS mem")).rows[0];
+    for (let i = 0; i < 3; i++) {
+      t.same(await seen(a), { iso: 'serializable', mem: '5MB' }, `round ${i}: the client has its login settings`);
+      t.same(await seen(b), { iso: 'read committed', mem: '4MB' }, `round ${i}: the other client does not`);
+    }
+    t.equal(w.svc.service.dataplane!.governor.state(w.poolId).inFlight, 1, 'the client with login settings is pinned (holds its slot)');
+    await a.query('RESET ALL');
+    t.same(await seen(a), { iso: 'serializable', mem: '5MB' }, 'RESET ALL returns to the login values, and the client stays pinned');
+    await a.end();
+    await b.end();
+    const got = await rawStartup(w, { 'bad name!': 'x' });
+    t.match(got, /0A000/, 'a startup parameter that is not a setting name is refused');
+    const unknown = new pg.Client(w.clientConfig({ options: `pool=${w.sub} -c no_such_setting=1` }));
+    unknown.on('error', () => {});
+    await unknown.connect();
+    const err = await unknown.query('SELECT 1').then(() => null, (e: Error & { code?: string }) => e);
+    t.equal(err?.code, '42704', `an unknown setting ends the client with the server's error: ${err?.message}`);
+    await unknown.end().catch(() => {});
+    await settled();
   });
 
   t.test('nothing is left held', async (t) => {

@@ -15,10 +15,10 @@ import type { PoolEntry, Snapshot } from '../../dataplane/snapshot.js';
 import type { Policies } from '../../policies/index.js';
 import { sha256Hex } from '../../security/tokens.js';
 import { cstring, FrameReader, type FrameError } from './frames.js';
-import { AUTH_CLEARTEXT, AUTH_OK, backendKeyData, errorFields, parameterStatus, readyForQuery, SSL_NO, SSL_YES } from './messages.js';
+import { AUTH_CLEARTEXT, AUTH_OK, backendKeyData, errorFields, parameterStatus, query, readyForQuery, SSL_NO, SSL_YES } from './messages.js';
 import { error, fatal, refusal, SQLSTATE } from './errors.js';
 import { MAX_STARTUP_BYTES, poolFromServerName, readFirstPacket, readOptions } from './startup.js';
-import { forgetUnreported, notASetting, readParameterStatus, reported, setupQuery, TRACKED_LIST, trackedName } from './session-params.js';
+import { forgetUnreported, loginSettingsSql, notASetting, readParameterStatus, reported, settingName, setupQuery, trackedName } from './session-params.js';
 import type { ServerConn, ServerLink } from './server-conn.js';
 import type { ServerPool, ServerPools } from './server-pool.js';
 import { ClientStatements, type Expect, QUERY_END, SYNC } from './statements.js';
@@ -149,6 +149,16 @@ export class ClientConn implements ServerLink {
    * the client keeps the connection and its slot between transactions (pinning.ts).
    */
   #pins = 0;
+  /**
+   * Settings given at login that poolgate does not track (startup parameters, options -c): applied on the
+   * client's first server connection by set_config, which pins the client there for good (a RESET ALL
+   * returns them to their login values, as on PostgreSQL); null when none, or once applied.
+   */
+  #loginSettings: Map<string, string> | null = null;
+  /** Those settings' set_config, sent again after the client's own RESET ALL / DISCARD ALL (which return to login values on PostgreSQL). */
+  #loginSql: string | null = null;
+  /** Pins no statement removes (settings given at login). */
+  #stickyPins = 0;
   /** A simple Query that removes session state when it succeeds: applied at its ReadyForQuery unless an error came. */
   #pendingClear: Effect | null = null;
   /** The server sent a FATAL error (terminated, shutting down), passed to the client: its close ends the client quietly. */
@@ -300,15 +310,14 @@ export class ClientConn implements ServerLink {
       const tracked = trackedName(name);
       if (tracked) this.#fromClient.set(tracked, value);
       else if (!notASetting(name)) {
-        // Never dropped silently (a safety timeout the client believes it has): applied, or the login refused.
-        return this.#fatal(
-          SQLSTATE.featureNotSupported,
-          `startup parameter ${JSON.stringify(name)} is not supported by poolgate: only ${TRACKED_LIST} are kept on pooled server connections; send a SET instead`,
-        );
+        // Never dropped silently: applied (pinning the client for it), or the login refused.
+        if (!settingName(name)) return this.#fatal(SQLSTATE.featureNotSupported, `startup parameter ${JSON.stringify(name)} is not a configuration parameter name`);
+        (this.#loginSettings ??= new Map()).set(name, value);
       }
     }
     // `-c` settings in options win, as they do on PostgreSQL.
     for (const [name, value] of fromOptions.settings) this.#fromClient.set(name, value);
+    for (const [name, value] of fromOptions.others) (this.#loginSettings ??= new Map()).set(name, value);
     const sub = poolFromServerName(this.#servername, this.#ctx.poolDomain) ?? fromOptions.pool;
     if (!sub) {
       return this.#fatal(
@@ -525,6 +534,19 @@ export class ClientConn implements ServerLink {
     // Setting an array's length is a runtime call even when it is already 0.
     if (this.#expect.length !== 0) this.#expect.length = 0;
     this.#syncs = 0;
+    if (this.#loginSettings !== null) {
+      // Once, on the first server connection: the client stays on it for the rest of its session.
+      const sql = loginSettingsSql(this.#loginSettings);
+      this.#loginSettings = null;
+      this.#loginSql = sql;
+      if (!this.#session) {
+        this.#stickyPins = PIN.set;
+        this.#pin(PIN.set);
+      }
+      this.#setupAnswers++;
+      server.write(query(sql));
+      server.settledFor = null;
+    }
     // The connection's session parameters made the client's, ahead of anything the client sends.
     if (server.settledFor !== this.#wanted) {
       const setup = setupQuery(this.#wanted, server.params);
@@ -693,8 +715,8 @@ export class ClientConn implements ServerLink {
     if (m) for (const reason of PIN_REASONS) if (added & PIN[reason]) m.pinned(this.#pool!.subdomain, reason);
   }
 
-  #unpin(bits: number): void {
-    const removed = bits & this.#pins;
+  #unpin(bits: number, all = false): void {
+    const removed = bits & this.#pins & (all ? ALL_PINS : ~this.#stickyPins);
     if (removed === 0) return;
     this.#pins &= ~removed;
     const m = this.#ctx.pins;
@@ -735,7 +757,13 @@ export class ClientConn implements ServerLink {
     const server = this.#server;
     if (e.clears !== 0) this.#unpin(e.clears);
     if (server && e.dropsPrepared) server.prepared.clear();
-    if (server && e.resetsSettings) server.resetUnreported();
+    if (server && e.resetsSettings) {
+      server.resetUnreported();
+      if (this.#loginSql !== null) {
+        this.#setupAnswers++;
+        server.write(query(this.#loginSql));
+      }
+    }
   }
 
   onServerDrain(): void {
@@ -934,7 +962,7 @@ export class ClientConn implements ServerLink {
       if (this.#syncs > 0 || this.#midBatch || this.#copyIn) this.#servers!.destroy(server);
       else this.#servers!.release(server, this.#session || this.#pins !== 0 ? 'discard' : 'rollback');
     }
-    this.#unpin(ALL_PINS);
+    this.#unpin(ALL_PINS, true);
     if (permit) {
       permit.release({ dropped: true });
       this.#record(this.#pool!, 'client_aborted', 499, null);

@@ -51,7 +51,8 @@ export function readParameterStatus(frame: Buffer): { name: string; value: strin
 export function wantedParams(defaults: ReadonlyMap<string, string>, fromClient: ReadonlyMap<string, string>): Map<string, string> {
   const wanted = new Map<string, string>();
   for (const name of TRACKED.values()) {
-    const v = fromClient.get(name) ?? defaults.get(name);
+    // PostgreSQL's own default application_name is empty: the upstream login's 'poolgate' is not the client's.
+    const v = fromClient.get(name) ?? (name === 'application_name' ? '' : defaults.get(name));
     if (v !== undefined) wanted.set(name, v);
   }
   return wanted;
@@ -80,6 +81,18 @@ export function setupQuery(wanted: ReadonlyMap<string, string>, current: Map<str
 /** After a setup that failed part way, what the unreported parameters are is not known: the next link sets them all. */
 export function forgetUnreported(current: Map<string, string>): void {
   for (const name of UNREPORTED) current.set(name, '\0unknown');
+}
+
+/** A configuration parameter name as PostgreSQL accepts one (custom ones have a dot). */
+export function settingName(name: string): boolean {
+  return /^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)?$/.test(name) && name.length <= 63;
+}
+
+/** set_config calls for settings given at login that poolgate does not track (the client is pinned for them). */
+export function loginSettingsSql(settings: ReadonlyMap<string, string>): string {
+  let sql = '';
+  for (const [name, value] of settings) sql += `${sql === '' ? 'SELECT ' : ', '}pg_catalog.set_config(${literal(name)}, ${literal(value)}, false)`;
+  return sql;
 }
 
 /** The SQL that reads the unreported parameters of a fresh connection, in UNREPORTED's order. */
