@@ -236,7 +236,8 @@ if (skip) {
   });
 
   t.test('any other login setting (startup parameter, options -c/--name=value) is applied, and pins its client', async (t) => {
-    await w.patch({ max_concurrent: 2, settings: { wirePoolMode: 'transaction' } });
+    // Two slots for certain (the adaptive limit may have come down after the statement timeouts above).
+    await w.patch({ max_concurrent: 2, settings: { wirePoolMode: 'transaction', adaptive: false } });
     const a = new pg.Client(w.clientConfig({ options: `pool=${w.sub} --default_transaction_isolation=serializable -c work_mem=5MB` }));
     await a.connect();
     const b = new pg.Client(w.clientConfig());
@@ -259,6 +260,7 @@ if (skip) {
     const err = await unknown.query('SELECT 1').then(() => null, (e: Error & { code?: string }) => e);
     t.equal(err?.code, '42704', `an unknown setting ends the client with the server's error: ${err?.message}`);
     await unknown.end().catch(() => {});
+    await w.patch({ settings: { adaptive: null } });
     await settled();
   });
 
