@@ -266,6 +266,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         host: config.host, port: config.pgPort, governor, snapshot: () => dp.snapshots.current, poolDomain: config.poolDomain,
         tlsCertFile: config.wireTlsCertFile, tlsKeyFile: config.wireTlsKeyFile, allowPrivate: config.allowPrivateTargets,
         allowInsecure: config.dbAllowInsecure, log, logSample: config.accessLogSample, metrics: sink, clock,
+        pins: { pinned: (pool, reason) => poolMetrics.wirePinned(pool, 'postgres', reason, 1), unpinned: (pool, reason) => poolMetrics.wirePinned(pool, 'postgres', reason, -1) },
         maxPreparedStatements: config.wireMaxPreparedStatements, policies: dp.policies,
       });
       ports.pg = pgWire.port;

@@ -36,6 +36,20 @@ export function refusalOutcome(reason: RefusalReason): OutcomeName {
   }
 }
 
+/** The HTTP status a refused admission stands for (the wire listeners record it with the outcome; HTTP replies it). */
+export function refusalStatus(reason: RefusalReason): number {
+  switch (reason) {
+    case 'queue_timeout':
+      return 504;
+    case 'unavailable':
+      return 503;
+    case 'aborted':
+      return 499;
+    default:
+      return 429;
+  }
+}
+
 /** The reply for a refused admission; null for `aborted` (the client is gone, nothing to send). */
 export function refusalReply(a: Extract<Admission, { ok: false }>, governorHeaders: Array<[string, string]>): Reply | null {
   switch (a.reason) {

@@ -10,21 +10,28 @@ import type { Admission, Governor, LazyAbortSignal, Permit } from '../../governo
 import type { Logger } from '../../log.js';
 import type { RequestRecord } from '../../dataplane/release.js';
 import { liveKey } from '../../dataplane/authenticate.js';
-import { refusalOutcome } from '../../dataplane/admit.js';
+import { refusalOutcome, refusalStatus } from '../../dataplane/admit.js';
 import type { PoolEntry, Snapshot } from '../../dataplane/snapshot.js';
 import type { Policies } from '../../policies/index.js';
 import { sha256Hex } from '../../security/tokens.js';
 import { cstring, FrameReader, type FrameError } from './frames.js';
-import { AUTH_CLEARTEXT, AUTH_OK, backendKeyData, errorFields, parameterStatus, readyForQuery, SSL_NO, SSL_YES } from './messages.js';
+import { AUTH_CLEARTEXT, AUTH_OK, backendKeyData, errorFields, parameterStatus, query, readyForQuery, SSL_NO, SSL_YES } from './messages.js';
 import { error, fatal, refusal, SQLSTATE } from './errors.js';
 import { MAX_STARTUP_BYTES, poolFromServerName, readFirstPacket, readOptions } from './startup.js';
-import { readParameterStatus, setupQuery, trackedName } from './session-params.js';
+import { forgetUnreported, loginSettingsSql, notASetting, readParameterStatus, reported, settingName, setupQuery, trackedName } from './session-params.js';
 import type { ServerConn, ServerLink } from './server-conn.js';
 import type { ServerPool, ServerPools } from './server-pool.js';
 import { ClientStatements, type Expect, QUERY_END, SYNC } from './statements.js';
 import { Outbox } from './outbox.js';
+import { ALL_PINS, NONE, PIN, PIN_REASONS, queryEffect, statementEffect, type Effect } from './pinning.js';
 import { directReads } from '../direct-reads.js';
 import { LastCheck } from '../wire-recheck.js';
+
+/** Where pinned clients are counted, by kind of session state. */
+export interface PinMetrics {
+  pinned(pool: string, reason: string): void;
+  unpinned(pool: string, reason: string): void;
+}
 
 /** What the listener gives each client connection. */
 export interface WireContext {
@@ -41,6 +48,7 @@ export interface WireContext {
   loginTimeoutMs: number;
   clock(): number;
   metrics: { record(r: RequestRecord): void } | null;
+  pins: PinMetrics | null;
   /** The data plane's policies (the IP allowlist; HTTP-shaped ones refuse wire clients); null: none. */
   policies: Policies | null;
   /** Gives the client its BackendKeyData, and forgets it when it leaves. */
@@ -56,6 +64,9 @@ export interface WireContext {
 const Q = 0x51, F = 0x46, P = 0x50, B = 0x42, D = 0x44, C = 0x43, S = 0x53, H = 0x48, X = 0x58, CD = 0x64, CC = 0x63, CF = 0x66, PW = 0x70;
 // Frame types (server → client).
 const PARSE_COMPLETE = 0x31, CLOSE_COMPLETE = 0x33, READY = 0x5a, ERROR = 0x45, COPY_IN = 0x47, COMMAND_COMPLETE = 0x43, PARAMETER_STATUS = 0x53;
+
+/** The first four bytes of a Terminate message ('X' 00 00 00) read as a startup packet's length. */
+const TERMINATE_AS_LENGTH = 0x58000000;
 
 const PAUSE_ACQUIRE = 1;
 const PAUSE_SERVER_FULL = 2;
@@ -131,6 +142,27 @@ export class ClientConn implements ServerLink {
   #skipping = false;
   /** The server connection was lost while the client sat in a transaction: its next batch gets the error. */
   #lostTransaction = false;
+  /** The client's Terminate went to the server (answers were still owed): the server's close ends the client. */
+  #terminating = false;
+  /**
+   * Session state this client made on its server connection (PIN bits, transaction mode): while any is held,
+   * the client keeps the connection and its slot between transactions (pinning.ts).
+   */
+  #pins = 0;
+  /**
+   * Settings given at login that poolgate does not track (startup parameters, options -c): applied on the
+   * client's first server connection by set_config, which pins the client there for good (a RESET ALL
+   * returns them to their login values, as on PostgreSQL); null when none, or once applied.
+   */
+  #loginSettings: Map<string, string> | null = null;
+  /** Those settings' set_config, sent again after the client's own RESET ALL / DISCARD ALL (which return to login values on PostgreSQL). */
+  #loginSql: string | null = null;
+  /** Pins no statement removes (settings given at login). */
+  #stickyPins = 0;
+  /** A simple Query that removes session state when it succeeds: applied at its ReadyForQuery unless an error came. */
+  #pendingClear: Effect | null = null;
+  /** The server sent a FATAL error (terminated, shutting down), passed to the client: its close ends the client quietly. */
+  #serverFatal = false;
   #pause = 0;
   /** The frames of one received chunk are being handled: what they forward is written once, after the chunk. */
   #inChunk = false;
@@ -202,6 +234,9 @@ export class ClientConn implements ServerLink {
   }
 
   #frameError(err: FrameError): void {
+    // A Terminate ('X', length 4) before any startup packet (node-postgres on connect(); end()): read untyped,
+    // 'X\0\0\0' is a length of 0x58000000. PostgreSQL closes such a connection without a word.
+    if (this.#phase === 'first' && err.declared === TERMINATE_AS_LENGTH) return this.#end();
     const message =
       err.kind === 'too_large'
         ? `message of ${err.declared} bytes exceeds the limit of ${this.#reader.maxFrameBytes} bytes`
@@ -274,9 +309,15 @@ export class ClientConn implements ServerLink {
     for (const [name, value] of params) {
       const tracked = trackedName(name);
       if (tracked) this.#fromClient.set(tracked, value);
+      else if (!notASetting(name)) {
+        // Never dropped silently: applied (pinning the client for it), or the login refused.
+        if (!settingName(name)) return this.#fatal(SQLSTATE.featureNotSupported, `startup parameter ${JSON.stringify(name)} is not a configuration parameter name`);
+        (this.#loginSettings ??= new Map()).set(name, value);
+      }
     }
     // `-c` settings in options win, as they do on PostgreSQL.
     for (const [name, value] of fromOptions.settings) this.#fromClient.set(name, value);
+    for (const [name, value] of fromOptions.others) (this.#loginSettings ??= new Map()).set(name, value);
     const sub = poolFromServerName(this.#servername, this.#ctx.poolDomain) ?? fromOptions.pool;
     if (!sub) {
       return this.#fatal(
@@ -356,7 +397,7 @@ export class ClientConn implements ServerLink {
     this.secret = keys.secret;
     const out = [AUTH_OK];
     // The server's parameters as this client will have them.
-    for (const [k, v] of servers.params ?? []) out.push(parameterStatus(k, this.#wanted.get(k) ?? v));
+    for (const [k, v] of servers.params ?? []) if (reported(k)) out.push(parameterStatus(k, this.#wanted.get(k) ?? v));
     out.push(backendKeyData(this.pid, this.secret), readyForQuery('I'));
     this.#send(Buffer.concat(out));
     if (this.#loginTimer) clearTimeout(this.#loginTimer);
@@ -371,14 +412,15 @@ export class ClientConn implements ServerLink {
     if (this.#skipping) {
       if (type === S) {
         this.#skipping = false;
-        this.#send(readyForQuery('I'));
+        this.#localReady();
       } else if (type === X) this.#end();
       return;
     }
+    // Terminate is ours to act on, never the server's (checked before the linked fast path).
+    if (type === X && this.#queue.length === 0) return this.#terminate(frame);
     if (this.#server && this.#queue.length === 0) return this.#forward(type, frame);
     if (this.#queue.length === 0 && !this.#acquiring) {
       // Messages that need no server while unlinked.
-      if (type === X) return this.#end();
       if (type === CD || type === CC || type === CF || type === H) return;
       if (type === S && !this.#lostTransaction) {
         this.#send(readyForQuery('I'));
@@ -414,7 +456,7 @@ export class ClientConn implements ServerLink {
     if (!server || this.#gone) return;
     while (this.#queue.length > 0 && this.#server === server) {
       const { type, frame } = this.#queue.shift()!;
-      if (type === X) return this.#end();
+      if (type === X) return this.#terminate(frame);
       this.#forward(type, frame);
     }
     // Linked while reading a chunk: the rest of it is forwarded too, then written in one go by #onData.
@@ -447,7 +489,7 @@ export class ClientConn implements ServerLink {
     // Queued only when the governor really queued it (a Redis answer is always a promise).
     this.#waited = admission.queued === true;
     if (!admission.ok) {
-      this.#record(pool, refusalOutcome(admission.reason), 429, null);
+      this.#record(pool, refusalOutcome(admission.reason), refusalStatus(admission.reason), null);
       if (this.#gone) return false;
       const r = refusal(admission.reason, pool.subdomain, pool.settings.queueTimeoutMs);
       if (this.#session) this.#fatal(r.code, r.message);
@@ -492,6 +534,19 @@ export class ClientConn implements ServerLink {
     // Setting an array's length is a runtime call even when it is already 0.
     if (this.#expect.length !== 0) this.#expect.length = 0;
     this.#syncs = 0;
+    if (this.#loginSettings !== null) {
+      // Once, on the first server connection: the client stays on it for the rest of its session.
+      const sql = loginSettingsSql(this.#loginSettings);
+      this.#loginSettings = null;
+      this.#loginSql = sql;
+      if (!this.#session) {
+        this.#stickyPins = PIN.set;
+        this.#pin(PIN.set);
+      }
+      this.#setupAnswers++;
+      server.write(query(sql));
+      server.settledFor = null;
+    }
     // The connection's session parameters made the client's, ahead of anything the client sends.
     if (server.settledFor !== this.#wanted) {
       const setup = setupQuery(this.#wanted, server.params);
@@ -510,9 +565,18 @@ export class ClientConn implements ServerLink {
       if (p) this.#keepWanted(p.name, p.value);
     } else if (type === ERROR) {
       this.#setupError ??= frame;
-    } else if (type === READY && --this.#setupAnswers === 0 && this.#setupError) {
+    } else if (type === READY && --this.#setupAnswers === 0 && !this.#setupError) {
+      // Everything the client sent on this link was answered here (a refused statement): the link ends now.
+      if (this.#server && !this.#session && this.#pins === 0 && this.#syncs === 0 && !this.#midBatch && this.#server.status === 'I' && !this.#skipping) {
+        this.#unlink();
+      }
+    } else if (type === READY && this.#setupAnswers === 0 && this.#setupError) {
       const f = errorFields(this.#setupError);
       this.#setupError = null;
+      if (this.#server) {
+        forgetUnreported(this.#server.params);
+        this.#server.settledFor = null;
+      }
       this.#fatal(f.get('C') ?? SQLSTATE.protocolViolation, `a session parameter given at login cannot be applied: ${f.get('M') ?? 'error'}`);
     }
   }
@@ -577,7 +641,14 @@ export class ClientConn implements ServerLink {
           this.#syncs++;
         }
         return this.#toServer.add(frame);
-      case Q:
+      case Q: {
+        const e = queryEffect(frame, 5, frame.length - 1);
+        if (e !== NONE && this.#sessionState(e, true)) return;
+        this.#expect.push(QUERY_END);
+        this.#syncs++;
+        this.#midBatch = false;
+        return this.#toServer.add(frame);
+      }
       case F:
         this.#expect.push(QUERY_END);
         this.#syncs++;
@@ -587,15 +658,111 @@ export class ClientConn implements ServerLink {
       case CF:
         this.#copyIn = false;
         return this.#toServer.add(frame);
-      case P:
-      case B:
+      case P: {
+        // The unnamed statement pins when parsed (its Bind follows in the same batch); a named one at each Bind.
+        const named = frame[5] !== 0;
+        const textAt = named ? frame.indexOf(0, 5) + 1 : 6;
+        const e = textAt > 0 ? statementEffect(frame, textAt, frame.length) : NONE;
+        if (e !== NONE && e.pins !== 0 && (!named || this.#refusing) && this.#sessionState(e, false)) return;
+        this.#midBatch = true;
+        this.#statements.forward(type, frame, this.#server!, this.#expect, this.#out, e.pins);
+        return;
+      }
+      case B: {
+        this.#midBatch = true;
+        const pins = this.#statements.forward(type, frame, this.#server!, this.#expect, this.#out);
+        if (pins !== 0 && !this.#session) this.#pin(pins);
+        return;
+      }
       case D:
       case C:
         this.#midBatch = true;
-        return this.#statements.forward(type, frame, this.#server!, this.#expect, this.#out);
+        this.#statements.forward(type, frame, this.#server!, this.#expect, this.#out);
+        return;
       default:
         if (type !== H && type !== CD) this.#midBatch = true;
         return this.#toServer.add(frame);
+    }
+  }
+
+  /** The pool refuses session state in transaction mode (wireSessionState: 'refuse'). */
+  get #refusing(): boolean {
+    return !this.#session && this.#pool!.settings.wireSessionState === 'refuse';
+  }
+
+  /**
+   * A statement that creates or removes session state is about to be forwarded. Transaction mode pins the
+   * client (or, under wireSessionState 'refuse', answers it with 0A000 here and returns true: nothing ran).
+   * A simple Query that removes state is noted, to unpin once it has succeeded outside any transaction.
+   */
+  #sessionState(e: Effect, query: boolean): boolean {
+    if (e.pins !== 0 && !this.#session) {
+      if (this.#refusing) return this.#refuseState(e.pins, query);
+      this.#pin(e.pins);
+    }
+    if (query && (e.clears !== 0 || e.dropsPrepared || e.resetsSettings)) {
+      // Only a Query alone on the wire, outside a transaction block: its one ReadyForQuery says whether it ran.
+      this.#pendingClear = this.#syncs === 0 && !this.#midBatch && this.#server!.status === 'I' ? e : null;
+    }
+    return false;
+  }
+
+  #pin(bits: number): void {
+    const added = bits & ~this.#pins;
+    if (added === 0) return;
+    this.#pins |= added;
+    const m = this.#ctx.pins;
+    if (m) for (const reason of PIN_REASONS) if (added & PIN[reason]) m.pinned(this.#pool!.subdomain, reason);
+  }
+
+  #unpin(bits: number, all = false): void {
+    const removed = bits & this.#pins & (all ? ALL_PINS : ~this.#stickyPins);
+    if (removed === 0) return;
+    this.#pins &= ~removed;
+    const m = this.#ctx.pins;
+    if (m) for (const reason of PIN_REASONS) if (removed & PIN[reason]) m.unpinned(this.#pool!.subdomain, reason);
+  }
+
+  /** wireSessionState 'refuse': the statement is answered 0A000 here and never reaches the server. */
+  #refuseState(bits: number, query: boolean): true {
+    const kinds = PIN_REASONS.filter((r) => bits & PIN[r]).join(', ');
+    const message =
+      `pool ${this.#pool!.subdomain} refuses statements that create session state (${kinds}) in transaction mode ` +
+      `(pool setting wireSessionState: 'refuse'); set wireSessionState to 'pin', or wirePoolMode to 'session'`;
+    // Answers still owed ahead of it (a pipelining client): an answer of ours cannot be put in order.
+    if (this.#syncs !== 0 || this.#midBatch) {
+      this.#fatal(SQLSTATE.featureNotSupported, message);
+      return true;
+    }
+    this.#send(error(SQLSTATE.featureNotSupported, message));
+    if (query) this.#localReady();
+    else this.#skipping = true;
+    return true;
+  }
+
+  /**
+   * A ReadyForQuery of ours for a batch that never reached the server: the server connection's transaction
+   * status, and, in transaction mode, the link ends if that leaves nothing open.
+   */
+  #localReady(): void {
+    const server = this.#server;
+    this.#send(readyForQuery(server?.status ?? 'I'));
+    // (While our SET's answers are still to come, its ReadyForQuery ends the link instead: #onSetupFrame.)
+    if (server && !this.#session && this.#pins === 0 && server.status === 'I' && this.#syncs === 0 && !this.#midBatch && this.#setupAnswers === 0) this.#unlink();
+  }
+
+  /** A noted removal of session state succeeded: the client is unpinned from it, the connection's bookkeeping follows. */
+  #applyClear(e: Effect): void {
+    this.#pendingClear = null;
+    const server = this.#server;
+    if (e.clears !== 0) this.#unpin(e.clears);
+    if (server && e.dropsPrepared) server.prepared.clear();
+    if (server && e.resetsSettings) {
+      server.resetUnreported();
+      if (this.#loginSql !== null) {
+        this.#setupAnswers++;
+        server.write(query(this.#loginSql));
+      }
     }
   }
 
@@ -618,6 +785,7 @@ export class ClientConn implements ServerLink {
         if (e.drop) return;
       }
     } else if (type === READY) {
+      if (this.#pendingClear !== null) this.#applyClear(this.#pendingClear);
       // Entries before this Sync never answered (an error skipped them): their statements were not prepared,
       // and those we closed are still there.
       let kept: Set<string> | null = null;
@@ -647,11 +815,13 @@ export class ClientConn implements ServerLink {
       if (p) this.#keepWanted(p.name, p.value);
     } else if (type === ERROR) {
       this.#copyIn = false;
-      // The server is going away (terminated, shutting down): the close that follows tells the client.
-      if (isFatal(frame)) return;
+      this.#pendingClear = null;
+      // The server is going away (terminated 57P01, shutting down 57P02/57P03): the client gets the server's own
+      // error, which drivers key failover on, and the close that follows ends the client.
+      if (isFatal(frame)) this.#serverFatal = true;
     }
     this.#toClient.add(frame);
-    if (type !== READY) return;
+    if (type !== READY || this.#terminating) return;
     this.onServerChunkEnd();
     // Not while an extended batch is open (Parse/Bind/… forwarded after the last Query or Sync, its Sync still
     // to come): that server connection has work of this client's in it, and after an error in it PostgreSQL
@@ -659,7 +829,7 @@ export class ClientConn implements ServerLink {
     if (this.#syncs !== 0 || this.#midBatch || frame[5] !== 0x49 /* I */) return;
     // Out of any transaction: no portal is left that needs one of the statements used in it.
     this.#statements.transactionEnd();
-    if (!this.#session) this.#unlink();
+    if (!this.#session && this.#pins === 0) this.#unlink();
   }
 
   /** The transaction is over: the server connection goes back idle and the slot is freed. */
@@ -687,9 +857,13 @@ export class ClientConn implements ServerLink {
     this.#permit = null;
     permit?.release({ dropped: true });
     if (this.#gone) return;
+    if (this.#terminating) return this.#end();
     this.#record(this.#pool!, 'upstream_aborted', 502, null);
     this.#unpause(PAUSE_SERVER_FULL);
+    if (this.#serverFatal) return this.#end();
     if (this.#session) return this.#fatal(SQLSTATE.upstreamLost, 'the server connection was lost; the session ended');
+    // Its session state (what pinned it) is gone with the connection: the client cannot go on as if it were not.
+    if (this.#pins !== 0) return this.#fatal(SQLSTATE.upstreamLost, 'the server connection was lost, and with it this session\'s state (SET, temporary tables, LISTEN, locks); the session ended');
     const waiting = this.#syncs > 0 || this.#midBatch;
     this.#expect.length = 0;
     this.#syncs = 0;
@@ -749,8 +923,24 @@ export class ClientConn implements ServerLink {
   }
 
   #end(): void {
+    this.#toClient.flush();
     this.#socket.end();
     this.#closed();
+  }
+
+  /**
+   * The client sent Terminate. With nothing owed by its server connection, the client ends here and the
+   * connection is reset and reused (#closed). With answers still owed (a batch sent without waiting for
+   * them), PostgreSQL would finish that batch before reading the Terminate: it goes to the server, whose
+   * answers and close the client then gets, and that server connection is not reused.
+   */
+  #terminate(frame: Buffer): void {
+    if (!this.#server || (this.#syncs === 0 && !this.#midBatch && !this.#copyIn)) return this.#end();
+    this.#terminating = true;
+    this.#pause |= PAUSE_ACQUIRE;
+    this.#socket.pause();
+    this.#toServer.add(frame);
+    if (!this.#inChunk) this.#flushToServer();
   }
 
   /** The client is gone: its server connection is cleaned (or closed) and its slot freed. Runs once. */
@@ -770,8 +960,9 @@ export class ClientConn implements ServerLink {
       server.resume();
       // Work still owed (a batch without its answer, or a COPY FROM STDIN the server waits on): never reusable.
       if (this.#syncs > 0 || this.#midBatch || this.#copyIn) this.#servers!.destroy(server);
-      else this.#servers!.release(server, this.#session ? 'discard' : 'rollback');
+      else this.#servers!.release(server, this.#session || this.#pins !== 0 ? 'discard' : 'rollback');
     }
+    this.#unpin(ALL_PINS, true);
     if (permit) {
       permit.release({ dropped: true });
       this.#record(this.#pool!, 'client_aborted', 499, null);

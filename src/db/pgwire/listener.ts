@@ -11,7 +11,7 @@ import type { Logger } from '../../log.js';
 import type { RequestRecord } from '../../dataplane/release.js';
 import type { Snapshot } from '../../dataplane/snapshot.js';
 import type { Policies } from '../../policies/index.js';
-import { ClientConn, type WireContext } from './client-conn.js';
+import { ClientConn, type PinMetrics, type WireContext } from './client-conn.js';
 import { ServerConn } from './server-conn.js';
 import { ServerPools } from './server-pool.js';
 
@@ -30,6 +30,8 @@ export interface PgWireOptions {
   /** Log one successful login in this many (config accessLogSample; 0: none); refusals and errors are always logged. */
   logSample?: number;
   metrics?: { record(r: RequestRecord): void } | null;
+  /** Pinned clients by kind of session state (poolgate_wire_pinned_clients, poolgate_wire_pins_total). */
+  pins?: PinMetrics | null;
   /** The data plane's policies (IP allowlist, HTTP-only policies refused); null: none. */
   policies?: Policies | null;
   clock?: () => number;
@@ -97,6 +99,7 @@ export class PgWireListener {
       loginTimeoutMs: opts.loginTimeoutMs ?? 30_000,
       clock: opts.clock ?? Date.now,
       metrics: opts.metrics ?? null,
+      pins: opts.pins ?? null,
       policies: opts.policies ?? null,
       register: (c) => this.#register(c),
       unregister: (c) => this.#unregister(c),

@@ -8,7 +8,7 @@ import { guardedConnect, guardedSocket } from '../connect-guard.js';
 import { directReads } from '../direct-reads.js';
 import { FrameReader } from './frames.js';
 import { cancelRequest } from './messages.js';
-import { readParameterStatus } from './session-params.js';
+import { READ_UNREPORTED, readParameterStatus, UNREPORTED } from './session-params.js';
 
 /** Whoever is using the connection: a client's link, or the pool's reset. */
 export interface ServerLink {
@@ -53,6 +53,8 @@ export class ServerConn {
   readonly port: number;
   /** The server's reported parameters: at login, then as ParameterStatus messages change them (SET, DISCARD ALL). */
   readonly params: Map<string, string>;
+  /** The unreported tracked parameters as the connection opened with them: what a DISCARD ALL or RESET ALL returns them to. */
+  readonly atLogin: ReadonlyMap<string, string>;
   /** Server-side names of the prepared statements this connection holds. */
   readonly prepared = new Set<string>();
   /** Transaction status from the last ReadyForQuery: I idle, T in a transaction, E failed transaction. */
@@ -96,6 +98,9 @@ export class ServerConn {
     this.pid = pid;
     this.secret = secret;
     this.params = params;
+    const atLogin = new Map<string, string>();
+    for (const name of UNREPORTED) atLogin.set(name, params.get(name)!);
+    this.atLogin = atLogin;
     this.host = host;
     this.port = port;
     ServerConn.live++;
@@ -129,6 +134,14 @@ export class ServerConn {
     client.connection.on('parameterStatus', (m: { parameterName: string; parameterValue: string }) => params.set(m.parameterName, m.parameterValue));
     client.on('error', () => {});
     await client.connect();
+    // The tracked parameters the server does not report: known from here on by what poolgate sets.
+    try {
+      const row = (await client.query({ text: READ_UNREPORTED, rowMode: 'array' })).rows[0] as string[];
+      UNREPORTED.forEach((name, i) => params.set(name, row[i]!));
+    } catch (err) {
+      await client.end().catch(() => {});
+      throw err;
+    }
     const conn = client.connection;
     const socket = conn.stream;
     // pg's own listeners must never see the stream again; its emitter keeps a sink for errors only.
@@ -182,6 +195,12 @@ export class ServerConn {
     s.on('error', () => {});
     s.setTimeout(10_000, () => s.destroy());
     s.once('connect', () => s.end(cancelRequest(this.pid, this.secret)));
+  }
+
+  /** A RESET ALL or DISCARD ALL ran: the unreported parameters are back at their login values. */
+  resetUnreported(): void {
+    for (const [name, value] of this.atLogin) this.params.set(name, value);
+    this.settledFor = null;
   }
 
   /** Closes the connection (PostgreSQL rolls back whatever transaction it had open). */

@@ -155,7 +155,10 @@ export class ServerPool {
         if (type !== 0x5a /* Z */ || --left > 0) return;
         clearTimeout(stuck);
         if (failed || conn.status !== 'I') return conn.close();
-        if (reset === 'discard') conn.prepared.clear();
+        if (reset === 'discard') {
+          conn.prepared.clear();
+          conn.resetUnreported();
+        }
         conn.link = null;
         this.#idleOrGive(conn);
       },

@@ -1,6 +1,6 @@
 // The client's first packets: which request it is (startup, SSLRequest, GSSENCRequest, CancelRequest), the
 // startup parameters, and the pool they name (SNI `<subdomain>.{pool_domain}`, else `options=pool=<sub>`).
-import { TRACKED_LIST, trackedName } from './session-params.js';
+import { settingName, trackedName } from './session-params.js';
 
 export const PROTOCOL_3 = 196608;
 export const SSL_REQUEST = 80877103;
@@ -73,9 +73,10 @@ function optionWords(options: string): string[] {
  * settings of the session parameters poolgate keeps per client (`-c TimeZone=UTC`, see session-params.ts).
  * Anything else is refused: it would be silently lost on pooled server connections.
  */
-export function readOptions(options: string | undefined): { pool: string | null; settings: Map<string, string> } | { error: string } {
+export function readOptions(options: string | undefined): { pool: string | null; settings: Map<string, string>; others: Map<string, string> } | { error: string } {
   const settings = new Map<string, string>();
-  if (!options) return { pool: null, settings };
+  const others = new Map<string, string>();
+  if (!options) return { pool: null, settings, others };
   const words = optionWords(options);
   let pool: string | null = null;
   for (let i = 0; i < words.length; i++) {
@@ -94,11 +95,16 @@ export function readOptions(options: string | undefined): { pool: string | null;
       settings.set(tracked, w.slice(eq + 1));
       continue;
     }
+    // Any other setting is applied too, and pins the client to its server connection (client-conn.ts).
+    if (name && settingName(name.replace(/-/g, '_'))) {
+      others.set(name.replace(/-/g, '_'), w.slice(eq + 1));
+      continue;
+    }
     return {
-      error: `the options parameter may only name the pool (options=pool=<subdomain>) and set ${TRACKED_LIST}; ${JSON.stringify(words[i])} is not accepted`,
+      error: `the options parameter may only name the pool (options=pool=<subdomain>) and set parameters (-c name=value); ${JSON.stringify(words[i])} is not accepted`,
     };
   }
-  return { pool, settings };
+  return { pool, settings, others };
 }
 
 /** The pool subdomain an SNI server name points to, or null when it is not `<subdomain>.{poolDomain}`. */

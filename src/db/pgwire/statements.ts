@@ -30,6 +30,8 @@ interface Statement {
   rest: Buffer;
   /** `server` as a C string, ready to splice into each Bind. */
   serverC: Buffer;
+  /** The session state its execution may create (pinning.ts): pins its client again at each Bind. */
+  pins: number;
 }
 
 function serverName(rest: Buffer): string {
@@ -56,23 +58,29 @@ export class ClientStatements {
     return this.#byName.size;
   }
 
-  /** Passes Parse, Bind, Describe or Close on to `out` (bound for `server`), renamed and replayed as needed. */
-  forward(type: number, frame: Buffer, server: ServerConn, expect: Expect[], out: (bytes: Buffer) => void): void {
+  /**
+   * Passes Parse, Bind, Describe or Close on to `out` (bound for `server`), renamed and replayed as needed.
+   * `pins`: for a Parse, the session state its statement may create; a Bind returns the pins of the named
+   * statement it binds (0 otherwise), so a client is pinned whenever it runs it.
+   */
+  forward(type: number, frame: Buffer, server: ServerConn, expect: Expect[], out: (bytes: Buffer) => void, pins = 0): number {
     switch (type) {
       case 0x50 /* P */: {
         // The unnamed statement (the name's first byte is its NUL) passes as is: no decoding on the common path.
         if (frame[5] === 0) {
           expect.push(PASS);
-          return out(frame);
+          out(frame);
+          return 0;
         }
         const name = cstring(frame, 5);
         if (!name) {
           expect.push(PASS);
-          return out(frame);
+          out(frame);
+          return 0;
         }
         const rest = frame.subarray(name.next);
         const upstream = serverName(rest);
-        const st: Statement = { server: upstream, rest: Buffer.from(rest), serverC: Buffer.from(`${upstream}\0`) };
+        const st: Statement = { server: upstream, rest: Buffer.from(rest), serverC: Buffer.from(`${upstream}\0`), pins };
         this.#byName.set(name.value, st);
         if (server.prepared.has(st.server)) {
           // Already there (same text, same types): close and prepare again, so the client's ParseComplete comes in order.
@@ -82,23 +90,35 @@ export class ClientStatements {
         }
         this.#add(st.server, server, expect, out);
         expect.push({ drop: false, name: st.server });
-        return out(parseNamed(st.server, st.rest));
+        out(parseNamed(st.server, st.rest));
+        return 0;
       }
       case 0x42 /* B */: {
         // Unnamed portal of the unnamed statement: nothing to rename.
-        if (frame[5] === 0 && frame[6] === 0) return out(frame);
+        if (frame[5] === 0 && frame[6] === 0) {
+          out(frame);
+          return 0;
+        }
         const portal = cstring(frame, 5);
         const stmt = portal && cstring(frame, portal.next);
         const st = stmt && stmt.value !== '' ? this.#byName.get(stmt.value) : undefined;
-        if (!st) return out(frame);
+        if (!st) {
+          out(frame);
+          return 0;
+        }
         this.#ensure(st, server, expect, out);
-        return out(bindRenamed(frame.subarray(5, portal!.next), st.serverC, frame.subarray(stmt!.next)));
+        out(bindRenamed(frame.subarray(5, portal!.next), st.serverC, frame.subarray(stmt!.next)));
+        return st.pins;
       }
       case 0x44 /* D */: {
         const st = frame[5] === 0x53 /* S */ && frame[6] !== 0 ? this.#named(frame) : undefined;
-        if (!st) return out(frame);
+        if (!st) {
+          out(frame);
+          return 0;
+        }
         this.#ensure(st, server, expect, out);
-        return out(describeStatement(st.server));
+        out(describeStatement(st.server));
+        return 0;
       }
       default: {
         // Close: a named statement is forgotten by this client only (others may share it upstream).
@@ -107,10 +127,12 @@ export class ClientStatements {
           const name = cstring(frame, 6);
           if (name && name.value !== '') {
             this.#byName.delete(name.value);
-            return out(closeStatement(NO_STATEMENT));
+            out(closeStatement(NO_STATEMENT));
+            return 0;
           }
         }
-        return out(frame);
+        out(frame);
+        return 0;
       }
     }
   }
