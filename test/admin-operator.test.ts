@@ -139,3 +139,25 @@ t.test('X-Service-Pool names the pool when the Host is not under the pool domain
   t.equal(wrongHost.statusCode, 404, 'a Host under the pool domain wins: the header does not redirect it');
   await wrongHost.body.dump();
 });
+
+t.test('database pools: the engine is explicit with backend; without it, 3306 means mysql (issue 20 item 4)', async (t) => {
+  const svc = await startTestService();
+  t.teardown(() => svc.close());
+  const { token } = await svc.bootstrap();
+  const create = (body: Record<string, unknown>) => svc.api('POST', '/api/v1/pools/database', { token, body: { db_host: '127.0.0.1', db_name: 'app', ...body } });
+  const my = await create({ backend: 'mysql' });
+  t.equal(my.status, 201);
+  t.equal(my.body.data.backend, 'mysql', 'backend mysql without a port: mysql on 3306');
+  const pgPool = await create({});
+  t.equal(pgPool.status, 201, 'the same host and database without backend is another pool, not the mysql one reused');
+  t.equal(pgPool.body.data.backend, 'postgres');
+  const again = await create({ backend: 'mysql', db_port: 3306 });
+  t.equal(again.status, 200, 'the mysql pool is reused for the same engine, host, port and database');
+  t.equal(again.body.data.id, my.body.data.id);
+  const other = await create({ backend: 'mysql', db_port: 3307 });
+  t.equal(other.status, 201);
+  t.equal(other.body.data.backend, 'mysql', 'a MySQL server on another port');
+  const inferred = await create({ db_name: 'other', db_port: 3306 });
+  t.equal(inferred.body.data.backend, 'mysql', 'the spec\'s rule still holds without backend');
+  t.equal((await create({ backend: 'oracle' })).status, 422);
+});

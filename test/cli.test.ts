@@ -155,13 +155,20 @@ t.test('admin commands on a stopped embedded store run directly, and what they w
 });
 
 t.test('refusals name what is wrong and exit non-zero', async (t) => {
-  const [control, fallback, port, unknown, help] = await Promise.all([
+  const [control, fallback, port, unknown, help, flag, version] = await Promise.all([
     run(['control']),
     run(['start'], { UWS_USE_FALLBACK: '1' }),
     run(['start'], { POOLGATE_CONTROL_PORT: 'abc' }),
     run(['launch']),
     run(['--help']),
+    run(['start', '--port', '1']),
+    run(['--version']),
   ]);
+  // Issue 20: flags are not configuration; `start --port 1` no longer starts on the default port.
+  t.equal(flag.code, 2, 'start with an argument exits 2');
+  t.match(flag.stderr, /takes no arguments \(got --port 1\).*POOLGATE_PROXY_PORT/);
+  t.equal(version.code, 0);
+  t.match(version.stdout, /^\d+\.\d+\.\d+\n$/);
   t.not(control.code, 0, 'control without DATABASE_URL exits non-zero');
   t.match(control.stderr, /DATABASE_URL/);
 

@@ -96,7 +96,7 @@ t.test('every operation declares its responses: a JSON success body, Error bodie
   }
 });
 
-t.test('every route the Control API serves is in the document (only the document itself and the dashboard\'s pages are hidden)', async (t) => {
+t.test('every route the Control API serves is in the document (only the document itself, the dashboard\'s pages and the health probes are hidden)', async (t) => {
   // fastify's route tree, e.g. `│   └── /:budget (GET, HEAD)`: depth from the indent, path from the parents.
   const tree = svc.service.control!.printRoutes({ commonPrefix: false });
   const stack: string[] = [];
@@ -112,8 +112,9 @@ t.test('every route the Control API serves is in the document (only the document
   }
   t.ok(served.includes('GET /api/v1/me'), 'the route tree was read');
   const documented = new Set((await svc.openapi()).operations.map((o) => `${o.method} ${o.path}`));
-  // The dashboard's HTML pages and assets (/dashboard…) are not API operations.
-  const missing = served.filter((r) => !documented.has(r) && r !== 'GET /api/v1/openapi.json' && !/^GET \/dashboard(\/|\*|$)/.test(r));
+  // The dashboard's HTML pages and assets (/dashboard…) and the health probes (docs/decisions/health.md) are not API operations.
+  const probes = ['GET /livez', 'GET /readyz', 'GET /healthz'];
+  const missing = served.filter((r) => !documented.has(r) && r !== 'GET /api/v1/openapi.json' && !/^GET \/dashboard(\/|\*|$)/.test(r) && !probes.includes(r));
   t.same(missing, [], 'no served route is missing from the document');
   t.same([...documented].filter((r) => !served.includes(r)), [], 'no documented operation is unserved');
 });

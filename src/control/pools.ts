@@ -26,6 +26,10 @@ const CreateDatabasePoolBody = Type.Object(
     db_name: Type.String({ minLength: 1, maxLength: 64 }),
     db_port: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 65535 }), Type.Null()])),
     db_sslmode: Type.Optional(Type.Union([Type.Literal('verify-full'), Type.Literal('require'), Type.Null()])),
+    // Extension of the spec (issue 20): the engine, explicit. Absent: mysql when db_port is 3306, postgres otherwise.
+    backend: Type.Optional(Type.Union([Type.Literal('postgres'), Type.Literal('mysql'), Type.Null()], {
+      description: 'postgres or mysql. Absent or null: mysql when db_port is 3306, postgres otherwise (and db_port defaults to the engine\'s usual port).',
+    })),
     name: NameField,
   },
   { additionalProperties: false },
@@ -218,7 +222,7 @@ export function poolRoutes(app: TypedApp, ctx: ControlContext): void {
     {
       schema: {
         tags: ['pools'],
-        summary: 'Create a database pool (port 3306 → mysql, otherwise postgres), or reuse the live one for that database',
+        summary: 'Create a database pool (backend postgres or mysql; absent: port 3306 → mysql, otherwise postgres), or reuse the live one of that engine for that database',
         body: CreateDatabasePoolBody,
         response: { 200: DataOf('Pool'), 201: DataOf('Pool'), 403: Type.Ref('Error'), 422: Type.Ref('Error') },
       },
@@ -231,8 +235,9 @@ export function poolRoutes(app: TypedApp, ctx: ControlContext): void {
       if (/[\u0000-\u001f\u007f]/.test(dbName) || dbName.trim() !== dbName) {
         throw unprocessable('db_name must not contain control characters or surrounding spaces');
       }
-      const port = req.body.db_port ?? POSTGRES_PORT;
-      const backend = port === MYSQL_PORT ? 'mysql' : 'postgres';
+      const explicit = req.body.backend ?? null;
+      const port = req.body.db_port ?? (explicit === 'mysql' ? MYSQL_PORT : POSTGRES_PORT);
+      const backend = explicit ?? (port === MYSQL_PORT ? 'mysql' : 'postgres');
       const defaultPort = backend === 'mysql' ? MYSQL_PORT : POSTGRES_PORT;
       const verdict = await checkTarget(host.value, ctx.targets);
       if (!verdict.ok) throw unprocessable(`db_host refused: ${verdict.reason}`);
@@ -241,13 +246,13 @@ export function poolRoutes(app: TypedApp, ctx: ControlContext): void {
 
       const out = await createPool(ctx, {
         teamId: actor.teamId,
-        lockKey: `pool-db:${actor.teamId}:${host.value}:${port}:${dbName}`,
+        lockKey: `pool-db:${actor.teamId}:${backend}:${host.value}:${port}:${dbName}`,
         findExisting: async (tx) => {
           const { rows } = await tx.query<{ id: number }>(
             `SELECT id FROM pools
-              WHERE team_id = $1 AND backend IN ('postgres', 'mysql') AND db_host = $2 AND db_port = $3 AND db_name = $4
+              WHERE team_id = $1 AND backend = $5 AND db_host = $2 AND db_port = $3 AND db_name = $4
                 AND status <> 'deleted' ORDER BY id LIMIT 1`,
-            [actor.teamId, host.value, port, dbName],
+            [actor.teamId, host.value, port, dbName, backend],
           );
           return rows[0]?.id ?? null;
         },
