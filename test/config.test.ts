@@ -137,13 +137,13 @@ t.test('poolgate start refuses a bad env value before binding anything, and says
   t.match(res.stderr, /POOLGATE_CONTROL_PORT must be an integer/);
 });
 
-t.test('the Dockerfile exposes the ports config/default.json binds, and its health check uses the control port', async (t) => {
+t.test('the Dockerfile exposes the ports config/default.json binds, and its health check asks the metrics port for /readyz', async (t) => {
   const dockerfile = readFileSync(join(root, 'Dockerfile'), 'utf8');
   const shipped = JSON.parse(readFileSync(join(root, 'config', 'default.json'), 'utf8')) as Record<string, unknown>;
   const ports = configEntries.filter((e) => e.key.endsWith('Port')).map((e) => Number(shipped[e.key] ?? (e.schema as { default: number }).default));
   const exposed = (dockerfile.match(/^EXPOSE (.+)$/m)?.[1] ?? '').split(/\s+/).map(Number);
   t.same([...exposed].sort(), [...ports].sort());
-  t.match(dockerfile, `process.env.POOLGATE_CONTROL_PORT || ${String(shipped.controlPort)}`);
+  t.match(dockerfile, `(process.env.POOLGATE_METRICS_PORT || ${String(shipped.metricsPort)}) + '/readyz'`);
   t.match(dockerfile, /^ENV[^]*POOLGATE_HOST=0\.0\.0\.0/m);
   t.match(dockerfile, /^CMD \["node", "--max-semi-space-size=32", "bin\/poolgate\.js", "start"\]$/m);
   // One runtime flag set wherever poolgate is started (docs/decisions/runtime.md).
