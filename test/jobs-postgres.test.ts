@@ -5,6 +5,7 @@ import t from 'tap';
 import { Pool } from 'undici';
 import { needServer, REDIS_URL } from './helpers/servers.js';
 import { startTestService, type TestService } from './helpers/service.js';
+import { startReceiver, type Receiver } from './helpers/receiver.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
 import { startService, type Service } from '../src/service.js';
 import { createLogger } from '../src/log.js';
@@ -17,7 +18,11 @@ t.test('two runners on one PostgreSQL store run every job exactly once', async (
   if (skip) return t.skip(skip);
   const origin: Origin = await startOrigin();
   t.teardown(() => origin.close());
-  const svc: TestService = await startTestService({ engine: 'postgres', overrides: { originCaFile: origin.caFile, accessLogSample: 0, redisUrl: REDIS_URL } });
+  // Deliveries are not what this test is about, but they must succeed: a destination that fails 8 times in a row
+  // is deactivated, and the data plane (told at once) then serves the pool's async requests synchronously.
+  const receiver: Receiver = await startReceiver();
+  t.teardown(() => receiver.close());
+  const svc: TestService = await startTestService({ engine: 'postgres', overrides: { originCaFile: origin.caFile, accessLogSample: 0, redisUrl: REDIS_URL, webhookCaFile: receiver.caFile } });
   t.teardown(() => svc.close());
   // A second process in all but name: its own store connections, snapshot, governor and runner.
   const worker: Service = await startService({ config: svc.config, roles: ['worker'], log: createLogger('silent') });
@@ -33,8 +38,7 @@ t.test('two runners on one PostgreSQL store run every job exactly once', async (
   );
   const poolId = rows[0]!.id;
   await sql.notify(CHANGE_CHANNEL, `pool:${poolId}`);
-  // A destination on a host that does not answer: deliveries are not what this test is about.
-  const hook = await svc.api('POST', '/api/v1/webhooks', { token: boot.token, body: { name: 'pg-hook', url: 'https://127.0.0.1:9/hook', pool_ids: [poolId] } });
+  const hook = await svc.api('POST', '/api/v1/webhooks', { token: boot.token, body: { name: 'pg-hook', url: `${receiver.url}/hook`, pool_ids: [poolId] } });
   t.equal(hook.status, 201);
   const key = (await svc.api('POST', '/api/v1/pools/pg-jobs/keys', { token: boot.token, body: {} })).body.data.key as string;
   await svc.service.dataplane!.snapshots.reload();
