@@ -1,12 +1,14 @@
 // Issue 20 item 4: a database role without a password (the usual local MariaDB root) can be attached as a database
 // pool's credential — PUT /api/v1/pools/{pool}/credential with the username alone — and a client then connects
-// through the MySQL wire listener (mysql2) and runs statements as that role. The password stays required where the
+// through the MySQL wire listener (mysql2) and runs statements as that role; likewise a trust-auth PostgreSQL role
+// through the PostgreSQL port (pg). The password stays required where the
 // method needs one (basic), and a database pool's credential still needs its username.
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
 import mysql from 'mysql2/promise';
-import { MYSQL, needServer } from './helpers/servers.js';
-import { startTestService } from './helpers/service.js';
+import pg from 'pg';
+import { MYSQL, PG_URL, needServer } from './helpers/servers.js';
+import { freshPostgresDatabase, startTestService } from './helpers/service.js';
 
 const skip = await needServer('mariadb');
 if (skip) {
@@ -50,6 +52,28 @@ if (skip) {
     await c.execute('INSERT INTO t VALUES (?)', [1]);
     const [back] = await root.query(`SELECT id FROM \`${db}\`.t`);
     t.same(back, [{ id: 1 }], 'the write reached MariaDB');
+  });
+
+  t.test('a PostgreSQL role under trust auth, attached by username alone, works through the PostgreSQL port', async (t) => {
+    const db = await freshPostgresDatabase();
+    t.teardown(() => db.drop());
+    const role = decodeURIComponent(new URL(PG_URL).username);
+    const dbName = new URL(db.url).pathname.slice(1);
+    const svc = await startTestService({ overrides: { dbAllowInsecure: true, accessLogFile: '/dev/null' } });
+    t.teardown(() => svc.close());
+    const { token } = await svc.bootstrap();
+    const created = await svc.api('POST', '/api/v1/pools/database', { token, body: { backend: 'postgres', db_host: '127.0.0.1', db_port: 5432, db_name: dbName } });
+    t.equal(created.status, 201, JSON.stringify(created.body));
+    const sub = created.body.data.subdomain as string;
+    const cred = await svc.api('PUT', `/api/v1/pools/${sub}/credential`, { token, body: { method: 'postgres_role', username: role } });
+    t.equal(cred.status, 200, `attached without a password: ${JSON.stringify(cred.body)}`);
+    const key = (await svc.api('POST', `/api/v1/pools/${sub}/keys`, { token, body: { label: 'nopw' } })).body.data.key as string;
+    await svc.service.dataplane!.snapshots.reload();
+    const c = new pg.Client({ host: '127.0.0.1', port: svc.service.ports.pg!, database: 'anything', user: 'anyone', password: key, options: `pool=${sub}` });
+    await c.connect();
+    t.teardown(() => c.end().catch(() => {}));
+    const r = await c.query('SELECT current_user AS who, current_database() AS db');
+    t.same(r.rows, [{ who: role, db: dbName }], 'runs as the trust role in the pool database');
   });
 
   t.test('an http pool\'s basic credential still needs its password', async (t) => {
