@@ -63,7 +63,10 @@ function checkMethodMatch(cred: CredentialRow, method: AuthMethod): void {
 
 function nextStep(attached: CredentialRow | null, method: AuthMethod): string {
   if (attached) return `Nothing more to do: the pool now injects credential ${JSON.stringify(attached.name)} (${method}) on every upstream call.`;
-  const extra = method === 'api_key' ? ' (and optionally header_name, default x-api-key)' : '';
+  const extra =
+    method === 'api_key' ? ' (and optionally header_name, default x-api-key)'
+    : method === 'postgres_role' ? ' (leaving password out for a role that has none)'
+    : '';
   return `Have the credential owner POST {${requiredFields(method).map((f) => `"${f}"`).join(', ')}}${extra} as JSON to intake_url once before expires_at; the secret goes straight into sealed storage and is attached to the pool.`;
 }
 

@@ -25,8 +25,17 @@ const HEADER_TOKEN = /^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/;
 /** Headers the proxy owns; an api key sent in them would break framing or routing. */
 const RESERVED_HEADERS = new Set(['host', 'content-length', 'transfer-encoding', 'connection', 'upgrade', 'te', 'trailer', 'keep-alive', 'proxy-authorization', 'x-service-key']);
 
+/**
+ * Fields a method may leave out: a database role without a password (the usual local MariaDB root, a trust-auth
+ * PostgreSQL role) is attached with its username alone; docs/decisions/database-pools.md.
+ */
+const OPTIONAL_FIELDS: Partial<Record<AuthMethod, readonly string[]>> = { postgres_role: ['password'] };
+
 /** Fields a handoff asks for: the method's secret fields (api_key also takes an optional header_name). */
 export const requiredFields = (method: AuthMethod): string[] => [...SECRET_FIELDS[method]];
+
+/** Fields a stored secret cannot do without: the method's fields less its optional ones. */
+const neededFields = (method: AuthMethod): string[] => SECRET_FIELDS[method].filter((f) => !OPTIONAL_FIELDS[method]?.includes(f));
 
 export function givenSecretFields(body: Partial<SecretFields>): (keyof SecretFields)[] {
   return SECRET_FIELD_NAMES.filter((f) => body[f] !== undefined);
@@ -37,9 +46,9 @@ export type SecretCheck = { ok: true; secret: CredentialSecret } | { ok: false; 
 /** Builds the sealed-to-be secret for a method from the sent fields, or says exactly what is wrong. */
 export function secretFor(method: AuthMethod, body: Partial<SecretFields>): SecretCheck {
   const given = givenSecretFields(body);
-  const needed = SECRET_FIELDS[method];
+  const needed = neededFields(method);
   if (given.length === 0) return { ok: false, reason: `no secret fields: a ${method} credential needs ${needed.join(' and ')}` };
-  const allowed = new Set<string>([...needed, ...(method === 'api_key' ? ['header_name'] : [])]);
+  const allowed = new Set<string>([...SECRET_FIELDS[method], ...(method === 'api_key' ? ['header_name'] : [])]);
   const stray = given.filter((f) => !allowed.has(f));
   if (stray.length) return { ok: false, reason: `${stray.join(', ')} ${stray.length > 1 ? 'are not fields' : 'is not a field'} of a ${method} credential (it takes ${[...allowed].join(', ')})` };
   const missing = needed.filter((f) => body[f as keyof SecretFields] === undefined);
@@ -60,7 +69,8 @@ export function secretFor(method: AuthMethod, body: Partial<SecretFields>): Secr
       if (body.username!.includes(':')) return { ok: false, reason: 'a basic username must not contain ":"' };
       return { ok: true, secret: { method, username: body.username!, password: body.password! } };
     case 'postgres_role':
-      return { ok: true, secret: { method, username: body.username!, password: body.password! } };
+      // No password: the role authenticates without one (trust, or an empty password); '' is what drivers send then.
+      return { ok: true, secret: { method, username: body.username!, password: body.password ?? '' } };
   }
 }
 
