@@ -3,7 +3,7 @@
 import { api, ApiFailure } from './api.js';
 import { h, replace, fmtTime, orDash, BASE } from './dom.js';
 import { field, input, checkbox, select, formError, clearErrors, showError, shownOnce, type Field } from './forms.js';
-import { minutesChart } from './charts.js';
+import { minutesChart, POOL_CHARTS } from './charts.js';
 import type { Minute, Pool, PoolKey, PoolLive, Settings } from './types.js';
 import { REFRESH_MS } from './pools.js';
 
@@ -65,17 +65,25 @@ export function poolPage(main: HTMLElement, subdomain: string): () => void {
 }
 
 async function chartsSection(base: string): Promise<HTMLElement> {
-  const holder = h('div', { class: 'chart', id: 'chart' });
+  const holders = POOL_CHARTS.map((c) => h('div', { class: 'chart', id: c.id, role: 'img', aria: { label: c.title } }));
+  const holder = h('div', { id: 'chart' }, holders);
   const summary = h('p', { class: 'muted', role: 'status' });
   const show = async (w: keyof typeof WINDOWS) => {
     try {
       const { data } = await api<{ data: Minute[] }>('GET', `${base}/metrics/minutes?window=${w}`);
       // Drawn once the section is on the page, at its width.
       while (!holder.isConnected) await new Promise((r) => requestAnimationFrame(r));
-      replace(holder);
-      minutesChart(holder, data, WINDOWS[w], `Requests per minute, last ${w === '1h' ? 'hour' : 'day'}`);
-      const sum = (k: keyof Minute) => data.reduce((a, r) => a + (r[k] as number), 0);
-      summary.textContent = `Last ${w === '1h' ? 'hour' : 'day'}: ${sum('requests')} requests, ${sum('admitted')} admitted, ${sum('queued')} queued, ${sum('rejected')} rejected.`;
+      const span = w === '1h' ? 'hour' : 'day';
+      POOL_CHARTS.forEach((c, i) => {
+        replace(holders[i]!);
+        minutesChart(holders[i]!, data, WINDOWS[w], `${c.title}, last ${span}`, c.unit, c.series);
+      });
+      const sum = (k: keyof Minute) => data.reduce((a, r) => a + ((r[k] as number | null) ?? 0), 0);
+      const worst = (k: keyof Minute) => data.reduce<number | null>((a, r) => (r[k] === null ? a : Math.max(a ?? 0, r[k] as number)), null);
+      const ms = (v: number | null) => (v === null ? 'none' : `${v} ms`);
+      // The charts' text equivalent for screen readers.
+      summary.textContent = `Last ${span}: ${sum('requests')} requests, ${sum('admitted')} admitted, ${sum('queued')} queued, ${sum('rejected')} rejected, ` +
+        `${sum('upstream_errors')} upstream errors; worst minute queue wait p95 ${ms(worst('queue_wait_p95_ms'))}, upstream p95 ${ms(worst('upstream_p95_ms'))}.`;
     } catch (err) {
       summary.textContent = (err as Error).message;
     }
