@@ -139,6 +139,22 @@ t.test('the Pools page shows in-flight rising under load, refreshed within 2 s',
   t.pass('in-flight falls back to 0');
 });
 
+t.test('the Pool page charts the minutes: requests by outcome, queue wait and upstream p50/p95, effective limit', async (t) => {
+  // The load above queued two requests ~2.5 s behind three that spent ~2.5 s upstream.
+  await svc.service.rollups!.flush();
+  await page.goto(`${dash}/pools/${pool.subdomain}`);
+  const summary = page.getByText(/^Last hour: \d+ requests/);
+  await summary.waitFor();
+  const text = (await summary.textContent()) ?? '';
+  t.match(text, /queue wait p95 \d+(\.\d+)? ms/, `queue wait p95 shown: ${text}`);
+  const up = /upstream p95 (\d+(?:\.\d+)?) ms/.exec(text);
+  t.ok(up && Number(up[1]) >= 2000, 'the 2.5 s answers show in the upstream p95');
+  t.equal(await page.locator('#chart canvas').count(), 3, 'three charts drawn');
+  for (const name of ['Requests per minute', 'Queue wait and upstream latency', 'Effective limit (lowest in the minute)']) {
+    t.ok(await page.getByRole('img', { name }).isVisible(), name);
+  }
+});
+
 t.test('re-enable a deactivated destination: the pool goes async again and deliveries resume', async (t) => {
   const hook = await svc.api('POST', '/api/v1/webhooks', { token: boot.token, body: { name: 'billing events', url: `${receiver.url}/hook`, pool_ids: [pool.id] } });
   t.equal(hook.status, 201);
@@ -177,6 +193,29 @@ t.test('re-enable a deactivated destination: the pool goes async again and deliv
   await page.getByLabel('Show').selectOption('failure');
   await page.locator('#deliveries-table').getByText('No deliveries.').waitFor();
   t.pass('delivery history shows the success and filters by result');
+
+  // Replay that delivery: it reaches the destination again.
+  await page.getByLabel('Show').selectOption('');
+  const jobRow = page.locator('#deliveries-table tr[data-result="success"]').first();
+  await jobRow.waitFor();
+  const job = await jobRow.getAttribute('data-job');
+  await jobRow.getByRole('button', { name: `Replay the delivery of job ${job}` }).click();
+  await page.getByText(`Replay of job ${job} queued`).waitFor();
+  const again = await receiver.waitFor('/hook', 2, 15_000);
+  t.equal(again.length, 2, 'the replayed delivery arrived again');
+
+  // Recover since an hour ago: the job's delivery is queued once more.
+  const since = await page.evaluate(() => {
+    const d = new Date(Date.now() - 3_600_000);
+    d.setMinutes(d.getMinutes() - d.getTimezoneOffset());
+    return d.toISOString().slice(0, 16);
+  });
+  await page.getByLabel('Since').fill(since);
+  await page.getByRole('button', { name: 'Recover' }).click();
+  const recovered = page.getByText(/^\d+ deliver(y|ies) queued again\.$/);
+  await recovered.waitFor();
+  t.notMatch(await recovered.textContent(), /^0 /, 'at least one delivery recovered');
+  t.ok((await receiver.waitFor('/hook', 3, 15_000)).length >= 3, 'the recovered delivery arrived');
   await svc.api('PUT', `/api/v1/pools/${pool.subdomain}/webhooks`, { token: boot.token, body: { webhook_endpoint_ids: [] } });
 });
 
