@@ -105,8 +105,8 @@ export function webhookPage(main: HTMLElement, id: number): void {
         replace(historyMessage, h('p', { class: 'form-error' }, (e as Error).message));
       }
     };
-    // Recover: every delivery of this destination since a time is queued again (after an outage at the receiver).
-    const since = field('Since', input('since', { type: 'datetime-local', required: true }), 'Deliveries whose event happened at or after this time (your local time) are sent again.');
+    // Recover: every delivery of this destination given up since a time is queued again (after an outage at the receiver).
+    const since = field('Since', input('since', { type: 'datetime-local', required: true }), 'Deliveries given up after their retries, whose event happened at or after this time (your local time), are sent again.');
     const recoverError = formError();
     const recoverForm = h('form', {
       class: 'inline-form', aria: { label: 'Recover deliveries' },
@@ -122,7 +122,7 @@ export function webhookPage(main: HTMLElement, id: number): void {
         }
         try {
           const { data } = await api<{ data: { recovered: number } }>('POST', `/api/v1/webhooks/${w.id}/recover`, { since: at.toISOString() });
-          replace(historyMessage, h('p', { class: 'saved' }, `${data.recovered} ${data.recovered === 1 ? 'delivery' : 'deliveries'} queued again.`));
+          replace(historyMessage, h('p', { class: 'saved' }, `${data.recovered} failed ${data.recovered === 1 ? 'delivery' : 'deliveries'} queued again.`));
         } catch (e) {
           showError(e, [since], recoverError);
         }
