@@ -19,6 +19,8 @@ interface Row {
   /** Fixed-bucket histograms (latency-buckets.ts); allocated on the minute's first observation. */
   queueWait: number[] | null;
   upstream: number[] | null;
+  /** The lowest effective limit sampled for this row (null: not yet); kept when a failed flush gives the row back. */
+  effectiveLimit: number | null;
 }
 
 /** A finished request's latencies for the histograms; null where it has none (refused, never forwarded). */
@@ -29,7 +31,7 @@ export interface RequestTimings {
 }
 
 const newRow = (poolId: number, minuteMs: number): Row => ({
-  poolId, minuteMs, requests: 0, admitted: 0, queued: 0, rejected: 0, upstreamErrors: 0, queueWait: null, upstream: null,
+  poolId, minuteMs, requests: 0, admitted: 0, queued: 0, rejected: 0, upstreamErrors: 0, queueWait: null, upstream: null, effectiveLimit: null,
 });
 
 const observe = (hist: number[] | null, ms: number): number[] => {
@@ -53,7 +55,10 @@ const mergeInto = (a: Row, b: Row): void => {
   a.upstreamErrors += b.upstreamErrors;
   a.queueWait = addHist(a.queueWait, b.queueWait);
   a.upstream = addHist(a.upstream, b.upstream);
+  a.effectiveLimit = minLimit(a.effectiveLimit, b.effectiveLimit);
 };
+
+const minLimit = (a: number | null, b: number | null): number | null => (a === null ? b : b === null ? a : Math.min(a, b));
 
 export interface RollupBufferOptions {
   db: Queryable;
@@ -145,6 +150,7 @@ export class RollupBuffer {
     this.#sealed = [];
     this.#current = new Map();
     if (rows.length === 0) return;
+    for (const r of rows) r.effectiveLimit = minLimit(r.effectiveLimit, this.#effectiveLimit(r.poolId));
     const batch: MinuteRollup[] = rows.map((r) => ({
       poolId: r.poolId,
       minute: new Date(r.minuteMs),
@@ -155,7 +161,7 @@ export class RollupBuffer {
       upstreamErrors: r.upstreamErrors,
       queueWaitHist: r.queueWait,
       upstreamHist: r.upstream,
-      effectiveLimit: this.#effectiveLimit(r.poolId),
+      effectiveLimit: r.effectiveLimit,
     }));
     try {
       await addMinuteRollups(this.#db, batch);
