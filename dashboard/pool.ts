@@ -4,7 +4,7 @@ import { api, ApiFailure } from './api.js';
 import { h, replace, fmtTime, orDash, BASE } from './dom.js';
 import { field, input, checkbox, select, formError, clearErrors, showError, shownOnce, type Field } from './forms.js';
 import { minutesChart, POOL_CHARTS } from './charts.js';
-import type { Minute, Pool, PoolKey, PoolLive, Settings } from './types.js';
+import type { Minute, Pool, PoolKey, PoolLive, Settings, Webhook } from './types.js';
 import { REFRESH_MS } from './pools.js';
 
 const WINDOWS = { '1h': 3_600_000, '24h': 86_400_000 } as const;
@@ -37,6 +37,7 @@ export function poolPage(main: HTMLElement, subdomain: string): () => void {
         credState.textContent = p.has_credential ? 'credential attached' : 'no credential';
         credState.className = `badge ${p.has_credential ? 'ok' : 'muted'}`;
       })),
+      await destinationsSection(base, pool),
     );
     const tick = async () => {
       try {
@@ -282,3 +283,37 @@ function credentialSection(base: string, pool: Pool, onChange: (p: Pool) => void
 }
 
 export { orDash };
+
+/** Which webhook destinations receive this pool's finished jobs (PUT /api/v1/pools/{pool}/webhooks replaces the set). */
+async function destinationsSection(base: string, pool: Pool): Promise<HTMLElement> {
+  let data: Webhook[];
+  try {
+    data = (await api<{ data: Webhook[] }>('GET', '/api/v1/webhooks')).data;
+  } catch (e) {
+    // Not fatal for the page (e.g. a token without webhook access): say why here.
+    return h('section', { class: 'card' }, h('h2', null, 'Webhook destinations'), h('p', { class: 'form-error' }, (e as Error).message));
+  }
+  const boxes = data.map((w) => ({ w, f: field(w.name, checkbox(`webhook-${w.id}`, w.pool_ids.includes(pool.id))) }));
+  const err = formError();
+  const done = h('p', { class: 'saved', role: 'status' });
+  const body = boxes.length === 0
+    ? h('p', { class: 'muted' }, 'No destinations yet: create one on the Webhooks page.')
+    : h('fieldset', null, h('legend', null, 'Send finished jobs to'), boxes.map((b) => b.f.row));
+  return h('section', { class: 'card', aria: { labelledby: 'destinations-title' } },
+    h('h2', { id: 'destinations-title' }, 'Webhook destinations'),
+    h('form', {
+      id: 'destinations-form',
+      onsubmit: async (ev) => {
+        ev.preventDefault();
+        err.textContent = '';
+        done.textContent = '';
+        const ids = boxes.filter((b) => (b.f.control as HTMLInputElement).checked).map((b) => b.w.id);
+        try {
+          await api('PUT', `${base}/webhooks`, { webhook_endpoint_ids: ids });
+          done.textContent = 'Saved';
+        } catch (e) {
+          err.textContent = (e as Error).message;
+        }
+      },
+    }, body, boxes.length === 0 ? null : h('button', { type: 'submit', class: 'btn' }, 'Save destinations'), err, done));
+}

@@ -1,7 +1,8 @@
 // The dashboard end to end in a real browser (issue 17): sign in with a pasted API token; create a pool;
 // mint a key (plaintext shown once); change max_concurrent and see x-service-effective-limit follow on
 // the proxy; watch in-flight rise under load; re-enable a deactivated destination and see deliveries
-// resume; fill the intake form and see has_credential become true; a used intake link is dead; sign out.
+// resume, replay one and recover one; the Pool page's charts and its destinations form; fill the intake
+// form and see has_credential become true; a used intake link is dead; sign out.
 import t from 'tap';
 import { request } from 'undici';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
@@ -218,7 +219,16 @@ t.test('re-enable a deactivated destination: the pool goes async again and deliv
   await recovered.waitFor();
   t.equal(await recovered.textContent(), '1 failed delivery queued again.');
   t.ok((await receiver.waitFor('/hook', 3, 15_000)).length >= 3, 'the recovered delivery arrived');
-  await svc.api('PUT', `/api/v1/pools/${pool.subdomain}/webhooks`, { token: boot.token, body: { webhook_endpoint_ids: [] } });
+
+  // Detach the destination from the pool on the Pool page's form (PUT /api/v1/pools/{pool}/webhooks).
+  await page.goto(`${dash}/pools/${pool.subdomain}`);
+  const box = page.locator('#destinations-form').getByLabel('billing events');
+  t.ok(await box.isChecked(), 'the attached destination is checked');
+  await box.uncheck();
+  await page.getByRole('button', { name: 'Save destinations' }).click();
+  await page.locator('#destinations-form').getByText('Saved').waitFor();
+  const after = await svc.api('GET', '/api/v1/webhooks', { token: boot.token });
+  t.same(after.body.data.find((w: any) => w.id === id).pool_ids, [], 'the pool is detached through the API');
 });
 
 t.test('the intake form: fill it once, has_credential becomes true, the link is then dead', async (t) => {
