@@ -3,8 +3,8 @@
 import { api, ApiFailure } from './api.js';
 import { h, replace, fmtTime, orDash, BASE } from './dom.js';
 import { field, input, checkbox, select, formError, clearErrors, showError, shownOnce, type Field } from './forms.js';
-import { minutesChart } from './charts.js';
-import type { Minute, Pool, PoolKey, PoolLive, Settings } from './types.js';
+import { minutesChart, POOL_CHARTS } from './charts.js';
+import type { Minute, Pool, PoolKey, PoolLive, Settings, Webhook } from './types.js';
 import { REFRESH_MS } from './pools.js';
 
 const WINDOWS = { '1h': 3_600_000, '24h': 86_400_000 } as const;
@@ -37,6 +37,7 @@ export function poolPage(main: HTMLElement, subdomain: string): () => void {
         credState.textContent = p.has_credential ? 'credential attached' : 'no credential';
         credState.className = `badge ${p.has_credential ? 'ok' : 'muted'}`;
       })),
+      await destinationsSection(base, pool),
     );
     const tick = async () => {
       try {
@@ -65,17 +66,25 @@ export function poolPage(main: HTMLElement, subdomain: string): () => void {
 }
 
 async function chartsSection(base: string): Promise<HTMLElement> {
-  const holder = h('div', { class: 'chart', id: 'chart' });
+  const holders = POOL_CHARTS.map((c) => h('div', { class: 'chart', id: c.id, role: 'img', aria: { label: c.title } }));
+  const holder = h('div', { id: 'chart' }, holders);
   const summary = h('p', { class: 'muted', role: 'status' });
   const show = async (w: keyof typeof WINDOWS) => {
     try {
       const { data } = await api<{ data: Minute[] }>('GET', `${base}/metrics/minutes?window=${w}`);
       // Drawn once the section is on the page, at its width.
       while (!holder.isConnected) await new Promise((r) => requestAnimationFrame(r));
-      replace(holder);
-      minutesChart(holder, data, WINDOWS[w], `Requests per minute, last ${w === '1h' ? 'hour' : 'day'}`);
-      const sum = (k: keyof Minute) => data.reduce((a, r) => a + (r[k] as number), 0);
-      summary.textContent = `Last ${w === '1h' ? 'hour' : 'day'}: ${sum('requests')} requests, ${sum('admitted')} admitted, ${sum('queued')} queued, ${sum('rejected')} rejected.`;
+      const span = w === '1h' ? 'hour' : 'day';
+      POOL_CHARTS.forEach((c, i) => {
+        replace(holders[i]!);
+        minutesChart(holders[i]!, data, WINDOWS[w], `${c.title}, last ${span}`, c.unit, c.series);
+      });
+      const sum = (k: keyof Minute) => data.reduce((a, r) => a + ((r[k] as number | null) ?? 0), 0);
+      const worst = (k: keyof Minute) => data.reduce<number | null>((a, r) => (r[k] === null ? a : Math.max(a ?? 0, r[k] as number)), null);
+      const ms = (v: number | null) => (v === null ? 'none' : `${v} ms`);
+      // The charts' text equivalent for screen readers.
+      summary.textContent = `Last ${span}: ${sum('requests')} requests, ${sum('admitted')} admitted, ${sum('queued')} queued, ${sum('rejected')} rejected, ` +
+        `${sum('upstream_errors')} upstream errors; worst minute queue wait p95 ${ms(worst('queue_wait_p95_ms'))}, upstream p95 ${ms(worst('upstream_p95_ms'))}.`;
     } catch (err) {
       summary.textContent = (err as Error).message;
     }
@@ -274,3 +283,37 @@ function credentialSection(base: string, pool: Pool, onChange: (p: Pool) => void
 }
 
 export { orDash };
+
+/** Which webhook destinations receive this pool's finished jobs (PUT /api/v1/pools/{pool}/webhooks replaces the set). */
+async function destinationsSection(base: string, pool: Pool): Promise<HTMLElement> {
+  let data: Webhook[];
+  try {
+    data = (await api<{ data: Webhook[] }>('GET', '/api/v1/webhooks')).data;
+  } catch (e) {
+    // Not fatal for the page (e.g. a token without webhook access): say why here.
+    return h('section', { class: 'card' }, h('h2', null, 'Webhook destinations'), h('p', { class: 'form-error' }, (e as Error).message));
+  }
+  const boxes = data.map((w) => ({ w, f: field(w.name, checkbox(`webhook-${w.id}`, w.pool_ids.includes(pool.id))) }));
+  const err = formError();
+  const done = h('p', { class: 'saved', role: 'status' });
+  const body = boxes.length === 0
+    ? h('p', { class: 'muted' }, 'No destinations yet: create one on the Webhooks page.')
+    : h('fieldset', null, h('legend', null, 'Send finished jobs to'), boxes.map((b) => b.f.row));
+  return h('section', { class: 'card', aria: { labelledby: 'destinations-title' } },
+    h('h2', { id: 'destinations-title' }, 'Webhook destinations'),
+    h('form', {
+      id: 'destinations-form',
+      onsubmit: async (ev) => {
+        ev.preventDefault();
+        err.textContent = '';
+        done.textContent = '';
+        const ids = boxes.filter((b) => (b.f.control as HTMLInputElement).checked).map((b) => b.w.id);
+        try {
+          await api('PUT', `${base}/webhooks`, { webhook_endpoint_ids: ids });
+          done.textContent = 'Saved';
+        } catch (e) {
+          err.textContent = (e as Error).message;
+        }
+      },
+    }, body, boxes.length === 0 ? null : h('button', { type: 'submit', class: 'btn' }, 'Save destinations'), err, done));
+}

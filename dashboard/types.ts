@@ -16,7 +16,11 @@ export interface PoolKey {
 export interface Budget { id: number; name: string; pool_ids: number[]; origin_max_concurrent: number | null; unallocated: number }
 export interface Webhook { id: number; name: string; description?: string | null; url: string; disabled: boolean; pool_ids: number[]; signing_secret?: string }
 export interface Delivery { time: string; job_id: string; pool_id: number | null; pool: string | null; result: 'success' | 'failure'; http_status: number | null; error: string | null; attempt: number; latency_ms: number }
-export interface Minute { minute: string; requests: number; admitted: number; queued: number; rejected: number }
+export interface Minute {
+  minute: string; requests: number; admitted: number; queued: number; rejected: number; upstream_errors: number;
+  queue_wait_p50_ms: number | null; queue_wait_p95_ms: number | null; upstream_p50_ms: number | null; upstream_p95_ms: number | null;
+  effective_limit: number | null;
+}
 export interface Settings {
   pool_id: number; subdomain: string; max_concurrent: number; require_key: boolean; async_enabled: boolean; async_on_queue: boolean;
   settings: Record<string, unknown>;

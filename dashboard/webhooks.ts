@@ -1,8 +1,9 @@
 // Webhooks: destinations with their pools; a destination's details page with Rotate secret (shown once),
-// Re-enable, and its delivery history filtered by result.
+// Re-enable, and its delivery history filtered by result, with Replay per delivery and Recover since a time
+// (POST /webhooks/{id}/deliveries/{job_id}/replay and /webhooks/{id}/recover).
 import { api } from './api.js';
 import { h, replace, fmtTime, orDash, BASE } from './dom.js';
-import { field, select, shownOnce } from './forms.js';
+import { clearErrors, field, formError, input, select, showError, shownOnce } from './forms.js';
 import type { Delivery, Pool, Webhook } from './types.js';
 
 async function poolNames(): Promise<Map<number, Pool>> {
@@ -95,14 +96,47 @@ export function webhookPage(main: HTMLElement, id: number): void {
     renderActions();
     const filter = field('Show', select('result', [['', 'All deliveries'], ['failure', 'Failures'], ['success', 'Successes']], ''));
     const tbody = h('tbody');
+    const historyMessage = h('div', { role: 'status' });
+    const replay = async (d: Delivery) => {
+      try {
+        await api('POST', `/api/v1/webhooks/${w.id}/deliveries/${encodeURIComponent(d.job_id)}/replay`);
+        replace(historyMessage, h('p', { class: 'saved' }, `Replay of job ${d.job_id} queued: it is delivered again shortly.`));
+      } catch (e) {
+        replace(historyMessage, h('p', { class: 'form-error' }, (e as Error).message));
+      }
+    };
+    // Recover: every delivery of this destination given up since a time is queued again (after an outage at the receiver).
+    const since = field('Since', input('since', { type: 'datetime-local', required: true }), 'Deliveries given up after their retries, whose event happened at or after this time (your local time), are sent again.');
+    const recoverError = formError();
+    const recoverForm = h('form', {
+      class: 'inline-form', aria: { label: 'Recover deliveries' },
+      onsubmit: async (ev) => {
+        ev.preventDefault();
+        clearErrors([since], recoverError);
+        replace(historyMessage);
+        const at = new Date(since.control.value);
+        if (since.control.value === '' || Number.isNaN(at.getTime())) {
+          since.error.textContent = 'Pick a date and time.';
+          since.control.setAttribute('aria-invalid', 'true');
+          return;
+        }
+        try {
+          const { data } = await api<{ data: { recovered: number } }>('POST', `/api/v1/webhooks/${w.id}/recover`, { since: at.toISOString() });
+          replace(historyMessage, h('p', { class: 'saved' }, `${data.recovered} failed ${data.recovered === 1 ? 'delivery' : 'deliveries'} queued again.`));
+        } catch (e) {
+          showError(e, [since], recoverError);
+        }
+      },
+    }, since.row, h('button', { type: 'submit', class: 'btn' }, 'Recover'), recoverError);
     const load = async () => {
       const q = filter.control.value ? `?result=${encodeURIComponent(filter.control.value)}` : '';
       const { data } = await api<{ data: Delivery[] }>('GET', `/api/v1/webhooks/${w.id}/deliveries${q}`);
-      replace(tbody, data.length === 0 ? h('tr', null, h('td', { colspan: '7', class: 'empty' }, 'No deliveries.')) : null,
-        data.map((d) => h('tr', { data: { result: d.result } },
+      replace(tbody, data.length === 0 ? h('tr', null, h('td', { colspan: '8', class: 'empty' }, 'No deliveries.')) : null,
+        data.map((d) => h('tr', { data: { result: d.result, job: d.job_id } },
           h('td', null, fmtTime(d.time)), h('td', null, h('code', null, d.job_id)), h('td', null, orDash(d.pool)),
           h('td', null, h('span', { class: `badge ${d.result === 'success' ? 'ok' : 'bad'}` }, d.result)),
-          h('td', { class: 'n' }, orDash(d.http_status)), h('td', { class: 'n' }, `${d.latency_ms} ms`), h('td', { class: 'err-text' }, orDash(d.error)))));
+          h('td', { class: 'n' }, orDash(d.http_status)), h('td', { class: 'n' }, `${d.latency_ms} ms`), h('td', { class: 'err-text' }, orDash(d.error)),
+          h('td', null, h('button', { type: 'button', class: 'btn small', aria: { label: `Replay the delivery of job ${d.job_id}` }, onclick: () => void replay(d) }, 'Replay')))));
     };
     filter.control.addEventListener('change', () => void load());
     replace(main,
@@ -116,8 +150,9 @@ export function webhookPage(main: HTMLElement, id: number): void {
         actions, message),
       h('section', { class: 'card', aria: { labelledby: 'deliveries-title' } },
         h('div', { class: 'section-head' }, h('h2', { id: 'deliveries-title' }, 'Deliveries'), filter.row),
+        recoverForm, historyMessage,
         h('table', { class: 'data compact', id: 'deliveries-table' },
-          h('thead', null, h('tr', null, ['Time', 'Job', 'Pool', 'Result', 'Status', 'Latency', 'Error'].map((c) => h('th', { scope: 'col' }, c)))), tbody)));
+          h('thead', null, h('tr', null, ['Time', 'Job', 'Pool', 'Result', 'Status', 'Latency', 'Error', 'Actions'].map((c) => h('th', { scope: 'col' }, c)))), tbody)));
     await load();
   })();
 }

@@ -201,7 +201,12 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       const nonces = shared ? new MemoryNonceStore() : undefined;
       const governor = config.redisUrl ? await redisGovernorFromConfig(config, log, SYSTEM_TIME) : (shared ?? new MemoryGovernor(SYSTEM_TIME));
       const poolMetrics = new PoolMetrics();
-      const rollups = new RollupBuffer({ db: sql, onError: (err) => log.warn({ err }, 'pool metrics rollup flush failed; counts kept for the next try') });
+      const rollups = new RollupBuffer({
+        db: sql,
+        onError: (err) => log.warn({ err }, 'pool metrics rollup flush failed; counts kept for the next try'),
+        // Sampled at flush time (every 10 s), off the request path.
+        effectiveLimit: (poolId) => governor.state(poolId).effectiveLimit,
+      });
       rollupBuffer = rollups;
       closers.push(async () => {
         await rollups.close().catch((err: unknown) => log.warn({ err }, 'final pool metrics rollup flush failed'));

@@ -148,7 +148,9 @@ t.test('live numbers and per-minute rollups are read through the API', async (t)
   await sql.query(`INSERT INTO pool_metrics_minute (pool_id, minute, requests, admitted, queued, rejected) VALUES ($1, date_trunc('minute', now()) - interval '5 minutes', 10, 8, 3, 2)`, [pool.id]);
   const minutes = await svc.api('GET', `/api/v1/pools/${pool.subdomain}/metrics/minutes?window=1h`, { token: boot.token });
   t.equal(minutes.status, 200);
-  t.match(minutes.body.data, [{ requests: 10, admitted: 8, queued: 3, rejected: 2 }]);
+  t.match(minutes.body.data, [{ requests: 10, admitted: 8, queued: 3, rejected: 2, upstream_errors: 0 }]);
+  t.match(minutes.body.data[0], { queue_wait_p50_ms: null, queue_wait_p95_ms: null, upstream_p50_ms: null, upstream_p95_ms: null, effective_limit: null },
+    'a minute without latency observations has no percentiles (not zeros)');
   t.equal((await svc.api('GET', `/api/v1/pools/${pool.subdomain}/metrics/minutes?window=7d`, { token: boot.token })).status, 422);
 });
 
@@ -214,6 +216,8 @@ t.test('the OpenAPI document lists the new endpoints and the session cookie sche
     t.ok(doc.paths[p], p);
   }
   t.ok(doc.paths['/api/v1/pools/{pool}/keys'].get);
+  const minute = doc.components.schemas.MinuteRollup;
+  for (const f of ['queue_wait_p50_ms', 'queue_wait_p95_ms', 'upstream_p50_ms', 'upstream_p95_ms', 'effective_limit', 'upstream_errors']) t.ok(minute.properties[f], `MinuteRollup.${f} documented`);
   t.same(doc.components.securitySchemes.session, { type: 'apiKey', in: 'cookie', name: 'poolgate_session' });
   t.notOk(Object.keys(doc.paths).some((p) => p.startsWith('/dashboard')), 'pages are not API operations');
 });

@@ -1,7 +1,8 @@
 // The dashboard end to end in a real browser (issue 17): sign in with a pasted API token; create a pool;
 // mint a key (plaintext shown once); change max_concurrent and see x-service-effective-limit follow on
 // the proxy; watch in-flight rise under load; re-enable a deactivated destination and see deliveries
-// resume; fill the intake form and see has_credential become true; a used intake link is dead; sign out.
+// resume, replay one and recover one; the Pool page's charts and its destinations form; fill the intake
+// form and see has_credential become true; a used intake link is dead; sign out.
 import t from 'tap';
 import { request } from 'undici';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
@@ -139,6 +140,22 @@ t.test('the Pools page shows in-flight rising under load, refreshed within 2 s',
   t.pass('in-flight falls back to 0');
 });
 
+t.test('the Pool page charts the minutes: requests by outcome, queue wait and upstream p50/p95, effective limit', async (t) => {
+  // The load above queued two requests ~2.5 s behind three that spent ~2.5 s upstream.
+  await svc.service.rollups!.flush();
+  await page.goto(`${dash}/pools/${pool.subdomain}`);
+  const summary = page.getByText(/^Last hour: \d+ requests/);
+  await summary.waitFor();
+  const text = (await summary.textContent()) ?? '';
+  t.match(text, /queue wait p95 \d+(\.\d+)? ms/, `queue wait p95 shown: ${text}`);
+  const up = /upstream p95 (\d+(?:\.\d+)?) ms/.exec(text);
+  t.ok(up && Number(up[1]) >= 2000, 'the 2.5 s answers show in the upstream p95');
+  t.equal(await page.locator('#chart canvas').count(), 3, 'three charts drawn');
+  for (const name of ['Requests per minute', 'Queue wait and upstream latency', 'Effective limit (lowest in the minute)']) {
+    t.ok(await page.getByRole('img', { name }).isVisible(), name);
+  }
+});
+
 t.test('re-enable a deactivated destination: the pool goes async again and deliveries resume', async (t) => {
   const hook = await svc.api('POST', '/api/v1/webhooks', { token: boot.token, body: { name: 'billing events', url: `${receiver.url}/hook`, pool_ids: [pool.id] } });
   t.equal(hook.status, 201);
@@ -177,7 +194,41 @@ t.test('re-enable a deactivated destination: the pool goes async again and deliv
   await page.getByLabel('Show').selectOption('failure');
   await page.locator('#deliveries-table').getByText('No deliveries.').waitFor();
   t.pass('delivery history shows the success and filters by result');
-  await svc.api('PUT', `/api/v1/pools/${pool.subdomain}/webhooks`, { token: boot.token, body: { webhook_endpoint_ids: [] } });
+
+  // Replay that delivery: it reaches the destination again.
+  await page.getByLabel('Show').selectOption('');
+  const jobRow = page.locator('#deliveries-table tr[data-result="success"]').first();
+  await jobRow.waitFor();
+  const job = await jobRow.getAttribute('data-job');
+  await jobRow.getByRole('button', { name: `Replay the delivery of job ${job}` }).click();
+  await page.getByText(`Replay of job ${job} queued`).waitFor();
+  const again = await receiver.waitFor('/hook', 2, 15_000);
+  t.equal(again.length, 2, 'the replayed delivery arrived again');
+
+  // Recover since an hour ago sends again what was given up: that delivery, marked failed as the deliverer
+  // leaves it after its last retry.
+  await svc.service.sql.query(`UPDATE webhook_deliveries SET status = 'failed', finished_at = now() WHERE webhook_endpoint_id = $1`, [id]);
+  const since = await page.evaluate(() => {
+    const d = new Date(Date.now() - 3_600_000);
+    d.setMinutes(d.getMinutes() - d.getTimezoneOffset());
+    return d.toISOString().slice(0, 16);
+  });
+  await page.getByLabel('Since').fill(since);
+  await page.getByRole('button', { name: 'Recover' }).click();
+  const recovered = page.getByText(/^\d+ failed deliver(y|ies) queued again\.$/);
+  await recovered.waitFor();
+  t.equal(await recovered.textContent(), '1 failed delivery queued again.');
+  t.ok((await receiver.waitFor('/hook', 3, 15_000)).length >= 3, 'the recovered delivery arrived');
+
+  // Detach the destination from the pool on the Pool page's form (PUT /api/v1/pools/{pool}/webhooks).
+  await page.goto(`${dash}/pools/${pool.subdomain}`);
+  const box = page.locator('#destinations-form').getByLabel('billing events');
+  t.ok(await box.isChecked(), 'the attached destination is checked');
+  await box.uncheck();
+  await page.getByRole('button', { name: 'Save destinations' }).click();
+  await page.locator('#destinations-form').getByText('Saved').waitFor();
+  const after = await svc.api('GET', '/api/v1/webhooks', { token: boot.token });
+  t.same(after.body.data.find((w: any) => w.id === id).pool_ids, [], 'the pool is detached through the API');
 });
 
 t.test('the intake form: fill it once, has_credential becomes true, the link is then dead', async (t) => {

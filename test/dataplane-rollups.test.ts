@@ -87,6 +87,21 @@ t.test('admitted, queued and refused proxy requests show up in the pool metrics 
   t.equal(m.admit_rate, 0.8);
   t.equal(m.queued_pct, 20);
 
+  // Issue 17's charts: the same minutes with queue wait and upstream latency p50/p95 and the effective limit.
+  // B waited ~300 ms for A's slot; A and D spent 300 ms upstream; the rest took a few ms.
+  const minutes = await svc.api('GET', '/api/v1/pools/rollups/metrics/minutes?window=1h', { token });
+  t.equal(minutes.status, 200);
+  const rows = minutes.body.data as any[];
+  t.equal(rows.reduce((n, r) => n + r.requests, 0), 10, 'the minutes hold every governed request');
+  t.equal(rows.reduce((n, r) => n + r.admitted, 0), 8);
+  const top = rows.reduce((a, r) => (r.admitted > a.admitted ? r : a));
+  t.ok(top.queue_wait_p50_ms !== null && top.queue_wait_p50_ms < 50, `queue wait p50 is small (${top.queue_wait_p50_ms} ms)`);
+  t.ok(rows.some((r) => r.queue_wait_p95_ms >= 200), `B's wait shows in a p95 (${rows.map((r) => r.queue_wait_p95_ms)})`);
+  t.ok(top.upstream_p50_ms !== null && top.upstream_p50_ms < 200, `upstream p50 is small (${top.upstream_p50_ms} ms)`);
+  t.ok(rows.some((r) => r.upstream_p95_ms >= 200), `the 300 ms answers show in an upstream p95 (${rows.map((r) => r.upstream_p95_ms)})`);
+  t.ok(rows.every((r) => r.effective_limit === 1), 'the effective limit sampled at flush time');
+  t.equal(rows.reduce((n, r) => n + r.upstream_errors, 0), 0);
+
   // More traffic after a flush adds to the same minute's row; nothing is counted twice.
   for (let i = 0; i < 3; i++) t.equal(await call('rollups', '/', auth), 200);
   await svc.service.rollups!.flush();

@@ -5,6 +5,8 @@ import { openPostgres } from '../src/store/postgres.js';
 import { migrate } from '../src/store/migrate.js';
 import type { Queryable, Sql, SqlParam } from '../src/store/sql.js';
 import { RollupBuffer } from '../src/metrics/rollups.js';
+import { minuteRollups } from '../src/store/metrics.js';
+import { bucketOf, quantileMs } from '../src/metrics/latency-buckets.js';
 import { freshPostgresDatabase } from './helpers/service.js';
 import { needServer } from './helpers/servers.js';
 
@@ -34,6 +36,21 @@ async function rows(sql: Sql) {
   );
   return rows.map((r) => ({ ...r, minute: new Date(r.minute).getTime() - T0 }));
 }
+
+t.test('latency buckets: bounds and interpolated quantiles', async (t) => {
+  t.equal(bucketOf(0), 0);
+  t.equal(bucketOf(1), 0);
+  t.equal(bucketOf(1.5), 1);
+  t.equal(bucketOf(60_000), 14);
+  t.equal(bucketOf(10_000_000), 15, 'above the last bound: the overflow bucket');
+  t.equal(quantileMs(null, 0.5), null);
+  t.equal(quantileMs(new Array(16).fill(0), 0.5), null, 'no observations: no percentile');
+  const h = new Array(16).fill(0);
+  h[6] = 10; // ten values in (50, 100]
+  t.equal(quantileMs(h, 0.5), 75, 'interpolated inside the bucket');
+  h[15] = 100;
+  t.equal(quantileMs(h, 0.95), 60_000, 'the overflow bucket answers its lower bound');
+});
 
 function suite(engine: string, open: () => Promise<{ sql: Sql; done(): Promise<void> }>) {
   t.test(engine, async (t) => {
@@ -100,6 +117,38 @@ function suite(engine: string, open: () => Promise<{ sql: Sql; done(): Promise<v
         { pool_id: alpha, minute: 0, requests: 5, admitted: 4, queued: 0, rejected: 0 },
         { pool_id: alpha, minute: MINUTE, requests: 1, admitted: 0, queued: 0, rejected: 1 },
       ]);
+      await buf.close();
+    });
+
+    t.test('queue wait and upstream histograms add across flushes and failures; p50/p95 and the lowest effective limit come back', async (t) => {
+      // Issue 17's charts: percentiles of a whole minute even when it was written by several partial flushes.
+      await sql.query('DELETE FROM pool_metrics_minute');
+      clock = T0 + 2_000;
+      const w = watched(sql);
+      let limit = 8;
+      const buf = new RollupBuffer({ db: w.db, flushEveryMs: 0, now: () => clock, effectiveLimit: () => limit });
+      const req = (queueWaitMs: number, upstreamMs: number | null, upstreamError = false) =>
+        buf.addRequest(alpha, true, queueWaitMs > 0, false, { queueWaitMs, upstreamMs, upstreamError });
+      for (let i = 0; i < 60; i++) req(0, 8); // 60 quick ones
+      await buf.flush();
+      limit = 5;
+      for (let i = 0; i < 30; i++) req(0, 15);
+      w.down = true;
+      await t.rejects(buf.flush(), /connection refused/); // given back, merged with what comes next
+      w.down = false;
+      limit = 6;
+      for (let i = 0; i < 10; i++) req(400, 3_000, i === 0); // 10 slow ones waited 400 ms
+      await buf.flush();
+      const [m, ...rest] = await minuteRollups(sql, alpha, new Date(T0));
+      t.equal(rest.length, 0, 'one row for the minute');
+      t.match(m, { requests: 100, admitted: 100, queued: 10, upstream_errors: 1, effective_limit: 5 });
+      // 90 of 100 waited 0 ms (bucket <= 1 ms), 10 waited 400 ms (200–500): p50 in the first bucket, p95 in the 400s' bucket.
+      t.ok(m!.queue_wait_p50_ms! <= 1, `queue wait p50 ${m!.queue_wait_p50_ms}`);
+      t.ok(m!.queue_wait_p95_ms! > 200 && m!.queue_wait_p95_ms! <= 500, `queue wait p95 ${m!.queue_wait_p95_ms}`);
+      // Upstream: 60 × 8 ms (5–10), 30 × 15 ms (10–20), 10 × 3 s (2000–5000).
+      t.ok(m!.upstream_p50_ms! > 5 && m!.upstream_p50_ms! <= 10, `upstream p50 ${m!.upstream_p50_ms}`);
+      t.ok(m!.upstream_p95_ms! > 2000 && m!.upstream_p95_ms! <= 5000, `upstream p95 ${m!.upstream_p95_ms}`);
+      t.equal(w.statements, 2, 'still one statement per successful flush');
       await buf.close();
     });
 

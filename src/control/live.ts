@@ -9,6 +9,8 @@ import { findPool, listPools } from '../store/pools.js';
 import { minuteRollups } from '../store/metrics.js';
 
 const Count = Type.Integer({ minimum: 0 });
+// Percentiles come from fixed buckets (1, 2, 5, 10, … 60000 ms), interpolated inside the bucket.
+const Ms = (description: string) => Type.Union([Type.Number({ minimum: 0 }), Type.Null()], { description });
 
 export const PoolLive = Type.Object(
   {
@@ -31,7 +33,19 @@ export const PoolLive = Type.Object(
 type PoolLiveT = Static<typeof PoolLive>;
 
 export const MinuteRollup = Type.Object(
-  { minute: Type.String({ format: 'date-time' }), requests: Count, admitted: Count, queued: Count, rejected: Count },
+  {
+    minute: Type.String({ format: 'date-time' }),
+    requests: Count,
+    admitted: Count,
+    queued: Count,
+    rejected: Count,
+    upstream_errors: Type.Integer({ minimum: 0, description: 'Admitted requests whose upstream failed (connection error, timeout)' }),
+    queue_wait_p50_ms: Ms('Median queue wait of the minute\'s admitted requests; null when none'),
+    queue_wait_p95_ms: Ms('95th percentile queue wait; null when none'),
+    upstream_p50_ms: Ms('Median upstream latency of the minute\'s forwarded requests; null when none'),
+    upstream_p95_ms: Ms('95th percentile upstream latency; null when none'),
+    effective_limit: Type.Union([Count, Type.Null()], { description: 'Lowest effective limit sampled in the minute; null when not sampled' }),
+  },
   { $id: 'MinuteRollup', additionalProperties: false },
 );
 
@@ -71,7 +85,7 @@ export function liveRoutes(app: TypedApp, ctx: ControlContext): void {
     {
       schema: {
         tags: ['metrics'],
-        summary: 'A pool\'s per-minute rollups (requests, admitted, queued, rejected) over the last hour or day, oldest first',
+        summary: 'A pool\'s per-minute rollups (requests by outcome, queue wait and upstream latency p50/p95, effective limit) over the last hour or day, oldest first',
         description: 'Extension of the service spec (the dashboard\'s charts). Needs metrics:read. Minutes without traffic are absent.',
         params: PoolParams,
         querystring: MinutesQuery,

@@ -69,7 +69,11 @@ export class RequestMetrics implements DataplaneMetrics {
       return;
     }
     recordAdmission(h, a, r.waited);
-    this.#rollups.addRequest(r.poolId, a.ok, r.waited, !a.ok && a.reason !== 'aborted');
+    this.#rollups.addRequest(r.poolId, a.ok, r.waited, !a.ok && a.reason !== 'aborted', {
+      queueWaitMs: a.ok ? a.queuedMs : null,
+      upstreamMs: a.ok ? r.upstreamMs : null,
+      upstreamError: a.ok && r.outcome !== 'proxied' && r.outcome !== 'client_aborted',
+    });
     this.#live?.record(r.poolId, a.ok, r.status);
     if (!a.ok) return;
     if (r.outcome === 'proxied') {
@@ -101,7 +105,11 @@ export class RequestMetrics implements DataplaneMetrics {
       return;
     }
     if (r.waited) h.queued.inc();
-    this.#rollups.addRequest(r.poolId, a.ok, r.waited, !a.ok && a.reason !== 'aborted');
+    this.#rollups.addRequest(r.poolId, a.ok, r.waited, !a.ok && a.reason !== 'aborted', {
+      queueWaitMs: a.ok ? a.queuedMs : null,
+      upstreamMs: null,
+      upstreamError: false,
+    });
     if (!a.ok) {
       h.rejected[a.reason].inc();
       h.lockAcquires[OUTCOME_OF_REFUSAL[a.reason] as LockAcquireOutcome].inc();
