@@ -235,12 +235,26 @@ export class Dataplane {
     const method = req.getCaseSensitiveMethod();
     const client = new ClientResponse(res, method === 'HEAD');
     const headers = readRequestHeaders(req);
-    const ex: Exchange = {
+    const ex = this.#exchange(method, req.getUrl(), req.getQuery() ?? '', headers, Buffer.from(res.getRemoteAddressAsText()).toString());
+    this.#inFlight++;
+    try {
+      this.#begin((h) => res.onData(h), ex, client);
+    } catch (err) {
+      // A bug must cost one request, not the process (an exception escaping a uWS handler is fatal).
+      this.#opts.log.error({ err }, 'data plane request handler failed');
+      client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
+      this.#settle(ex, { outcome: 'internal_error', status: 500 });
+    }
+  }
+
+  /** A new exchange, always built in this one place so that both parsers' exchanges share one object shape. */
+  #exchange(method: string, path: string, query: string, headers: Record<string, string>, clientAddress: string): Exchange {
+    return {
       method,
-      path: req.getUrl(),
-      query: req.getQuery() ?? '',
+      path,
+      query,
       headers,
-      clientAddress: Buffer.from(res.getRemoteAddressAsText()).toString(),
+      clientAddress,
       snapshot: this.snapshots.current,
       startedAt: performance.now(),
       pool: null,
@@ -253,15 +267,6 @@ export class Dataplane {
       upstreamMs: null,
       settled: false,
     };
-    this.#inFlight++;
-    try {
-      this.#begin((h) => res.onData(h), ex, client);
-    } catch (err) {
-      // A bug must cost one request, not the process (an exception escaping a uWS handler is fatal).
-      this.#opts.log.error({ err }, 'data plane request handler failed');
-      client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
-      this.#settle(ex, { outcome: 'internal_error', status: 500 });
-    }
   }
 
   /** A request taken by node:http (llhttp has already refused malformed framing with 400/431 and closed). */
@@ -278,24 +283,7 @@ export class Dataplane {
     const q = url.indexOf('?');
     let address = req.socket.remoteAddress ?? '';
     if (address.startsWith('::ffff:')) address = address.slice(7);
-    const ex: Exchange = {
-      method,
-      path: q === -1 ? url : url.slice(0, q),
-      query: q === -1 ? '' : url.slice(q + 1),
-      headers,
-      clientAddress: address,
-      snapshot: this.snapshots.current,
-      startedAt: performance.now(),
-      pool: null,
-      key: null,
-      keyInAuthorization: false,
-      admission: null,
-      permit: null,
-      waited: false,
-      queuedMs: 0,
-      upstreamMs: null,
-      settled: false,
-    };
+    const ex = this.#exchange(method, q === -1 ? url : url.slice(0, q), q === -1 ? '' : url.slice(q + 1), headers, address);
     this.#inFlight++;
     try {
       if (req.httpVersionMajor !== 1) return this.#stopNode(ex, client, VERSION_NOT_SUPPORTED);
