@@ -28,7 +28,7 @@ import { SnapshotSource, poolLimits, type SnapshotFeed } from './dataplane/snaps
 import { DataplaneThreads, dataplaneThreadCount } from './dataplane/threads/host.js';
 import { SharedMemoryGovernor } from './governor/shared-memory.js';
 import { PROCESS_TIME, SYSTEM_TIME } from './governor/clock.js';
-import { storeIntake } from './jobs/intake.js';
+import { storeIntake } from './jobs/job-intake.js';
 import { MemoryNonceStore } from './policies/nonce-store.js';
 import type { Governor } from './governor/governor.js';
 import { JobRunner, type JobRunnerTuning } from './jobs/runner.js';

@@ -10,7 +10,7 @@ import { startTestService, type TestService } from './helpers/service.js';
 import { startReceiver, type Receiver } from './helpers/receiver.js';
 import { needServer, PG_URL } from './helpers/servers.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
-import { RESULT_BODY_CAP } from '../src/jobs/limits.js';
+import { RESULT_BODY_CAP } from '../src/jobs/job-limits.js';
 import { soak } from './helpers/soak.js';
 
 /**

@@ -11,7 +11,7 @@ import { Pool, request } from 'undici';
 import { startTestService, type TestService } from './helpers/service.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
-import { JOB_BODY_CAP, RESULT_BODY_CAP, RETRY_BASE_MS, retryDelayMs } from '../src/jobs/limits.js';
+import { JOB_BODY_CAP, RESULT_BODY_CAP, RETRY_BASE_MS, retryDelayMs } from '../src/jobs/job-limits.js';
 import { soak } from './helpers/soak.js';
 
 /**

@@ -16,7 +16,7 @@ import { identityRoutes } from './identity.js';
 import { budgetRoutes } from './budgets.js';
 import { poolRoutes } from './pools.js';
 import { credentialRoutes } from './credential-attach.js';
-import { intakeRoutes } from './intake.js';
+import { intakeRoutes } from './credential-intake.js';
 import { webhookRoutes } from './webhooks.js';
 import { keyRoutes } from './keys.js';
 import { metricsRoutes } from './metrics.js';

@@ -7,7 +7,7 @@ import type { Readable } from 'node:stream';
 import { Pool, type Dispatcher } from 'undici';
 import type { Governor, Outcome } from '../governor/governor.js';
 import { CidrList } from '../policies/cidr.js';
-import { guardedConnector, targetRefusalOf, type ConnectTargets } from '../security/connect-guard.js';
+import { guardedConnector, targetRefusalOf, type ConnectTargets } from '../security/ssrf-connect-guard.js';
 import { governorHeaders } from './admit.js';
 import type { ClientSide as ClientResponse } from './client-response.js';
 import { reply, type Exchange, type Reply } from './exchange.js';

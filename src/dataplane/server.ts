@@ -20,7 +20,7 @@ import { forward, Upstreams, type ForwardDeps } from './forward.js';
 import { releaseStage, type DataplaneMetrics, type Settlement } from './release.js';
 import { RequestBody } from './request-body.js';
 import { framingRefusal } from './framing.js';
-import { acceptJob, asyncEligible, asyncRequested, JOB_TOO_LARGE, tooLargeForJob, type JobIntake } from '../jobs/intake.js';
+import { acceptJob, asyncEligible, asyncRequested, JOB_TOO_LARGE, tooLargeForJob, type JobIntake } from '../jobs/job-intake.js';
 import type { JobReason } from '../jobs/job-event.js';
 import { routeGate } from './route.js';
 import { scopeGate } from './scope.js';
@@ -448,7 +448,7 @@ export class Dataplane {
     return null;
   }
 
-  /** Spills the request as a job and answers 202 (src/jobs/intake.ts). */
+  /** Spills the request as a job and answers 202 (src/jobs/job-intake.ts). */
   #toJob(ex: Exchange, client: ClientSide, body: RequestBody | null, reason: JobReason): void {
     // A job is counted by the jobs, not as a refused pool request.
     ex.admission = null;

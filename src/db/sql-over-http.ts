@@ -10,9 +10,9 @@ import { reply, type Exchange, type Reply } from '../dataplane/exchange.js';
 import type { Settlement } from '../dataplane/release.js';
 import type { PoolEntry, Snapshot } from '../dataplane/snapshot.js';
 import type { OnData } from '../policies/dataplane-stage.js';
-import { asyncEligible, asyncRequested, JOB_TOO_LARGE, spillAndAnswer, tooLargeForJob, type JobIntake } from '../jobs/intake.js';
+import { asyncEligible, asyncRequested, JOB_TOO_LARGE, spillAndAnswer, tooLargeForJob, type JobIntake } from '../jobs/job-intake.js';
 import type { JobReason } from '../jobs/job-event.js';
-import { JOB_BODY_CAP } from '../jobs/limits.js';
+import { JOB_BODY_CAP } from '../jobs/job-limits.js';
 import { failureBody, type DbFailure } from './errors.js';
 import { DbUpstreams, type RunResult, type SqlStatement, type StatementResult } from './upstream.js';
 

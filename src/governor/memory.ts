@@ -12,7 +12,7 @@ import {
   type PoolState,
   type RefusalReason,
 } from './governor.js';
-import { EMPTY_STATE, nextAdaptive, sanitizeLimits } from './limits.js';
+import { EMPTY_STATE, nextAdaptive, sanitizeLimits } from './pool-limits.js';
 import type { AdaptiveLimit } from './adaptive-limit.js';
 import { BudgetShare } from './budget-share.js';
 import { learnedState, learnOutcome, type LearnedState } from './outcome-learning.js';

@@ -3,7 +3,7 @@
 import { randomBytes } from 'node:crypto';
 import { Redis, type RedisOptions } from 'ioredis';
 import { abortedAlready, waitSignal, type Admission, type AdmitRequest, type BudgetLimits, type Governor, type Outcome, type Permit, type PoolLimits, type PoolState, type RefusalReason } from './governor.js';
-import { EMPTY_STATE, nextAdaptive, sanitizeLimits } from './limits.js';
+import { EMPTY_STATE, nextAdaptive, sanitizeLimits } from './pool-limits.js';
 import { BudgetShare } from './budget-share.js';
 import { MemoryGovernor } from './memory.js';
 import { MAX_TIMER_MS, SYSTEM_TIME, timeFrom, type GovernorTime, type GovernorTimers } from './clock.js';

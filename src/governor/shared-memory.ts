@@ -5,7 +5,7 @@ import type { MemoryGovernorOptions } from './memory.js';
 import { MAX_TIMER_MS, PROCESS_TIME, timeFrom, type GovernorTimers } from './clock.js';
 import { AdaptiveLimit } from './adaptive-limit.js';
 import { BudgetShare } from './budget-share.js';
-import { EMPTY_STATE, sanitizeLimits } from './limits.js';
+import { EMPTY_STATE, sanitizeLimits } from './pool-limits.js';
 import { applyOutcome, learnedState, readOutcome, type LearnedState } from './outcome-learning.js';
 import * as rules from './admission-rules.js';
 import type { SlotState } from './admission-rules.js';

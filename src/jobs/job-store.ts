@@ -3,7 +3,7 @@
 // writes the event to the outbox in the same transaction.
 import { randomBytes } from 'node:crypto';
 import type { JobReason, TerminalStatus } from './job-event.js';
-import { JOBS_CHANNEL } from './limits.js';
+import { JOBS_CHANNEL } from './job-limits.js';
 import type { Queryable } from '../store/sql.js';
 import type { SecretBox } from '../security/secret-box.js';
 

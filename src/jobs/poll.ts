@@ -8,7 +8,7 @@ import type { PoliciesGate } from '../policies/index.js';
 import type { Sql } from '../store/sql.js';
 import { isJobId } from './job-id.js';
 import { findJob, type JobView } from './job-store.js';
-import { INLINE_BODY_CAP } from './limits.js';
+import { INLINE_BODY_CAP } from './job-limits.js';
 import { databaseData, flatHeaders, inlineText, pollUrl } from './result-view.js';
 
 export interface JobPollDeps {

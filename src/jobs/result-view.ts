@@ -2,7 +2,7 @@
 // UTF-8 and fits 256 KiB, and otherwise point at the raw result address.
 import type { JobDetail } from './job-event.js';
 import type { StoredResult } from './job-store.js';
-import { INLINE_BODY_CAP } from './limits.js';
+import { INLINE_BODY_CAP } from './job-limits.js';
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 

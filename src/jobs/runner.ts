@@ -22,7 +22,7 @@ import {
   type ClaimedJob,
   type SweptJob,
 } from './job-store.js';
-import { JOB_RETENTION_MS, JOBS_CHANNEL, LEASE_MARGIN_MS, MAX_ATTEMPTS, RESULT_BODY_CAP, RETRY_BASE_MS, RUNNER_MAX_IN_FLIGHT, retryDelayMs } from './limits.js';
+import { JOB_RETENTION_MS, JOBS_CHANNEL, LEASE_MARGIN_MS, MAX_ATTEMPTS, RESULT_BODY_CAP, RETRY_BASE_MS, RUNNER_MAX_IN_FLIGHT, retryDelayMs } from './job-limits.js';
 import { databaseDetail, httpDetail, resultUrl } from './result-view.js';
 
 export type EnqueueJobEvent = (tx: Queryable, event: JobEvent) => Promise<number>;

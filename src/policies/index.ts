@@ -4,7 +4,7 @@
 import type { Config } from '../config/schema.js';
 import type { KeyEntry, PoolEntry } from '../dataplane/snapshot.js';
 import type { PoolSettings } from '../store/pool-settings.js';
-import type { ConnectTargets } from '../security/connect-guard.js';
+import type { ConnectTargets } from '../security/ssrf-connect-guard.js';
 import { accessProxyPolicy } from './access-proxy.js';
 import { CidrList } from './cidr.js';
 import { clientAddress } from './client-address.js';

@@ -4,7 +4,7 @@
 import type { KeyObject } from 'node:crypto';
 import { createRemoteJWKSet, customFetch, errors, jwtVerify, type FetchImplementation, type JWTVerifyGetKey, type JWTVerifyOptions } from 'jose';
 import { Agent, fetch as undiciFetch } from 'undici';
-import { guardedConnector, type ConnectTargets } from '../security/connect-guard.js';
+import { guardedConnector, type ConnectTargets } from '../security/ssrf-connect-guard.js';
 import { systemLookup } from '../security/targets.js';
 import type { JwtPolicy } from '../store/pool-settings.js';
 import { headerValue } from '../dataplane/exchange.js';

@@ -20,7 +20,7 @@ import { createSecureContext, rootCertificates } from 'node:tls';
 import { Agent } from 'undici';
 import type { Logger } from '../log.js';
 import type { SecretBox } from '../security/secret-box.js';
-import { guardedConnector } from '../security/connect-guard.js';
+import { guardedConnector } from '../security/ssrf-connect-guard.js';
 import { checkTarget, type TargetPolicy, type TargetVerdict } from '../security/targets.js';
 import { openCredential } from '../store/credentials.js';
 import { CHANGE_CHANNEL, type Sql } from '../store/sql.js';

@@ -4,7 +4,7 @@
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import type { Config } from '../../config/schema.js';
-import type { JobIntake } from '../../jobs/intake.js';
+import type { JobIntake } from '../../jobs/job-intake.js';
 import type { NonceStore } from '../../policies/nonce-store.js';
 import type { Logger } from '../../log.js';
 import type { DataplaneMetrics } from '../release.js';

@@ -4,7 +4,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { SharedMemoryGovernor } from '../../governor/shared-memory.js';
 import { PROCESS_TIME } from '../../governor/clock.js';
-import type { JobIntake } from '../../jobs/intake.js';
+import type { JobIntake } from '../../jobs/job-intake.js';
 import type { NonceStore } from '../../policies/nonce-store.js';
 import { createLogger } from '../../log.js';
 import { Dataplane } from '../server.js';

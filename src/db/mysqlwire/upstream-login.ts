@@ -4,7 +4,7 @@
 import { ALLOW_INSECURE_HINT } from '../../config/hints.js';
 import { isIP, type Socket } from 'node:net';
 import { connect as tlsConnect, type TLSSocket } from 'node:tls';
-import { guardedConnect } from '../connect-guard.js';
+import { guardedConnect } from '../upstream-socket-guard.js';
 import { BASE_CAPABILITIES, CLIENT, frame, okStatus, readNulString } from './packets.js';
 import { FrameReader, type Packet } from './frame-reader.js';
 import { nativeScramble, sha2Scramble } from './scramble.js';

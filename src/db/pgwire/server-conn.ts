@@ -4,7 +4,7 @@
 import { isIP, type Socket } from 'node:net';
 import pg from 'pg';
 import type { DatabaseTarget } from '../../dataplane/snapshot.js';
-import { guardedConnect, guardedSocket } from '../connect-guard.js';
+import { guardedConnect, guardedSocket } from '../upstream-socket-guard.js';
 import { directReads } from '../direct-reads.js';
 import { FrameReader } from './frames.js';
 import { cancelRequest } from './messages.js';

@@ -1,8 +1,8 @@
 // The SSRF guard at connect time: a database host was checked when its pool was created, but DNS can
 // change afterwards (rebinding), so every upstream connection re-checks the addresses it actually dials.
-// The checks themselves are the shared guard's (src/security/connect-guard.ts); this adapts it to pg and mysql2.
+// The checks themselves are the shared guard's (src/security/ssrf-connect-guard.ts); this adapts it to pg and mysql2.
 import { connect as netConnect, isIP, Socket, type LookupFunction } from 'node:net';
-import { guardedLookup as sharedLookup, targetRefusal } from '../security/connect-guard.js';
+import { guardedLookup as sharedLookup, targetRefusal } from '../security/ssrf-connect-guard.js';
 import { isPublicAddress, systemLookup } from '../security/targets.js';
 
 function refusal(host: string, address: string): Error {

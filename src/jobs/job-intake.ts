@@ -12,7 +12,7 @@ import type { JobReason } from './job-event.js';
 import { newJobId } from './job-id.js';
 import type { SecretBox } from '../security/secret-box.js';
 import { spillJob, type NewJob, type StoredRequest } from './job-store.js';
-import { JOB_BODY_CAP } from './limits.js';
+import { JOB_BODY_CAP } from './job-limits.js';
 import { pollUrl } from './result-view.js';
 
 export interface JobIntake {
