@@ -1,5 +1,6 @@
-// The HMAC nonce store in both governor backends: memory (bounded, expiring; full means "cannot
-// check", never "forget a live nonce") and Redis (SET NX PX), where every node sees every nonce.
+// The HMAC nonce store in its two backends: memory (with the memory and shared-memory governors; bounded,
+// expiring; full means "cannot check", never "forget a live nonce") and Redis (SET NX PX, with the Redis
+// governor), where every node sees every nonce.
 import t from 'tap';
 import { MemoryNonceStore, RedisNonceStore } from '../src/policies/nonce-store.js';
 import { needServer, REDIS_URL } from './helpers/servers.js';
