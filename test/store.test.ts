@@ -17,6 +17,7 @@ import { createCredential, openCredential } from '../src/store/credentials.js';
 import { fromRoot } from '../src/config/paths.js';
 import { freshPostgresDatabase, startTestService } from './helpers/service.js';
 import { needServer } from './helpers/servers.js';
+import { seedPgliteDataDir } from './helpers/pglite-template.js';
 
 const MIGRATIONS = readdirSync(fromRoot('src', 'store', 'migrations'))
   .filter((f) => f.endsWith('.sql'))
@@ -256,4 +257,14 @@ t.test('the data directory lock refuses a second process and clears a stale pid 
   const again = acquireDataDirLock(dir);
   again.release();
   t.pass('a garbage pid file is treated as stale');
+});
+
+t.test('a start that fails after the store opened frees the data directory (here: an unreadable master key)', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'poolgate-badkey-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  await seedPgliteDataDir(dir);
+  writeFileSync(join(dir, 'secret.key'), 'not a key\n', { mode: 0o600 });
+  await t.rejects(startTestService({ dataDir: dir }), /POOLGATE_SECRET_KEY must be 32 bytes/, 'the bad key refuses the start');
+  t.notOk(existsSync(join(dir, 'poolgate.pid')), 'the data dir lock was released');
+  t.equal(dataDirOwner(dir), null, 'no process owns the data dir');
 });
