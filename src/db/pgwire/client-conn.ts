@@ -962,7 +962,7 @@ export class ClientConn implements ServerLink {
       server.resume();
       // Work still owed (a batch without its answer, or a COPY FROM STDIN the server waits on): never reusable.
       if (this.#syncs > 0 || this.#midBatch || this.#copyIn) this.#servers!.destroy(server);
-      else this.#servers!.release(server, this.#session || this.#pins !== 0 ? 'discard' : 'rollback');
+      else this.#servers!.release(server, this.#session || this.#pins !== 0 ? 'discard' : 'rollback', this.#setupAnswers);
     }
     this.#unpin(ALL_PINS, true);
     if (permit) {
