@@ -57,6 +57,9 @@ if (skip) {
     t.equal((await refusal({ options: `pool=${w.sub} -X` }))?.code, '0A000', 'an options word that is neither pool= nor a setting is refused');
     t.equal((await refusal({ replication: 'database' } as Partial<pg.ClientConfig>))?.code, '0A000', 'replication connections are refused');
     t.equal((await refusal({ password: '' }))?.code, '28P01', 'an empty password');
+    const noUser = await raw([startup({ database: 'x' })]);
+    t.equal(sqlstate(noUser.out), '08004', 'no SNI, no options, no user: no pool named');
+    t.match(noUser.out.toString('latin1'), /no pool named: log in as user=<subdomain>/);
     const r = await runTool('psql', ['-X', '-At', w.conninfo({ sslmode: 'require' }), '-c', 'SELECT 1']);
     t.not(r.code, 0, 'sslmode=require fails when no certificate is configured');
     t.match(r.stderr, /does not support SSL/);

@@ -39,6 +39,64 @@ if (skip) {
     t.equal(r.stdout.trim(), '1');
   });
 
+  t.test('the startup user names the pool when neither SNI nor options does', async (t) => {
+    // As node-postgres's own suite runs with PGUSER=<sub>: its files that set their own options
+    // (gh-issues/2416, client/connection-parameter-tests) lost the pool named in PGOPTIONS.
+    const byUser = new pg.Client(w.clientConfig({ user: w.sub, options: undefined }));
+    await byUser.connect();
+    t.same((await byUser.query('SELECT current_user AS u, 40 + 2 AS answer')).rows, [{ u: w.role, answer: 42 }], 'runs upstream as the pool role');
+    await byUser.end();
+    const upper = new pg.Client(w.clientConfig({ user: w.sub.toUpperCase(), options: undefined }));
+    await upper.connect();
+    t.equal((await upper.query('SELECT 1 AS n')).rows[0].n, 1, 'in any case, as a subdomain is');
+    await upper.end();
+
+    await w.direct.query('CREATE SCHEMA IF NOT EXISTS by_user');
+    await w.direct.query(`GRANT USAGE ON SCHEMA by_user TO ${w.role}`);
+    const own = new pg.Client(w.clientConfig({ user: w.sub, options: '-c search_path=by_user' }));
+    await own.connect();
+    t.equal((await own.query('SHOW search_path')).rows[0].search_path, 'by_user', "the client's own options apply (gh-issues/2416)");
+    await own.end();
+    const iso = new pg.Client(w.clientConfig({ user: w.sub, options: '--default_transaction_isolation=serializable' }));
+    await iso.connect();
+    t.equal((await iso.query('SHOW default_transaction_isolation')).rows[0].default_transaction_isolation, 'serializable', 'client/connection-parameter-tests');
+    await iso.end();
+
+    const r = await runTool('psql', ['-X', '-At', '-c', 'SELECT current_user'], {
+      env: { PGHOST: '127.0.0.1', PGPORT: String(w.port), PGUSER: w.sub, PGDATABASE: 'y', PGPASSWORD: w.key, PGSSLMODE: 'disable', PGOPTIONS: '' },
+    });
+    t.equal(r.code, 0, r.stderr);
+    t.equal(r.stdout.trim(), w.role, 'psql with PGUSER=<sub>');
+
+    // options still wins when it names a pool: user is ignored then (here a pool's name, there no pool).
+    const fails = (c: pg.Client) => {
+      c.on('error', () => {});
+      return c.connect().then(
+        async () => {
+          await c.end();
+          return null;
+        },
+        (e: { code?: string; message: string }) => e,
+      );
+    };
+    t.equal((await fails(new pg.Client(w.clientConfig({ user: 'nobody-here' }))))?.code ?? null, null, 'options=pool= names the pool; user is ignored');
+    t.equal((await fails(new pg.Client(w.clientConfig({ user: w.sub, options: 'pool=nosuchpool' }))))?.code, '3D000', 'options names the pool even when user is one');
+    // An unknown user with nothing else naming a pool: a login error, as node-postgres's client/error-handling-tests expects.
+    const unknown = await fails(new pg.Client(w.clientConfig({ user: 'asldkfjsadlfkj', options: undefined })));
+    t.equal(unknown?.code, '28000', unknown?.message);
+    t.match(unknown?.message, /no pool named: user "asldkfjsadlfkj" is not a pool; log in as user=<subdomain>/);
+    const p = await runTool('psql', ['-X', '-At', '-c', 'SELECT 1'], {
+      env: { PGHOST: '127.0.0.1', PGPORT: String(w.port), PGUSER: 'nosuchpool', PGDATABASE: 'y', PGPASSWORD: w.key, PGSSLMODE: 'disable', PGOPTIONS: '' },
+    });
+    t.not(p.code, 0, 'psql with an unknown PGUSER fails');
+    t.match(p.stderr, /no pool named: user "nosuchpool" is not a pool/);
+    await new Promise<void>((resolve, reject) => {
+      // The callback form node-postgres's test uses.
+      const c = new pg.Client(w.clientConfig({ user: 'asldkfjsadlfkj', options: undefined }));
+      c.connect((err) => (err instanceof Error ? resolve() : reject(new Error('connected as an unknown user'))));
+    });
+  });
+
   t.test('a psql script with a transaction, COPY FROM STDIN and COPY TO STDOUT', async (t) => {
     const script = [
       'CREATE TABLE items (id int PRIMARY KEY, name text);',
@@ -69,7 +127,7 @@ if (skip) {
     t.equal(e2?.code, '3D000', e2?.message);
     const none = new pg.Client(w.clientConfig({ options: undefined }));
     const e3 = await none.connect().then(() => null, (e: { code?: string; message: string }) => e);
-    t.equal(e3?.code, '08004', e3?.message);
+    t.equal(e3?.code, '28000', `no pool named, and user 'anyone' is no pool: ${e3?.message}`);
     const r = await psql(['-c', 'SELECT 1'], { conninfo: w.conninfo({ password: 'bad' }) });
     t.not(r.code, 0);
     t.match(r.stderr, /password authentication failed for pool/);

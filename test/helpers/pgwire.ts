@@ -2,6 +2,7 @@
 // server, poolgate started in-process, the pool made and given its role through the Control API, a key.
 import { randomBytes } from 'node:crypto';
 import { spawn } from 'node:child_process';
+import { connect as tcpConnect, createServer, type Socket } from 'node:net';
 import pg from 'pg';
 import type { Test } from 'tap';
 import { startTestService, type TestService } from './service.js';
@@ -30,7 +31,9 @@ export interface WirePool {
   close(): Promise<void>;
 }
 
-export async function startWirePool(opts: { overrides?: Record<string, unknown>; maxConcurrent?: number; settings?: Record<string, unknown> } = {}): Promise<WirePool> {
+export async function startWirePool(
+  opts: { overrides?: Record<string, unknown>; maxConcurrent?: number; settings?: Record<string, unknown>; /** Where the pool reaches PostgreSQL (a proxy in front of it); 5432 by default. */ dbPort?: number } = {},
+): Promise<WirePool> {
   const suffix = randomBytes(4).toString('hex');
   const role = `pgwire_role_${suffix}`;
   const db = `pgwire_db_${suffix}`;
@@ -44,7 +47,7 @@ export async function startWirePool(opts: { overrides?: Record<string, unknown>;
 
   const svc = await startTestService({ overrides: { dbAllowInsecure: true, accessLogFile: '/dev/null', ...opts.overrides } });
   const boot = await svc.bootstrap();
-  const created = await svc.api('POST', '/api/v1/pools/database', { token: boot.token, body: { db_host: '127.0.0.1', db_port: 5432, db_name: db } });
+  const created = await svc.api('POST', '/api/v1/pools/database', { token: boot.token, body: { db_host: '127.0.0.1', db_port: opts.dbPort ?? 5432, db_name: db } });
   if (created.status !== 201) throw new Error(`pool not created: ${JSON.stringify(created.body)}`);
   const sub: string = created.body.data.subdomain;
   const poolId: number = created.body.data.id;
@@ -124,4 +127,65 @@ export async function assertNothingHeld(t: Test, w: WirePool, maxServers?: numbe
   t.equal(c.serversOpen, c.serversIdle, 'every open server connection is idle');
   if (maxServers !== undefined) t.ok(c.serversOpen <= maxServers, 'never more server connections than max_concurrent');
   t.equal(w.svc.service.dataplane!.governor.state(w.poolId).inFlight, 0, 'no slot held');
+}
+
+/** A TCP proxy in front of the local PostgreSQL whose server-to-client bytes can be held back, to delay the server's answers. */
+export interface HoldProxy {
+  port: number;
+  /** From now on, what PostgreSQL sends is kept until release(). */
+  hold(): void;
+  /**
+   * Passes bytes on again after sending what was kept, one answer (up to and including a ReadyForQuery) at a
+   * time, `gapMs` apart: each reaches poolgate as its own read, as a busy server's answers do.
+   */
+  release(gapMs?: number): Promise<void>;
+  close(): Promise<void>;
+}
+
+export async function startHoldProxy(targetPort = 5432): Promise<HoldProxy> {
+  let holding = false;
+  const kept: Array<[Socket, Buffer]> = [];
+  const sockets = new Set<Socket>();
+  const server = createServer((client) => {
+    const upstream = tcpConnect({ host: '127.0.0.1', port: targetPort });
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      s.on('error', () => {});
+      s.on('close', () => (client.destroy(), upstream.destroy()));
+    }
+    client.on('data', (c: Buffer) => upstream.write(c));
+    upstream.on('data', (c: Buffer) => (holding ? kept.push([client, c]) : client.write(c)));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    port: (server.address() as { port: number }).port,
+    hold() {
+      holding = true;
+    },
+    async release(gapMs = 0) {
+      // Held from a moment the connection was idle, so each socket's kept bytes start at a message boundary.
+      const bySocket = new Map<Socket, Buffer>();
+      for (const [s, c] of kept.splice(0)) bySocket.set(s, Buffer.concat([bySocket.get(s) ?? Buffer.alloc(0), c]));
+      for (const [s, bytes] of bySocket) {
+        let start = 0;
+        let at = 0;
+        while (at + 5 <= bytes.length) {
+          const end = at + 1 + bytes.readInt32BE(at + 1);
+          const ready = bytes[at] === 0x5a;
+          at = end;
+          if (!ready) continue;
+          if (!s.destroyed) s.write(bytes.subarray(start, end));
+          start = end;
+          if (gapMs > 0) await new Promise((r) => setTimeout(r, gapMs));
+        }
+        if (start < bytes.length && !s.destroyed) s.write(bytes.subarray(start));
+      }
+      holding = false;
+      for (const [s, c] of kept.splice(0)) if (!s.destroyed) s.write(c);
+    },
+    close() {
+      for (const s of sockets) s.destroy();
+      return new Promise((r) => server.close(() => r()));
+    },
+  };
 }

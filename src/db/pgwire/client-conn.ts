@@ -17,7 +17,7 @@ import { sha256Hex } from '../../security/tokens.js';
 import { cstring, FrameReader, type FrameError } from './frames.js';
 import { AUTH_CLEARTEXT, AUTH_OK, backendKeyData, errorFields, parameterStatus, query, readyForQuery, SSL_NO, SSL_YES } from './messages.js';
 import { error, fatal, refusal, SQLSTATE } from './errors.js';
-import { MAX_STARTUP_BYTES, poolFromServerName, readFirstPacket, readOptions } from './startup.js';
+import { MAX_STARTUP_BYTES, poolFromServerName, poolFromUser, readFirstPacket, readOptions } from './startup.js';
 import { forgetUnreported, loginSettingsSql, notASetting, readParameterStatus, reported, settingName, setupQuery, trackedName } from './session-params.js';
 import type { ServerConn, ServerLink } from './server-conn.js';
 import type { ServerPool, ServerPools } from './server-pool.js';
@@ -318,15 +318,17 @@ export class ClientConn implements ServerLink {
     // `-c` settings in options win, as they do on PostgreSQL.
     for (const [name, value] of fromOptions.settings) this.#fromClient.set(name, value);
     for (const [name, value] of fromOptions.others) (this.#loginSettings ??= new Map()).set(name, value);
-    const sub = poolFromServerName(this.#servername, this.#ctx.poolDomain) ?? fromOptions.pool;
+    const snap = this.#ctx.snapshot();
+    // SNI, then options; only when neither names a pool does `user` (otherwise ignored: sessions run as the pool's role).
+    const sub = poolFromServerName(this.#servername, this.#ctx.poolDomain) ?? fromOptions.pool ?? poolFromUser(this.#user, snap.pools);
     if (!sub) {
-      return this.#fatal(
-        SQLSTATE.rejectedEstablishment,
-        `no pool named: connect to <subdomain>.${this.#ctx.poolDomain} with TLS, or set options=pool=<subdomain> (PGOPTIONS='pool=<subdomain>')`,
-      );
+      const how = `log in as user=<subdomain> (PGUSER), connect to <subdomain>.${this.#ctx.poolDomain} with TLS, or set options=pool=<subdomain> (PGOPTIONS='pool=<subdomain>')`;
+      // An unknown user is refused as PostgreSQL refuses an unknown role (28000); it tells no more than options=pool= does.
+      if (this.#user) return this.#fatal(SQLSTATE.invalidAuthorization, `no pool named: user ${JSON.stringify(this.#user)} is not a pool; ${how}`);
+      return this.#fatal(SQLSTATE.rejectedEstablishment, `no pool named: ${how}`);
     }
     this.#poolName = sub.toLowerCase();
-    const pool = this.#ctx.snapshot().pools.get(this.#poolName);
+    const pool = snap.pools.get(this.#poolName);
     if (!pool) return this.#fatal(SQLSTATE.unknownPool, `pool ${JSON.stringify(sub)} does not exist`);
     if (pool.backend !== 'postgres') return this.#fatal(SQLSTATE.rejectedEstablishment, `pool ${pool.subdomain} is not a PostgreSQL pool`);
     this.#pool = pool;
@@ -960,7 +962,7 @@ export class ClientConn implements ServerLink {
       server.resume();
       // Work still owed (a batch without its answer, or a COPY FROM STDIN the server waits on): never reusable.
       if (this.#syncs > 0 || this.#midBatch || this.#copyIn) this.#servers!.destroy(server);
-      else this.#servers!.release(server, this.#session || this.#pins !== 0 ? 'discard' : 'rollback');
+      else this.#servers!.release(server, this.#session || this.#pins !== 0 ? 'discard' : 'rollback', this.#setupAnswers);
     }
     this.#unpin(ALL_PINS, true);
     if (permit) {

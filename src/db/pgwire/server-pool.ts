@@ -137,14 +137,19 @@ export class ServerPool {
     this.#openOne().then(w.resolve, w.reject);
   }
 
-  /** Hands a connection back (unlinked by the caller), after the reset it needs. */
-  release(conn: ServerConn, reset: Reset): void {
+  /**
+   * Hands a connection back (unlinked by the caller), after the reset it needs. `owed`: simple queries of
+   * ours still unanswered on it (a client's session-parameter setup, when the client left first): their
+   * ReadyForQuery come ahead of the reset's, and counting them is what keeps the reset's own last answer
+   * from reaching the next client.
+   */
+  release(conn: ServerConn, reset: Reset, owed = 0): void {
     if (conn.closed) return;
     conn.link = null;
-    if (reset === 'none' && conn.status === 'I') return this.#idleOrGive(conn);
+    if (reset === 'none' && owed === 0 && conn.status === 'I') return this.#idleOrGive(conn);
     // Each reset query answers with one ReadyForQuery; any error closes the connection instead.
     const queries = reset === 'discard' ? [ROLLBACK, DISCARD] : [ROLLBACK];
-    let left = queries.length;
+    let left = queries.length + owed;
     let failed = false;
     // A reset that does not answer in time (a server in a state we did not foresee) closes the connection.
     const stuck = setTimeout(() => conn.close(), this.#opts.connectTimeoutMs);

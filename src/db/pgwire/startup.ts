@@ -1,5 +1,6 @@
 // The client's first packets: which request it is (startup, SSLRequest, GSSENCRequest, CancelRequest), the
-// startup parameters, and the pool they name (SNI `<subdomain>.{pool_domain}`, else `options=pool=<sub>`).
+// startup parameters, and the pool they name (SNI `<subdomain>.{pool_domain}`, else `options=pool=<sub>`, else
+// a `user` that is a pool's subdomain).
 import { settingName, trackedName } from './session-params.js';
 
 export const PROTOCOL_3 = 196608;
@@ -115,4 +116,14 @@ export function poolFromServerName(servername: string | null | undefined, poolDo
   if (!name.endsWith(suffix)) return null;
   const sub = name.slice(0, -suffix.length);
   return sub.length > 0 && !sub.includes('.') ? sub : null;
+}
+
+/**
+ * The pool a startup `user` names: a pool's subdomain (any case), as on the MySQL listener. Consulted only
+ * when neither SNI nor `options` names a pool; null when it is no pool's subdomain.
+ */
+export function poolFromUser(user: string | undefined, pools: ReadonlyMap<string, unknown>): string | null {
+  if (!user) return null;
+  const sub = user.toLowerCase();
+  return pools.has(sub) ? sub : null;
 }
