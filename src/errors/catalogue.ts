@@ -28,7 +28,7 @@ export const ERRORS = {
     // refusal has no code of its own.
     http: { status: 400, also: [431, 505] },
     message: 'bad request',
-    when: 'a malformed request: framing, target, a header value, a JSON body; 431 for too many header lines, 505 for an HTTP version other than 1.0/1.1',
+    when: 'a malformed request: framing, target, a header value, a JSON body; 431 for too many or too large headers, 505 for an HTTP version other than 1.0/1.1',
   },
   protocol_violation: {
     pg: '08P01',
