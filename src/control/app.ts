@@ -6,6 +6,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv, type Options as AjvOptions } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import { ApiError } from './errors.js';
+import { httpStatus } from '../errors/catalogue.js';
 import { ActorCache, authenticateRequest } from './auth.js';
 import { CHANGE_CHANNEL } from '../store/sql.js';
 import { hasUnstorableText } from './unstorable-text.js';
@@ -95,10 +96,10 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
         return v;
       });
     } catch {
-      return done(new ApiError(400, 'request body is not valid JSON'), undefined);
+      return done(new ApiError('bad_request', 'request body is not valid JSON'), undefined);
     }
     // Refused, not silently dropped: a body the handler would see differently from what was sent is not valid input.
-    if (protoKey) return done(new ApiError(422, 'body: unknown property "__proto__"'), undefined);
+    if (protoKey) return done(new ApiError('unprocessable', 'body: unknown property "__proto__"'), undefined);
     done(null, body);
   });
 
@@ -130,17 +131,17 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
   });
   // NUL or an unpaired surrogate would fail (or be mangled) in the store: refuse it as bad input, never a 5xx.
   app.addHook('preValidation', async (req: FastifyRequest) => {
-    if (hasUnstorableText(req.params)) throw new ApiError(404, 'not found');
+    if (hasUnstorableText(req.params)) throw new ApiError('not_found', 'not found');
     if (hasUnstorableText(req.query) || hasUnstorableText(req.body)) {
-      throw new ApiError(422, 'text must not contain NUL characters or unpaired UTF-16 surrogates');
+      throw new ApiError('unprocessable', 'text must not contain NUL characters or unpaired UTF-16 surrogates');
     }
   });
 
   app.setErrorHandler((err: FastifyError, req: FastifyRequest, reply: FastifyReply) => {
     if (err instanceof ApiError) return reply.code(err.statusCode).send({ message: err.message });
     if (err.validation) {
-      if (err.validationContext === 'params') return reply.code(404).send({ message: 'not found' });
-      return reply.code(422).send({ message: describeValidation(err) });
+      if (err.validationContext === 'params') return reply.code(httpStatus('not_found')).send({ message: 'not found' });
+      return reply.code(httpStatus('unprocessable')).send({ message: describeValidation(err) });
     }
     const status = err.statusCode ?? 500;
     if (status >= 400 && status < 500) {
@@ -151,9 +152,9 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
       return reply.code(status).send({ message });
     }
     ctx.log.error({ err, method: req.method, url: req.url }, 'control api internal error');
-    return reply.code(500).send({ message: 'internal error' });
+    return reply.code(httpStatus('internal_error')).send({ message: 'internal error' });
   });
-  app.setNotFoundHandler((_req, reply) => reply.code(404).send({ message: 'route not found' }));
+  app.setNotFoundHandler((_req, reply) => reply.code(httpStatus('not_found')).send({ message: 'route not found' }));
 
   // @fastify/swagger marks every declared body as required; routes with an optional body say so in their config.
   const optionalBodies = new Set<string>();

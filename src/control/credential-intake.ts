@@ -26,7 +26,7 @@ interface IntakeRow {
   subdomain: string;
 }
 
-const gone = (message: string) => new ApiError(410, message);
+const gone = (message: string) => new ApiError('gone', message);
 
 const IntakeForm = Type.Object(
   {

@@ -60,8 +60,8 @@ export function sessionRoutes(app: TypedApp, ctx: ControlContext): void {
       } else {
         const s = await sessionFromLink(ctx.sql, req.body.login_link, now);
         if (s === 'unknown') throw unauthorized('this sign-in link is not valid');
-        if (s === 'used') throw new ApiError(410, 'this sign-in link was already used; ask for a new one');
-        if (s === 'expired') throw new ApiError(410, 'this sign-in link has expired; ask for a new one');
+        if (s === 'used') throw new ApiError('gone', 'this sign-in link was already used; ask for a new one');
+        if (s === 'expired') throw new ApiError('gone', 'this sign-in link has expired; ask for a new one');
         opened = s;
       }
       setCookie(reply, opened.secret, Math.max(1, Math.floor((opened.expiresAt.getTime() - now.getTime()) / 1000)), secure());

@@ -108,7 +108,7 @@ export async function writeAndProject<T>(ctx: ControlContext, failMessage: strin
   } catch (err) {
     if (err instanceof ProjectionError) {
       ctx.log.error({ err }, 'edge projection failed; write rolled back');
-      throw new ApiError(503, failMessage, { cause: err });
+      throw new ApiError('unavailable', failMessage, { cause: err });
     }
     throw err;
   }
@@ -236,7 +236,7 @@ export function webhookRoutes(app: TypedApp, ctx: ControlContext): void {
         });
       } catch (err) {
         // A concurrent create took the name (or the credential name) between our check and our insert.
-        if (isUniqueViolation(err)) throw new ApiError(422, 'name is already taken', { cause: err });
+        if (isUniqueViolation(err)) throw new ApiError('unprocessable', 'name is already taken', { cause: err });
         throw err;
       }
       return reply.code(201).send({ data: created });

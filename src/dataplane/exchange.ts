@@ -2,42 +2,34 @@
 import type { Admission, Permit } from '../governor/governor.js';
 import type { HttpRequest } from 'uWebSockets.js';
 import type { KeyEntry, PoolEntry, Snapshot } from './snapshot.js';
+import type { HttpCode, HttpStatusOf } from '../errors/catalogue.js';
 
-/** What the access log and metrics call the way a request ended. */
+/**
+ * What the access log and metrics call the way a request ended: an error code from the catalogue
+ * (src/errors/catalogue.ts), or one of the ways a request ends without an error answer.
+ */
 export type OutcomeName =
   | 'proxied'
   /** Turned into an async job: spilled to the store and answered 202. */
   | 'job_accepted'
   /** A lock API acquire that was granted a slot (the lock API's success, sampled like `proxied`). */
   | 'lease_granted'
-  | 'not_found'
-  | 'unauthorized'
-  | 'forbidden'
-  | 'bad_request'
-  /** A transfer coding the proxy does not implement (RFC 9112 §6.1): 501. */
-  | 'not_implemented'
-  | 'payload_too_large'
-  | 'too_many_requests'
-  | 'queue_timeout'
-  | 'unavailable'
-  /** The shared governor's Redis cannot be reached (fail-closed policy): 503. */
-  | 'governor_unavailable'
-  | 'upstream_unreachable'
-  | 'upstream_timeout'
+  /** The origin broke off a response already under way (nothing more can be sent). */
   | 'upstream_aborted'
   | 'client_aborted'
-  | 'internal_error';
+  | HttpCode;
 
 /** A stage's refusal: the status, the stable error code, and headers such as Retry-After. */
 export interface Reply {
   status: number;
-  error: OutcomeName;
+  error: HttpCode;
   message: string;
   headers?: ReadonlyArray<readonly [string, string]>;
 }
 
-export const reply = (status: number, error: OutcomeName, message: string, headers?: Reply['headers']): Reply => ({
-  status,
+/** A refusal; the catalogue types both the code and the statuses that code may be sent with. */
+export const reply = <C extends HttpCode>(status: NoInfer<HttpStatusOf<C>>, error: C, message: string, headers?: Reply['headers']): Reply => ({
+  status: status as number,
   error,
   message,
   headers,

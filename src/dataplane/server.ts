@@ -30,6 +30,7 @@ import type { NonceStore } from '../policies/nonce-store.js';
 import { policyStage } from '../policies/dataplane-stage.js';
 import { SqlOverHttp } from '../db/sql-over-http.js';
 import type { DbUpstreams } from '../db/upstream.js';
+import { errorBody } from '../errors/catalogue.js';
 
 export interface DataplaneOptions {
   config: Config;
@@ -157,7 +158,7 @@ export class Dataplane {
       this.#node.on('checkContinue', (req, res) => this.#handleNode(req, res, true));
       // node:http hands CONNECT to 'connect' (never 'request'); the proxy forwards no tunnels: answer and close.
       this.#node.on('connect', (_req: IncomingMessage, socket: Duplex) => {
-        const body = JSON.stringify({ error: 'bad_request', message: 'the request cannot be forwarded: CONNECT is not supported' });
+        const body = JSON.stringify(errorBody('bad_request', 'the request cannot be forwarded: CONNECT is not supported'));
         socket.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
       });
     } else {

@@ -1,10 +1,15 @@
 // Database errors as HTTP answers: what the database said about a query becomes a 4xx JSON body carrying
 // its SQLSTATE (PostgreSQL) or errno (MySQL); trouble reaching the database becomes 502, 503 or 504.
+// Codes and statuses come from the catalogue (src/errors/catalogue.ts).
+import { errorBody, httpStatus, type HttpCode, type HttpStatusOf } from '../errors/catalogue.js';
+
+/** The statuses a database's refusal of a statement is answered with (`database_error`). */
+export type DatabaseStatus = HttpStatusOf<'database_error'>;
 
 /** Why a SQL request did not produce a result. */
 export type DbFailure =
   /** The database refused the statement: the caller's query, data or privileges. */
-  | { kind: 'database'; status: number; code: string; message: string; extra: Record<string, string | number> }
+  | { kind: 'database'; status: DatabaseStatus; code: string; message: string; extra: Record<string, string | number> }
   /** No session: connection refused, DNS, TLS, authentication of the pool's role, lost connection. */
   | { kind: 'unreachable'; message: string }
   /** The pool's requestTimeoutMs passed; the query was cancelled. */
@@ -18,13 +23,13 @@ export type DbFailure =
 export function failureBody(f: Exclude<DbFailure, { kind: 'aborted' }>): { status: number; body: Record<string, unknown> } {
   switch (f.kind) {
     case 'database':
-      return { status: f.status, body: { error: 'database_error', code: f.code, message: f.message, ...f.extra } };
+      return { status: f.status, body: { error: 'database_error' satisfies HttpCode, code: f.code, message: f.message, ...f.extra } };
     case 'unreachable':
-      return { status: 502, body: { error: 'upstream_unreachable', message: f.message } };
+      return { status: httpStatus('upstream_unreachable'), body: errorBody('upstream_unreachable', f.message) };
     case 'timeout':
-      return { status: 504, body: { error: 'upstream_timeout', message: f.message } };
+      return { status: httpStatus('upstream_timeout'), body: errorBody('upstream_timeout', f.message) };
     case 'unavailable':
-      return { status: 503, body: { error: 'unavailable', message: f.message } };
+      return { status: httpStatus('unavailable'), body: errorBody('unavailable', f.message) };
   }
 }
 
@@ -41,7 +46,7 @@ interface PgError {
 const PG_UNREACHABLE_CLASSES = new Set(['08', '28', '3D', '53', '58', 'XX']);
 
 /** HTTP status for a PostgreSQL SQLSTATE that the statement caused. */
-export function pgStatus(code: string): number {
+export function pgStatus(code: string): DatabaseStatus {
   if (code === '42501') return 403; // insufficient_privilege: e.g. a write on a read-only role
   const cls = code.slice(0, 2);
   if (cls === '23' || code === '40001' || code === '40P01') return 409; // constraint; serialization; deadlock
@@ -91,7 +96,7 @@ const MYSQL_TIMEOUT = new Set([1317, 1969, 3024]);
 const MYSQL_UNREACHABLE = new Set([1040, 1045, 1049, 1053, 1129, 1130, 1203, 1226, 2002, 2003, 2005, 2006, 2013]);
 
 /** HTTP status for a MySQL errno that the statement caused. */
-export function mysqlStatus(errno: number): number {
+export function mysqlStatus(errno: number): DatabaseStatus {
   if (MYSQL_CONFLICT.has(errno)) return 409;
   if (MYSQL_FORBIDDEN.has(errno)) return 403;
   return 400;

@@ -14,6 +14,7 @@ import { asyncEligible, asyncRequested, JOB_TOO_LARGE, spillAndAnswer, tooLargeF
 import type { JobReason } from '../jobs/job-event.js';
 import { JOB_BODY_CAP } from '../jobs/job-limits.js';
 import { failureBody, type DbFailure } from './errors.js';
+import { errorBody, httpStatus } from '../errors/catalogue.js';
 import { DbUpstreams, type RunResult, type SqlStatement, type StatementResult } from './upstream.js';
 
 /** The most statements one `queries` batch may hold. */
@@ -95,10 +96,10 @@ export type SqlJobOutcome =
  */
 export async function runSqlRequest(upstreams: DbUpstreams, pool: PoolEntry, body: Buffer | string, signal?: AbortSignal): Promise<SqlJobOutcome> {
   const req = parseSqlRequest(typeof body === 'string' ? body : body.toString('utf8'));
-  if (typeof req === 'string') return { ok: false, status: 400, body: { error: 'bad_request', message: req } };
+  if (typeof req === 'string') return { ok: false, status: httpStatus('bad_request'), body: errorBody('bad_request', req) };
   const r = await upstreams.run(pool, statementsOf(req), { timeoutMs: pool.settings.requestTimeoutMs, signal, transaction: req.kind === 'batch' });
   if (r.ok) return { ok: true, status: 200, detail: { kind: 'database', ...responseJson(req, r.results) } };
-  if (r.failure.kind === 'aborted') return { ok: false, status: 503, body: { error: 'unavailable', message: 'the job was cancelled' } };
+  if (r.failure.kind === 'aborted') return { ok: false, status: httpStatus('unavailable'), body: errorBody('unavailable', 'the job was cancelled') };
   return { ok: false, ...errorJson(r.failure, r.index) };
 }
 
@@ -112,7 +113,7 @@ export interface SqlOverHttpOptions {
   jobs?: JobIntake | null;
 }
 
-const METHOD_NOT_ALLOWED = JSON.stringify({ error: 'method_not_allowed', message: 'a database pool takes every query as a POST' });
+const METHOD_NOT_ALLOWED = JSON.stringify(errorBody('method_not_allowed', 'a database pool takes every query as a POST'));
 
 /** The settlement of an answered run: the outcome the access log and metrics use, and the governor sample. */
 function settlementOf(r: RunResult, status: number, latencyMs: number): Settlement {
@@ -162,7 +163,7 @@ export class SqlOverHttp {
     if (ex.method !== 'POST') {
       // Refused before reading the body; the connection is closed when one was announced.
       if (client.open) {
-        client.writeHead(405, [['content-type', 'application/json'], ['allow', 'POST']]);
+        client.writeHead(httpStatus('method_not_allowed'), [['content-type', 'application/json'], ['allow', 'POST']]);
         // A reply to HEAD announces its length and carries no body (or the connection falls out of step).
         if (ex.method === 'HEAD') client.endWithoutBody(Buffer.byteLength(METHOD_NOT_ALLOWED));
         else client.tryEnd(Buffer.from(METHOD_NOT_ALLOWED), Buffer.byteLength(METHOD_NOT_ALLOWED));

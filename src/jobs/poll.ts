@@ -6,6 +6,7 @@ import { clientResponseHeaders } from '../dataplane/headers.js';
 import type { Snapshot } from '../dataplane/snapshot.js';
 import type { PoliciesGate } from '../policies/index.js';
 import type { Sql } from '../store/sql.js';
+import { errorBody, type HttpCode } from '../errors/catalogue.js';
 import { isJobId } from './job-id.js';
 import { findJob, type JobView } from './job-store.js';
 import { INLINE_BODY_CAP } from './job-limits.js';
@@ -62,7 +63,7 @@ const json = (status: number, value: unknown, extra: Array<[string, string]> = [
   headers: [['content-type', 'application/json'], ['cache-control', 'no-store'], ...extra],
   body: Buffer.from(JSON.stringify(value)),
 });
-const error = (status: number, code: string, message: string, extra: Array<[string, string]> = []) => json(status, { error: code, message }, extra);
+const error = (status: number, code: HttpCode, message: string, extra: Array<[string, string]> = []) => json(status, errorBody(code, message), extra);
 
 /** The poll answer's JSON (documented in docs/decisions/jobs.md). */
 export function jobJson(job: JobView, poolHost: string, poll: string, database = false): Record<string, unknown> {

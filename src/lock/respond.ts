@@ -1,6 +1,7 @@
 // JSON answers of the lock API through the data plane's ClientResponse: 2xx bodies and `{error, message}`
 // refusals (spec: "Error bodies carry `error`").
 import type { ClientSide as ClientResponse } from '../dataplane/client-response.js';
+import { errorBody, type HttpCode } from '../errors/catalogue.js';
 
 export type Headers = ReadonlyArray<readonly [string, string]>;
 
@@ -19,6 +20,6 @@ export function sendJson(client: ClientResponse, head: boolean, status: number, 
   client.onWritable((offset) => client.tryEnd(body.subarray(offset - start), body.length)[0]);
 }
 
-export function sendError(client: ClientResponse, head: boolean, status: number, error: string, message: string, headers: Headers = []): void {
-  sendJson(client, head, status, { error, message }, headers);
+export function sendError(client: ClientResponse, head: boolean, status: number, error: HttpCode, message: string, headers: Headers = []): void {
+  sendJson(client, head, status, errorBody(error, message), headers);
 }

@@ -18,6 +18,7 @@ import type { LeaseAdmission, LeaseRegistry, LeaseTerms } from './lease-registry
 import { MemoryLeaseRegistry } from './memory-leases.js';
 import { parseJsonObject, parseOutcome } from './outcome.js';
 import { sendError, sendJson } from './respond.js';
+import type { HttpCode } from '../errors/catalogue.js';
 import { matchLockRoute, type LockRoute } from './routes.js';
 import { registerJobRoutes, type JobRouteDeps } from '../jobs/routes.js';
 import type { PoliciesGate } from '../policies/index.js';
@@ -193,7 +194,7 @@ export class LockServer {
   /** Stages 1–2 (and the policies hook): the pool named in the path, then pool auth. Null: answered. */
   #admitCaller(call: LockCall): PoolEntry | null {
     const { ex, route } = call;
-    const stop = (status: number, error: OutcomeName, message: string): null => {
+    const stop = (status: number, error: HttpCode, message: string): null => {
       sendError(call.client, call.head, status, error, message);
       if (route.action === 'acquire') this.#log(call, error, status);
       return null;
@@ -217,7 +218,7 @@ export class LockServer {
       const v = await this.#opts.policies({ ...ex, pool, peer: ex.clientAddress }, body);
       if (v !== null) {
         // Spec (Lock API errors): an allowlist miss is 403 and a bad signature or nonce replay 401, both `unauthorized`.
-        const error: OutcomeName = v.status === 401 || v.status === 403 ? 'unauthorized' : v.status === 413 ? 'payload_too_large' : 'unavailable';
+        const error: HttpCode = v.status === 401 || v.status === 403 ? 'unauthorized' : v.status === 413 ? 'payload_too_large' : 'unavailable';
         sendError(client, head, v.status, error, v.message);
         return this.#log(call, error, v.status);
       }

@@ -1,41 +1,41 @@
-// The MySQL listener's error catalogue: every refusal poolgate itself answers, as errno + SQLSTATE
-// (docs/decisions/mysqlwire.md lists them). Errors from the database travel as the database sent them.
+// The MySQL listener's errors: every refusal poolgate itself answers, as errno + SQLSTATE taken from the one
+// catalogue (src/errors/catalogue.ts, docs/errors.md); these names are the listener's own words for them.
+// Errors from the database travel as the database sent them.
 import type { RefusalReason } from '../../governor/governor.js';
+import { mysqlError } from '../../errors/catalogue.js';
 import { errPacket } from './packets.js';
 
 export const WIRE_ERROR = {
-  /** Unknown pool, wrong or expired key, pool suspended or not a MySQL pool. */
-  accessDenied: [1045, '28000'],
+  /** Unknown pool, wrong or expired key, pool suspended or not a MySQL pool (1045 does not say which). */
+  accessDenied: mysqlError('unauthorized'),
   /** A database other than the pool's (handshake or COM_INIT_DB). */
-  dbAccessDenied: [1044, '42000'],
+  dbAccessDenied: mysqlError('wrong_database'),
   /** The pool's policies refuse this client address. */
-  hostNotAllowed: [1130, 'HY000'],
+  hostNotAllowed: mysqlError('forbidden'),
   /** Malformed handshake. */
-  badHandshake: [1043, '08S01'],
+  badHandshake: mysqlError('protocol_violation'),
   /** A client packet over the limit (or a split 16 MiB packet). */
-  packetTooLarge: [1153, '08S01'],
+  packetTooLarge: mysqlError('payload_too_large'),
   /** A command packet whose sequence id is not 0: the client and poolgate disagree on where a command starts. */
-  packetsOutOfOrder: [1156, '08S01'],
+  packetsOutOfOrder: mysqlError('packets_out_of_order'),
   /** A command byte poolgate does not know. */
-  unknownCommand: [1047, '08S01'],
+  unknownCommand: mysqlError('unknown_command'),
   /** A command poolgate refuses: COM_CHANGE_USER, binlog/replication, cursors, ... */
-  notSupported: [1235, '42000'],
+  notSupported: mysqlError('not_implemented'),
   /** COM_STMT_EXECUTE / SEND_LONG_DATA of a statement id this client never prepared. */
-  unknownStatement: [1243, 'HY000'],
-  /** Governor: the pool's queue is full, or no slot opened within the queue wait. */
-  tooBusy: [1040, '08004'],
+  unknownStatement: mysqlError('unknown_statement'),
+  /** Governor: the pool's queue is full, or no slot opened within the queue wait (both 1040). */
+  tooBusy: mysqlError('too_many_requests'),
   /** Governor: the pool's RPM gate is shut. */
-  rateLimited: [1226, '42000'],
+  rateLimited: mysqlError('rate_limited'),
   /** Governor unavailable (shared governor's Redis down). */
-  unavailable: [1053, '08S01'],
-  // Only server error numbers: 2000-2999 are the client library's own (CR_*), and libmariadb shows a server
-  // ERR carrying one as `ERROR 2027 Received malformed packet` instead of poolgate's message.
+  unavailable: mysqlError('governor_unavailable'),
   /** The upstream database cannot be reached or refuses the pool's role (ER_CONNECT_TO_FOREIGN_DATA_SOURCE). */
-  cannotConnect: [1429, 'HY000'],
+  cannotConnect: mysqlError('upstream_unreachable'),
   /** The upstream connection broke during the command; any open transaction is gone, rolled back (ER_QUERY_INTERRUPTED). */
-  lostConnection: [1317, '70100'],
+  lostConnection: mysqlError('upstream_lost'),
   /** A transaction idle between statements longer than the pool's requestTimeoutMs: rolled back, session closed. */
-  idleInTransaction: [4031, 'HY000'],
+  idleInTransaction: mysqlError('idle_in_transaction'),
 } as const satisfies Record<string, readonly [number, string]>;
 
 export type WireError = keyof typeof WIRE_ERROR;
