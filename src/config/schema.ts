@@ -21,7 +21,7 @@ export const ConfigSchema = Type.Object(
       default: 'auto',
       env: 'POOLGATE_MYSQL_SERVER_VERSION',
       description:
-        "Server version the MySQL listener's greeting announces (it goes out before the client names its pool). 'auto': learned from the servers of the MySQL pools (e.g. `5.5.5-10.11.6-MariaDB`, and MariaDB's extended column metadata when every server offers it; the oldest version when they differ; `8.0.36-poolgate` before any is learned or when the pools' servers are of different engines). Any other text is announced as is.",
+        "Server version the MySQL listener's greeting announces (it goes out before the client names its pool). 'auto': learned from the servers of the MySQL pools (e.g. `5.5.5-10.11.6-MariaDB`; the oldest version when they differ; `8.0.36-poolgate` before any is learned or when the pools' servers are of different engines). Any other text is announced as is. Either way session tracking and MariaDB's extended column metadata are offered only when every pool's server offers them.",
     }),
     wireTlsCertFile: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
       default: null,

@@ -67,7 +67,8 @@ export class ClientSession {
   #keyHash: string | null = null;
   #variant = 0;
   #collation = 45;
-  /** MariaDB capabilities the greeting offered (the client may take some). */
+  /** Capabilities (classic, MariaDB's) the greeting offered: the client may take some. */
+  #offered = 0;
   #offeredMariadb = 0;
   /** The transaction this client is in: its server connection and slot, kept between statements. */
   #conn: ServerConn | null = null;
@@ -113,7 +114,8 @@ export class ClientSession {
   #greet(id: number, g: Greeting): void {
     if (this.#phase !== 'handshake') return;
     this.#offeredMariadb = g.mariadbCapabilities;
-    const caps = BASE_CAPABILITIES | VARIANT_CAPABILITIES | CLIENT.CONNECT_ATTRS | (this.#deps.tls ? CLIENT.SSL : 0);
+    const caps = BASE_CAPABILITIES | CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS | g.capabilities | CLIENT.CONNECT_ATTRS | (this.#deps.tls ? CLIENT.SSL : 0);
+    this.#offered = caps;
     this.#send(handshakePacket(g.version, id, this.#nonce, caps, STATUS.AUTOCOMMIT, g.mariadbCapabilities));
   }
 
@@ -201,7 +203,7 @@ export class ClientSession {
       return;
     }
     this.#hello = h;
-    this.#variant = h.capabilities & VARIANT_CAPABILITIES;
+    this.#variant = h.capabilities & VARIANT_CAPABILITIES & this.#offered;
     // Extended column metadata taken: its server connections are opened with it (upstream-login.ts).
     if ((h.mariadbCapabilities & this.#offeredMariadb & MARIADB.EXTENDED_METADATA) !== 0) this.#variant |= VARIANT_MARIADB_METADATA;
     this.#collation = h.collation;

@@ -13,6 +13,7 @@ import type { Policies } from '../../policies/index.js';
 import { ClientSession } from './client-session.js';
 import { ServerPool } from './server-pool.js';
 import { ServerIdentity } from './server-identity.js';
+import type { LoggedIn } from './upstream-login.js';
 
 export interface MysqlListenerOptions {
   host: string;
@@ -47,7 +48,7 @@ export class MysqlListener {
   #closing: Promise<void> | null = null;
 
   private constructor(opts: MysqlListenerOptions) {
-    const learned = (login: { serverVersion: string; mariadbCapabilities: number }) => ({ version: login.serverVersion, mariadbCapabilities: login.mariadbCapabilities });
+    const learned = (login: LoggedIn) => ({ version: login.serverVersion, capabilities: login.serverCapabilities, mariadbCapabilities: login.mariadbCapabilities });
     this.servers = new ServerPool({
       allowInsecure: opts.allowInsecure,
       allowPrivate: opts.allowPrivate,

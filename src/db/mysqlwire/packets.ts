@@ -20,9 +20,10 @@ export const CLIENT = {
   PLUGIN_AUTH: 0x80000,
   CONNECT_ATTRS: 0x100000,
   PLUGIN_AUTH_LENENC: 0x200000,
+  SESSION_TRACK: 0x800000,
 } as const;
 
-/** What both sides of poolgate speak: no compression, no LOCAL INFILE, classic EOF packets, no session tracking. */
+/** What both sides of poolgate always speak: no compression, no LOCAL INFILE, classic EOF packets. */
 export const BASE_CAPABILITIES =
   CLIENT.LONG_PASSWORD |
   CLIENT.LONG_FLAG |
@@ -36,7 +37,14 @@ export const BASE_CAPABILITIES =
   CLIENT.PLUGIN_AUTH_LENENC;
 
 /** Capabilities a client may choose that change what the server sends: a server connection is opened with the same. */
-export const VARIANT_CAPABILITIES = CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS;
+export const VARIANT_CAPABILITIES = CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS | CLIENT.SESSION_TRACK;
+
+/**
+ * Capabilities offered only when every pool's server offers them (server-identity.ts): session tracking
+ * (OK packets carry the server's session-state changes, e.g. a new character_set_client, for the client
+ * to follow; its connection is the pinned one that changed).
+ */
+export const LEARNED_CAPABILITIES = CLIENT.SESSION_TRACK;
 
 /**
  * MariaDB's extended capabilities (the upper 32 bits, shifted down): a MariaDB server leaves CLIENT_MYSQL

@@ -3,9 +3,11 @@
 // 'auto' they are learned from the upstream servers of the snapshot's MySQL pools: each server
 // connection's login teaches its server's, and a server no connection has reached yet is probed (a login
 // as the pool's role, then COM_QUIT). Pools on servers of different engines announce the neutral fallback.
+// Capabilities that change what a server sends (session tracking, MariaDB's extended metadata) are offered
+// only when every learned server offers them.
 import type { Logger } from '../../log.js';
 import type { PoolEntry, Snapshot, SnapshotFeed } from '../../dataplane/snapshot.js';
-import { PASSABLE_MARIADB_CAPABILITIES } from './packets.js';
+import { LEARNED_CAPABILITIES, PASSABLE_MARIADB_CAPABILITIES } from './packets.js';
 import { poolSignature } from './server-pool.js';
 
 /** Announced when nothing is learned yet, when pools' servers are of different engines, or on a MySQL-only poolgate without pools. */
@@ -19,6 +21,8 @@ const PROBE_CONCURRENCY = 4;
 
 export interface Greeting {
   version: string;
+  /** Classic capabilities among LEARNED_CAPABILITIES offered (those every server offers). */
+  capabilities: number;
   /** MariaDB extended capabilities offered (only those poolgate passes through). */
   mariadbCapabilities: number;
 }
@@ -26,6 +30,7 @@ export interface Greeting {
 /** What one upstream server said in its greeting. */
 export interface Learned {
   version: string;
+  capabilities: number;
   mariadbCapabilities: number;
 }
 
@@ -116,8 +121,8 @@ export class ServerIdentity {
     if (!key) return;
     const before = this.#learned.get(key);
     this.#failedAt.delete(key);
-    if (before && before.version === seen.version && before.mariadbCapabilities === seen.mariadbCapabilities) return;
-    this.#learned.set(key, { version: seen.version, mariadbCapabilities: seen.mariadbCapabilities });
+    if (before && before.version === seen.version && before.capabilities === seen.capabilities && before.mariadbCapabilities === seen.mariadbCapabilities) return;
+    this.#learned.set(key, { version: seen.version, capabilities: seen.capabilities, mariadbCapabilities: seen.mariadbCapabilities });
     this.#announced = null;
     this.#wake();
   }
@@ -203,7 +208,9 @@ export class ServerIdentity {
     const setting = this.#opts.setting;
     const seen = [...this.#learned.values()];
     const fixed = setting === 'auto' ? null : setting;
-    if (seen.length === 0) return { version: fixed ?? FALLBACK_VERSION, mariadbCapabilities: 0 };
+    if (seen.length === 0) return { version: fixed ?? FALLBACK_VERSION, capabilities: 0, mariadbCapabilities: 0 };
+    let capabilities = LEARNED_CAPABILITIES;
+    for (const s of seen) capabilities &= s.capabilities;
     const mariadb = seen.filter((s) => isMariadb(s.version)).length;
     if (mariadb !== 0 && mariadb !== seen.length) {
       // Either engine's version would mislead the other's clients (e.g. mysql2 then asks MySQL for nothing
@@ -212,7 +219,7 @@ export class ServerIdentity {
         this.#mixedWarned = true;
         this.#opts.log.warn({ servers: [...this.#learned.entries()].map(([k, s]) => `${k} ${s.version}`) }, 'mysql listener: MySQL pools point at servers of different engines; the greeting announces the fallback version (set mysqlServerVersion to choose one)');
       }
-      return { version: fixed ?? FALLBACK_VERSION, mariadbCapabilities: 0 };
+      return { version: fixed ?? FALLBACK_VERSION, capabilities, mariadbCapabilities: 0 };
     }
     // Same engine: the oldest version, so a client that gates features on it uses none some server lacks,
     // and only the MariaDB capabilities every server offers.
@@ -222,6 +229,6 @@ export class ServerIdentity {
       if (older(s.version, version)) version = s.version;
       caps &= s.mariadbCapabilities;
     }
-    return { version: fixed ?? version, mariadbCapabilities: caps };
+    return { version: fixed ?? version, capabilities, mariadbCapabilities: caps };
   }
 }

@@ -143,6 +143,9 @@ export async function upstreamLogin(t: LoginTarget): Promise<LoggedIn> {
     let seq = hello.seq + 1;
     let tls = false;
     let myCaps = BASE_CAPABILITIES | (t.variant & VARIANT_CAPABILITIES);
+    if ((myCaps & CLIENT.SESSION_TRACK & ~caps) !== 0) {
+      throw new UpstreamLoginError(`the database (${v[0]}) does not offer session tracking, which this client was offered in poolgate's greeting (pools on servers of different kinds: see the mysqlServerVersion setting); connect again`);
+    }
     // The client negotiated MariaDB's extended column metadata with poolgate: its answers must carry it.
     let myMariadbCaps = 0;
     if ((t.variant & VARIANT_MARIADB_METADATA) !== 0) {
