@@ -141,7 +141,8 @@ export class ServerIdentity {
   #follow(): void {
     const snap = this.#opts.snapshots.current;
     if (snap === this.#seen || this.#closed) {
-      this.#probeMissing();
+      // O(1) on the accept path while every server is learned or being probed.
+      if (this.#learned.size + this.#probing.size < this.#servers.size) this.#probeMissing();
       return;
     }
     this.#seen = snap;
