@@ -14,6 +14,15 @@ export const ConfigSchema = Type.Object(
     metricsPort: port('POOLGATE_METRICS_PORT', 9465, 'Prometheus /metrics port.'),
     pgPort: port('POOLGATE_PG_PORT', 15432, 'PostgreSQL wire listener port.'),
     mysqlPort: port('POOLGATE_MYSQL_PORT', 13306, 'MySQL wire listener port.'),
+    mysqlServerVersion: Type.String({
+      minLength: 1,
+      maxLength: 100,
+      pattern: '^[\\x20-\\x7e]+$',
+      default: 'auto',
+      env: 'POOLGATE_MYSQL_SERVER_VERSION',
+      description:
+        "Server version the MySQL listener's greeting announces (it goes out before the client names its pool). 'auto': learned from the servers of the MySQL pools (e.g. `5.5.5-10.11.6-MariaDB`; the oldest version when they differ; `8.0.36-poolgate` before any is learned or when the pools' servers are of different engines). Any other text is announced as is. Either way session tracking and MariaDB's extended column metadata are offered only when every pool's server offers them.",
+    }),
     wireTlsCertFile: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
       default: null,
       env: 'POOLGATE_WIRE_TLS_CERT_FILE',

@@ -21,6 +21,7 @@ export async function startMysqlListener(rc: RoleContext, w: WireShared): Promis
     host: config.host, port: config.mysqlPort, snapshots: w.dp.snapshots, governor: w.governor, policies: w.dp.policies, metrics: w.sink, log: rc.log,
     clock: rc.clock, allowInsecure: config.dbAllowInsecure, allowPrivate: config.allowPrivateTargets,
     tlsCertFile: config.wireTlsCertFile, tlsKeyFile: config.wireTlsKeyFile, logSample: config.accessLogSample,
+    serverVersion: config.mysqlServerVersion,
   });
   rc.ports.mysql = listener.port;
   return listener;

@@ -4,6 +4,8 @@ import { CLIENT, readLenenc, readNulString } from './packets.js';
 
 export interface HandshakeResponse {
   capabilities: number;
+  /** MariaDB extended capabilities (packets.ts MARIADB); 0 when the client set CLIENT_MYSQL. */
+  mariadbCapabilities: number;
   collation: number;
   /** Only the SSLRequest prefix: TLS comes next, then the full response. */
   sslRequest: boolean;
@@ -18,9 +20,10 @@ export function parseHandshakeResponse(p: Buffer): HandshakeResponse | null {
   const capabilities = p.readUInt32LE(0);
   if ((capabilities & CLIENT.PROTOCOL_41) === 0) return null;
   const collation = p[8]!;
+  const mariadbCapabilities = (capabilities & CLIENT.LONG_PASSWORD) === 0 ? p.readUInt32LE(28) : 0;
   if (p.length === 32) {
     if ((capabilities & CLIENT.SSL) === 0) return null;
-    return { capabilities, collation, sslRequest: true, user: '', auth: Buffer.alloc(0), database: null, plugin: null };
+    return { capabilities, mariadbCapabilities, collation, sslRequest: true, user: '', auth: Buffer.alloc(0), database: null, plugin: null };
   }
   const u = readNulString(p, 32);
   if (!u) return null;
@@ -56,5 +59,5 @@ export function parseHandshakeResponse(p: Buffer): HandshakeResponse | null {
     // Some clients omit the final NUL.
     plugin = n ? n[0] : p.toString('latin1', o);
   }
-  return { capabilities, collation, sslRequest: false, user: u[0], auth: Buffer.from(auth), database, plugin };
+  return { capabilities, mariadbCapabilities, collation, sslRequest: false, user: u[0], auth: Buffer.from(auth), database, plugin };
 }

@@ -15,11 +15,12 @@ import type { DataplaneMetrics } from '../../dataplane/release.js';
 import type { Policies } from '../../policies/index.js';
 import type { OutcomeName } from '../../dataplane/exchange.js';
 import { FrameReader, type Packet } from './frame-reader.js';
-import { BASE_CAPABILITIES, CLIENT, COM, STATUS, VARIANT_CAPABILITIES, authSwitchPacket, eofPacket, frame, handshakePacket, okPacket } from './packets.js';
+import { BASE_CAPABILITIES, CLIENT, COM, MARIADB, STATUS, VARIANT_CAPABILITIES, VARIANT_MARIADB_METADATA, authSwitchPacket, eofPacket, frame, handshakePacket, okPacket } from './packets.js';
 import { parseHandshakeResponse, type HandshakeResponse } from './client-handshake.js';
 import { makeNonce, scrambleMatches } from './scramble.js';
 import { refusalError, wireError, type WireError } from './wire-errors.js';
 import { poolSignature, type ServerPool } from './server-pool.js';
+import type { Greeting, ServerIdentity } from './server-identity.js';
 import { ServerLost, type Answer, type ServerConn } from './server-conn.js';
 import { ClientStatement, LONG_DATA_LIMIT, longDataFor, prepareOk, remember } from './statements.js';
 import type { ResponseKind } from './response-scanner.js';
@@ -33,13 +34,14 @@ export const MAX_CLIENT_PACKET = 0xffffff - 1;
 const MAX_LOGIN_PACKET = 64 * 1024;
 /** Handshake packets are small; a client must finish logging in within this. */
 const LOGIN_TIMEOUT_MS = 10_000;
-export const SERVER_VERSION = '8.0.36-poolgate';
 const NO_HEADERS: Array<[string, string]> = [];
 
 export interface SessionDeps {
   snapshots: SnapshotFeed;
   governor: Governor;
   servers: ServerPool;
+  /** What the greeting announces (version, MariaDB capabilities). */
+  identity: ServerIdentity;
   policies: Policies | null;
   metrics: DataplaneMetrics | null;
   clock: () => number;
@@ -65,6 +67,9 @@ export class ClientSession {
   #keyHash: string | null = null;
   #variant = 0;
   #collation = 45;
+  /** Capabilities (classic, MariaDB's) the greeting offered: the client may take some. */
+  #offered = 0;
+  #offeredMariadb = 0;
   /** The transaction this client is in: its server connection and slot, kept between statements. */
   #conn: ServerConn | null = null;
   #permit: Permit | null = null;
@@ -99,8 +104,19 @@ export class ClientSession {
     socket.setNoDelay(true);
     this.#attach(socket);
     this.#loginTimer = setTimeout(() => this.close(), LOGIN_TIMEOUT_MS);
-    const caps = BASE_CAPABILITIES | VARIANT_CAPABILITIES | CLIENT.CONNECT_ATTRS | (deps.tls ? CLIENT.SSL : 0);
-    socket.write(handshakePacket(SERVER_VERSION, id, this.#nonce, caps, STATUS.AUTOCOMMIT));
+    // Learned from the pools' servers (server-identity.ts); only while nothing is learned yet and a probe
+    // runs does the greeting wait for it, at most GREETING_WAIT_MS (the client cannot speak first).
+    const greeting = deps.identity.greeting();
+    if (greeting instanceof Promise) void greeting.then((g) => this.#greet(id, g));
+    else this.#greet(id, greeting);
+  }
+
+  #greet(id: number, g: Greeting): void {
+    if (this.#phase !== 'handshake') return;
+    this.#offeredMariadb = g.mariadbCapabilities;
+    const caps = BASE_CAPABILITIES | CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS | g.capabilities | CLIENT.CONNECT_ATTRS | (this.#deps.tls ? CLIENT.SSL : 0);
+    this.#offered = caps;
+    this.#send(handshakePacket(g.version, id, this.#nonce, caps, STATUS.AUTOCOMMIT, g.mariadbCapabilities));
   }
 
   /** In a transaction or pinned by session state (holding a slot and a server connection between statements). */
@@ -187,7 +203,9 @@ export class ClientSession {
       return;
     }
     this.#hello = h;
-    this.#variant = h.capabilities & VARIANT_CAPABILITIES;
+    this.#variant = h.capabilities & VARIANT_CAPABILITIES & this.#offered;
+    // Extended column metadata taken: its server connections are opened with it (upstream-login.ts).
+    if ((h.mariadbCapabilities & this.#offeredMariadb & MARIADB.EXTENDED_METADATA) !== 0) this.#variant |= VARIANT_MARIADB_METADATA;
     this.#collation = h.collation;
     // Any other plugin is asked to switch to caching_sha2_password, the one a key known by its hash can verify,
     // as MySQL does. That includes an empty answer under another plugin's name: libmariadb sends

@@ -12,6 +12,8 @@ import type { DataplaneMetrics } from '../../dataplane/release.js';
 import type { Policies } from '../../policies/index.js';
 import { ClientSession } from './client-session.js';
 import { ServerPool } from './server-pool.js';
+import { ServerIdentity } from './server-identity.js';
+import type { LoggedIn } from './upstream-login.js';
 
 export interface MysqlListenerOptions {
   host: string;
@@ -31,10 +33,14 @@ export interface MysqlListenerOptions {
   /** PEM files; both null: TLS is not offered to clients. */
   tlsCertFile?: string | null;
   tlsKeyFile?: string | null;
+  /** Config mysqlServerVersion: 'auto' (learned from the pools' servers) or the version the greeting announces. */
+  serverVersion?: string;
 }
 
 export class MysqlListener {
   readonly servers: ServerPool;
+  /** What the greeting announces (server-identity.ts). */
+  readonly identity: ServerIdentity;
   readonly #server: Server;
   readonly #sessions = new Set<ClientSession>();
   #nextId = 1;
@@ -42,7 +48,18 @@ export class MysqlListener {
   #closing: Promise<void> | null = null;
 
   private constructor(opts: MysqlListenerOptions) {
-    this.servers = new ServerPool({ allowInsecure: opts.allowInsecure, allowPrivate: opts.allowPrivate });
+    const learned = (login: LoggedIn) => ({ version: login.serverVersion, capabilities: login.serverCapabilities, mariadbCapabilities: login.mariadbCapabilities });
+    this.servers = new ServerPool({
+      allowInsecure: opts.allowInsecure,
+      allowPrivate: opts.allowPrivate,
+      onLogin: (pool, login) => this.identity.learn(pool, learned(login)),
+    });
+    this.identity = new ServerIdentity({
+      setting: opts.serverVersion ?? 'auto',
+      snapshots: opts.snapshots,
+      probe: async (pool) => learned(await this.servers.probe(pool)),
+      log: opts.log,
+    });
     let tls: SecureContext | null = null;
     if (opts.tlsCertFile && opts.tlsKeyFile) {
       tls = createSecureContext({ cert: readFileSync(opts.tlsCertFile), key: readFileSync(opts.tlsKeyFile) });
@@ -51,6 +68,7 @@ export class MysqlListener {
       snapshots: opts.snapshots,
       governor: opts.governor,
       servers: this.servers,
+      identity: this.identity,
       policies: opts.policies ?? null,
       metrics: opts.metrics ?? null,
       clock: opts.clock ?? Date.now,
@@ -78,6 +96,8 @@ export class MysqlListener {
     });
     const addr = l.#server.address();
     l.#port = typeof addr === 'object' && addr ? addr.port : opts.port;
+    // Learn the pools' servers now, so the first clients' greetings need not wait for it.
+    l.identity.refresh();
     return l;
   }
 
@@ -98,6 +118,7 @@ export class MysqlListener {
       const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
       for (const s of [...this.#sessions]) s.close();
       await closed;
+      this.identity.close();
       this.servers.close();
     })();
     return this.#closing;

@@ -20,9 +20,10 @@ export const CLIENT = {
   PLUGIN_AUTH: 0x80000,
   CONNECT_ATTRS: 0x100000,
   PLUGIN_AUTH_LENENC: 0x200000,
+  SESSION_TRACK: 0x800000,
 } as const;
 
-/** What both sides of poolgate speak: no compression, no LOCAL INFILE, classic EOF packets, no session tracking. */
+/** What both sides of poolgate always speak: no compression, no LOCAL INFILE, classic EOF packets. */
 export const BASE_CAPABILITIES =
   CLIENT.LONG_PASSWORD |
   CLIENT.LONG_FLAG |
@@ -36,7 +37,33 @@ export const BASE_CAPABILITIES =
   CLIENT.PLUGIN_AUTH_LENENC;
 
 /** Capabilities a client may choose that change what the server sends: a server connection is opened with the same. */
-export const VARIANT_CAPABILITIES = CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS;
+export const VARIANT_CAPABILITIES = CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS | CLIENT.SESSION_TRACK;
+
+/**
+ * Capabilities offered only when every pool's server offers them (server-identity.ts): session tracking
+ * (OK packets carry the server's session-state changes, e.g. a new character_set_client, for the client
+ * to follow; its connection is the pinned one that changed).
+ */
+export const LEARNED_CAPABILITIES = CLIENT.SESSION_TRACK;
+
+/**
+ * MariaDB's extended capabilities (the upper 32 bits, shifted down): a MariaDB server leaves CLIENT_MYSQL
+ * (LONG_PASSWORD) unset and sends them in the last 4 of the greeting's 10 reserved bytes; a client that
+ * leaves CLIENT_MYSQL unset answers with its own in the last 4 of the response's 23 reserved bytes.
+ */
+export const MARIADB = {
+  /** Column definitions carry a type name / format block (e.g. format "json" on a LONGTEXT column). */
+  EXTENDED_METADATA: 0x8,
+} as const;
+
+/** The MariaDB capabilities poolgate can pass through: they change only the bytes of column definitions. */
+export const PASSABLE_MARIADB_CAPABILITIES = MARIADB.EXTENDED_METADATA;
+
+/**
+ * Poolgate's own bit in a variant (bit 30, a classic capability poolgate never negotiates): the client
+ * negotiated MARIADB.EXTENDED_METADATA, so its server connections must be opened with it too.
+ */
+export const VARIANT_MARIADB_METADATA = 0x40000000;
 
 export const STATUS = {
   IN_TRANS: 0x0001,
@@ -95,8 +122,12 @@ export function errPacket(seq: number, errno: number, sqlState: string, message:
   return frame(seq, p);
 }
 
-/** Initial handshake (protocol 10) offering caching_sha2_password with a 20-byte nonce. */
-export function handshakePacket(version: string, connectionId: number, nonce: Buffer, capabilities: number, status: number): Buffer {
+/**
+ * Initial handshake (protocol 10) offering caching_sha2_password with a 20-byte nonce. With MariaDB
+ * capabilities, CLIENT_MYSQL is left unset and they go in the reserved bytes, as a MariaDB server sends them.
+ */
+export function handshakePacket(version: string, connectionId: number, nonce: Buffer, capabilities: number, status: number, mariadbCapabilities = 0): Buffer {
+  if (mariadbCapabilities !== 0) capabilities &= ~CLIENT.LONG_PASSWORD;
   const v = Buffer.from(version + '\0', 'latin1');
   const plugin = Buffer.from('caching_sha2_password\0', 'latin1');
   const p = Buffer.alloc(1 + v.length + 4 + 8 + 1 + 2 + 1 + 2 + 2 + 1 + 10 + 13 + plugin.length);
@@ -117,6 +148,7 @@ export function handshakePacket(version: string, connectionId: number, nonce: Bu
   p.writeUInt16LE(capabilities >>> 16, o);
   o += 2;
   p[o++] = 21;
+  if (mariadbCapabilities !== 0) p.writeUInt32LE(mariadbCapabilities >>> 0, o + 6);
   o += 10;
   nonce.copy(p, o, 8, 20);
   o += 13; // 12 nonce bytes and a NUL

@@ -5,7 +5,7 @@ import mysql from 'mysql2';
 import type { PoolEntry } from '../../dataplane/snapshot.js';
 import { COM, frame } from './packets.js';
 import { ServerConn } from './server-conn.js';
-import { upstreamLogin, type LoginTarget } from './upstream-login.js';
+import { upstreamLogin, type LoggedIn, type LoginTarget } from './upstream-login.js';
 
 /** Idle upstream connections are closed after this. */
 export const SERVER_IDLE_MS = 60_000;
@@ -23,6 +23,8 @@ for (const [name, id] of Object.entries((mysql as unknown as { Charsets: Record<
 export interface PoolOptions {
   allowInsecure: boolean;
   allowPrivate: boolean;
+  /** Every upstream login that succeeded (server-identity.ts learns the server's greeting from it). */
+  onLogin?: (pool: PoolEntry, login: LoggedIn) => void;
 }
 
 class PoolConns {
@@ -116,7 +118,9 @@ export class ServerPool {
     pc.open++;
     let conn: ServerConn;
     try {
-      conn = new ServerConn(await upstreamLogin(target), variant, target.collation, signature);
+      const login = await upstreamLogin(target);
+      this.#opts.onLogin?.(pool, login);
+      conn = new ServerConn(login, variant, target.collation, signature);
     } catch (err) {
       pc.open--;
       pc.wakeOne();
@@ -214,6 +218,17 @@ export class ServerPool {
     } finally {
       killer?.destroy();
     }
+  }
+
+  /** Logs in to `pool`'s server as its role and leaves (COM_QUIT): what the server announces, outside the pool's count. */
+  async probe(pool: PoolEntry): Promise<LoggedIn> {
+    const login = await upstreamLogin(this.#target(pool, 0, 45));
+    const s = login.socket;
+    s.on('error', () => s.destroy());
+    s.resume();
+    s.end(frame(0, Buffer.from([COM.QUIT])));
+    setTimeout(() => s.destroy(), 1_000).unref();
+    return login;
   }
 
   /** Upstream connections open (idle and in use), per pool or in all. */

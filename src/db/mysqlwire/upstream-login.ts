@@ -5,7 +5,7 @@ import { ALLOW_INSECURE_HINT } from '../../config/hints.js';
 import { isIP, type Socket } from 'node:net';
 import { connect as tlsConnect, type TLSSocket } from 'node:tls';
 import { guardedConnect } from '../upstream-socket-guard.js';
-import { BASE_CAPABILITIES, CLIENT, frame, okStatus, readNulString } from './packets.js';
+import { BASE_CAPABILITIES, CLIENT, MARIADB, VARIANT_CAPABILITIES, VARIANT_MARIADB_METADATA, frame, okStatus, readNulString } from './packets.js';
 import { FrameReader, type Packet } from './frame-reader.js';
 import { nativeScramble, sha2Scramble } from './scramble.js';
 
@@ -18,7 +18,7 @@ export interface LoginTarget {
   sslmode: 'verify-full' | 'require';
   allowInsecure: boolean;
   allowPrivate: boolean;
-  /** Capabilities the client chose among VARIANT_CAPABILITIES. */
+  /** Capabilities the client chose among VARIANT_CAPABILITIES, and VARIANT_MARIADB_METADATA. */
   variant: number;
   /** Collation id for the session (the client's). */
   collation: number;
@@ -29,6 +29,9 @@ export interface LoggedIn {
   socket: Socket | TLSSocket;
   threadId: number;
   serverVersion: string;
+  /** The server's greeting capabilities, and its MariaDB extended ones (0 from MySQL). */
+  serverCapabilities: number;
+  mariadbCapabilities: number;
   status: number;
 }
 
@@ -129,6 +132,7 @@ export async function upstreamLogin(t: LoginTarget): Promise<LoggedIn> {
     caps |= p.readUInt16LE(o) << 16;
     o += 2;
     const authLen = p[o]!;
+    const mariadbCaps = (caps & CLIENT.LONG_PASSWORD) === 0 && o + 11 <= p.length ? p.readUInt32LE(o + 7) : 0;
     o += 11;
     const n2 = Math.max(13, authLen - 8);
     const nonce2 = p.subarray(o, o + n2 - 1); // without its trailing NUL
@@ -138,7 +142,19 @@ export async function upstreamLogin(t: LoginTarget): Promise<LoggedIn> {
 
     let seq = hello.seq + 1;
     let tls = false;
-    let myCaps = BASE_CAPABILITIES | t.variant;
+    let myCaps = BASE_CAPABILITIES | (t.variant & VARIANT_CAPABILITIES);
+    if ((myCaps & CLIENT.SESSION_TRACK & ~caps) !== 0) {
+      throw new UpstreamLoginError(`the database (${v[0]}) does not offer session tracking, which this client was offered in poolgate's greeting (pools on servers of different kinds: see the mysqlServerVersion setting); connect again`);
+    }
+    // The client negotiated MariaDB's extended column metadata with poolgate: its answers must carry it.
+    let myMariadbCaps = 0;
+    if ((t.variant & VARIANT_MARIADB_METADATA) !== 0) {
+      if ((mariadbCaps & MARIADB.EXTENDED_METADATA) === 0) {
+        throw new UpstreamLoginError(`the database (${v[0]}) does not offer MariaDB extended column metadata, which this client was offered in poolgate's greeting (pools on servers of different engines: see the mysqlServerVersion setting); connect again`);
+      }
+      myCaps &= ~CLIENT.LONG_PASSWORD;
+      myMariadbCaps = MARIADB.EXTENDED_METADATA;
+    }
     if ((caps & CLIENT.SSL) !== 0) {
       myCaps |= CLIENT.SSL;
       // SSLRequest: the first 32 bytes of the handshake response, then TLS on the same socket.
@@ -146,6 +162,7 @@ export async function upstreamLogin(t: LoginTarget): Promise<LoggedIn> {
       req.writeUInt32LE(myCaps >>> 0, 0);
       req.writeUInt32LE(1 << 24, 4);
       req[8] = t.collation;
+      req.writeUInt32LE(myMariadbCaps, 28);
       socket.write(frame(seq++, req));
       reader.detach();
       const secure = tlsConnect({
@@ -172,6 +189,7 @@ export async function upstreamLogin(t: LoginTarget): Promise<LoggedIn> {
     head.writeUInt32LE(myCaps >>> 0, 0);
     head.writeUInt32LE(1 << 24, 4);
     head[8] = t.collation;
+    head.writeUInt32LE(myMariadbCaps, 28);
     socket.write(frame(seq++, Buffer.concat([head, user, Buffer.from([token.length]), token, db, Buffer.from(plugin + '\0', 'latin1')])));
 
     for (;;) {
@@ -182,7 +200,7 @@ export async function upstreamLogin(t: LoginTarget): Promise<LoggedIn> {
         reader.detach();
         if (reader.buffered > 0) throw new UpstreamLoginError('the database sent data after the login');
         const status = okStatus(q) ?? 0;
-        return { socket, threadId, serverVersion: v[0], status };
+        return { socket, threadId, serverVersion: v[0], serverCapabilities: caps >>> 0, mariadbCapabilities: mariadbCaps, status };
       }
       if (q[0] === 0xff) throw serverError(q);
       if (q[0] === 0xfe) {
