@@ -8,6 +8,7 @@ import { startTestService } from '../test/helpers/service.js';
 import { startOrigin } from '../test/helpers/origin.js';
 import { startReceiver } from '../test/helpers/receiver.js';
 import { ensureDashboardBuilt, launchBrowser } from '../test/helpers/browser.js';
+import { bucketOf, LATENCY_BUCKETS } from '../src/metrics/latency-buckets.js';
 
 const out = new URL('../docs/screenshots/', import.meta.url).pathname;
 mkdirSync(out, { recursive: true });
@@ -45,12 +46,21 @@ await svc.admin(['budget', 'attach', '--team', boot.team.slug, '--budget', Strin
 
 // An hour of history in the rollups, so the charts have a shape.
 const now = Date.now();
+/** n values around `ms` (a rough log-normal), counted into the rollups' fixed latency buckets. */
+const spread = (n: number, ms: number): number[] => {
+  const h = new Array<number>(LATENCY_BUCKETS).fill(0);
+  for (let i = 0; i < n; i++) h[bucketOf(ms * Math.exp((Math.random() - 0.5) * 1.6))]!++;
+  return h;
+};
 for (let m = 60; m >= 1; m--) {
   const wave = Math.round(300 + 200 * Math.sin(m / 7) + Math.random() * 60);
   const rejected = m % 13 === 0 ? 25 : Math.round(Math.random() * 3);
+  const admitted = wave - rejected;
   await svc.service.sql.query(
-    `INSERT INTO pool_metrics_minute (pool_id, minute, requests, admitted, queued, rejected) VALUES ($1, date_trunc('minute', $2::timestamptz), $3, $4, $5, $6)`,
-    [pools[0].id, new Date(now - m * 60_000), wave, wave - rejected, Math.round(wave * 0.15), rejected],
+    `INSERT INTO pool_metrics_minute (pool_id, minute, requests, admitted, queued, rejected, upstream_errors, queue_wait_hist, upstream_hist, effective_limit_min)
+     VALUES ($1, date_trunc('minute', $2::timestamptz), $3, $4, $5, $6, $7, $8::int8[], $9::int8[], $10)`,
+    [pools[0].id, new Date(now - m * 60_000), wave, admitted, Math.round(wave * 0.15), rejected, m % 17 === 0 ? 4 : 0,
+      spread(admitted, wave > 400 ? 40 : 5), spread(admitted, wave > 400 ? 180 : 90), wave > 450 ? 6 : 8],
   );
 }
 

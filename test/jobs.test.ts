@@ -2,6 +2,7 @@
 // requests into jobs (by header, when busy, after a timed-out wait), the runner forwards them to a real
 // https origin, the result is polled on the lock API host with pool auth, and each terminal status sends
 // its event to the destination (a real https receiver).
+import { proxyHttpParser } from '../src/dataplane/http-parser.js';
 import t from 'tap';
 import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:https';
@@ -414,8 +415,14 @@ t.test('a stored request the origin client refuses to send fails at once (no ret
       d += c.toString('latin1');
       if (d.includes('\r\n\r\n') && d.includes('}')) resolve(d);
     });
+    sock.on('close', () => resolve(d));
   });
   sock.destroy();
+  if (proxyHttpParser(svc.config) === 'node') {
+    // llhttp refuses such a target at the door, so no job is made.
+    t.match(head, /^HTTP\/1\.1 400 /);
+    return;
+  }
   t.match(head, /^HTTP\/1\.1 202 /);
   const body = JSON.parse(head.slice(head.indexOf('{')));
   const job = await settled(body.poll_url, p.key);

@@ -161,7 +161,7 @@ t.test('POST /api/v1/pools/database: postgres by default, mysql on 3306, reuse b
     { db_host: 'db.example.com', db_name: 'x', db_port: 65536 },
     { db_host: 'db.example.com', db_name: 'x', db_port: '5432' },
     { db_host: 'db.example.com', db_name: 'x', db_sslmode: 'disable' },
-    { db_host: 'db.example.com', db_name: 'x', backend: 'mysql' },
+    { db_host: 'db.example.com', db_name: 'x', backend: 'http' },
     { db_host: 'x.pools.localhost', db_name: 'x' },
     { db_host: 'db.example.com', db_name: 'orders', name: 'Orders MySQL', db_port: 1234 },
   ];

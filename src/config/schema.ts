@@ -199,11 +199,11 @@ export const ConfigSchema = Type.Object(
       env: 'POOLGATE_WEBHOOK_CLAIM_LEASE_MS',
       description: 'How long a claimed delivery stays claimed; after a worker crash it is sent again once this passes.',
     }),
-    proxyHttpParser: Type.Union([Type.Literal('uws'), Type.Literal('node')], {
-      default: 'uws',
+    proxyHttpParser: Type.Union([Type.Literal('auto'), Type.Literal('node'), Type.Literal('uws')], {
+      default: 'auto',
       env: 'POOLGATE_PROXY_HTTP_PARSER',
       description:
-        "The proxy port's HTTP/1.1 server: 'uws' (uWebSockets.js 20.30, least CPU; does not answer HTTP/1.0, pipelined or malformed requests) or 'node' (node:http's llhttp: answers all of them, authenticates before 100 Continue; more CPU per request). See docs/decisions/http-front-door.md.",
+        "The proxy port's HTTP/1.1 server. 'node' (node:http's llhttp): answers pipelined, HTTP/1.0 and malformed requests as RFC 9112 asks and authenticates before 100 Continue. 'uws' (uWebSockets.js 20.30): less CPU per request, but closes pipelined requests unanswered and does not answer HTTP/1.0 or malformed ones, so only behind a strict HTTP proxy. 'auto': node with one data plane thread, uws with several (node:http on Node 20 cannot share one port between threads). See docs/decisions/http-front-door.md.",
     }),
     proxyBodyLimit: Type.Integer({
       minimum: 0,

@@ -31,6 +31,7 @@ import { policyStage } from '../policies/dataplane-stage.js';
 import { SqlOverHttp } from '../db/sql-over-http.js';
 import type { DbUpstreams } from '../db/upstream.js';
 import { errorBody } from '../errors/catalogue.js';
+import { proxyHttpParser, UWS_LIMITS } from './http-parser.js';
 
 export interface DataplaneOptions {
   config: Config;
@@ -151,7 +152,7 @@ export class Dataplane {
         onKeys: (changes) => this.#listener?.keys(changes),
       });
     }
-    if (opts.config.proxyHttpParser === 'node') {
+    if (proxyHttpParser(opts.config) === 'node') {
       this.#node = createServer({ requireHostHeader: true, headersTimeout: 10_000, requestTimeout: 0, keepAliveTimeout: 10_000 });
       this.#node.on('request', (req, res) => this.#handleNode(req, res, false));
       // Expect: 100-continue comes here instead: 100 Continue goes out only once the body is wanted, after the gates.
@@ -173,6 +174,8 @@ export class Dataplane {
     await dp.snapshots.start();
     try {
       if (opts.listen !== false) await dp.#listen(opts.config.host, opts.port ?? opts.config.proxyPort);
+      // Threads (fed by the main thread) are warned for once, by their host.
+      if (opts.listen !== false && !opts.feed && proxyHttpParser(opts.config) === 'uws') opts.log.warn({ proxyHttpParser: 'uws' }, UWS_LIMITS);
     } catch (err) {
       await dp.snapshots.close();
       await dp.#upstreams.close(true);

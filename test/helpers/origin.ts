@@ -118,7 +118,7 @@ export async function startOrigin(): Promise<Origin> {
       }
       case 'hop':
         // Hop-by-hop headers an origin may send, plus one named in Connection.
-        res.writeHead(200, { connection: 'keep-alive, x-hop', 'keep-alive': 'timeout=5', 'x-hop': 'secret', 'x-kept': 'yes', 'content-type': 'text/plain' });
+        res.writeHead(200, { connection: 'keep-alive, x-hop', 'keep-alive': 'timeout=77, max=9', 'x-hop': 'secret', 'x-kept': 'yes', 'content-type': 'text/plain' });
         res.end('hop');
         return;
       default:

@@ -11,6 +11,7 @@ import type { DataplaneMetrics } from '../release.js';
 import type { Dataplane } from '../server.js';
 import type { SharedGovernorHandle, SharedMemoryGovernor } from '../../governor/shared-memory.js';
 import type { FromWorker, ToWorker, WorkerStart } from './messages.js';
+import { proxyHttpParser, UWS_LIMITS } from '../http-parser.js';
 import { loadUws } from '../../http/uws.js';
 
 /** How many pool listener threads the config asks for (0: one per CPU). */
@@ -186,6 +187,7 @@ export class DataplaneThreads {
       if (config.dataplaneThreadPorts === 'shared' && config.proxyHttpParser === 'node') {
         throw new Error(`proxyHttpParser=node: ${SHARED_PORT_HELP}`);
       }
+      if (proxyHttpParser(config) === 'uws') opts.log.warn({ proxyHttpParser: 'uws' }, UWS_LIMITS);
       if (config.dataplaneThreadPorts === 'shared') {
         for (let attempt = 1; ; attempt++) {
           const port = config.proxyPort || (await freePort(config.host));
