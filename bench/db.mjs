@@ -9,7 +9,8 @@
 // compared at equal load); BENCH_TARGETS=direct,pgbouncer,node-relay,poolgate; BENCH_SUITES=pg,mysql;
 // BENCH_WORKLOADS='select-only, simple;select-only, extended' (names as in the table, ';'-separated) picks the
 // pgbench workloads; BENCH_CPU_PROF=<dir> runs poolgate with --cpu-prof into dir; BENCH_NO_SECTION=1 leaves RESULTS.md alone;
-// BENCH_RENDER=bench/out/db-….json rewrites the section from a saved run).
+// BENCH_RENDER=bench/out/db-….json rewrites the section from a saved run; BENCH_BASELINE=<another built checkout>
+// adds its poolgate as the target `baseline`, alternated with this one: before/after a change in one run).
 // Writes bench/out/db-*.json and the "## Database wire listeners" section of bench/RESULTS.md.
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -126,14 +127,14 @@ const sysbenchBase = () => ({ database: ROLE, tables: settings.sysbench_tables, 
  * Control API, each given the bench role as its managed credential, a key, max_concurrent = the PgBouncer pool
  * size and adaptive concurrency off (so the limit stays put and nothing queues unexpectedly).
  */
-async function startPoolgateTarget(dir) {
+async function startPoolgateTarget(dir, bin) {
   const nodeArgs = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
   const svc = await startPoolgate({
     POOLGATE_ALLOW_PRIVATE_TARGETS: 'true',
     POOLGATE_DB_ALLOW_INSECURE: 'true',
     POOLGATE_LOG_LEVEL: 'warn',
-    POOLGATE_ACCESS_LOG_FILE: join(dir, 'poolgate-access.log'),
-  }, { nodeArgs });
+    POOLGATE_ACCESS_LOG_FILE: join(dir, bin ? 'baseline-access.log' : 'poolgate-access.log'),
+  }, { nodeArgs, bin });
   try {
     const boot = await svc.admin(['bootstrap', '--team', 'Bench', '--email', 'bench@bench.test', '--plan', 'business']);
     const call = apiCaller(svc.controlUrl, boot.token);
@@ -238,6 +239,13 @@ async function main() {
         myTargets.poolgate = { host: '127.0.0.1', port: pgt.ports.mysql, user: pgt.pools.mysql.sub, password: pgt.pools.mysql.key, pid: pgt.svc.pid };
       } else if (wantMy) notes.push('poolgate printed no `mysql` port: its MySQL listener is not in this build.');
     }
+    if (process.env.BENCH_BASELINE) {
+      const base = await startPoolgateTarget(dir, join(process.env.BENCH_BASELINE, 'bin', 'poolgate.js'));
+      cleanups.push(() => base.svc.stop());
+      settings.baseline = `${process.env.BENCH_BASELINE} at ${build(process.env.BENCH_BASELINE)}`;
+      if (wantPg && base.ports.pg) pgTargets.baseline = { host: '127.0.0.1', port: base.ports.pg, user: ROLE, password: base.pools.postgres.key, database: ROLE, options: `pool=${base.pools.postgres.sub}`, pid: base.svc.pid };
+      if (wantMy && base.ports.mysql) myTargets.baseline = { host: '127.0.0.1', port: base.ports.mysql, user: base.pools.mysql.sub, password: base.pools.mysql.key, pid: base.svc.pid };
+    }
     for (const [name, tg] of Object.entries(pgTargets)) {
       await ready(`pg ${name}`, async () => {
         const c = new pg.Client({ host: tg.host, port: tg.port, user: tg.user, password: tg.password, database: tg.database, options: tg.options });
@@ -321,6 +329,8 @@ function ratiosOf(results) {
         pgbouncer_over_direct: ratio(tps('pgbouncer'), tps('direct')),
         poolgate_over_relay: ratio(tps('poolgate'), tps('node-relay')), poolgate_over_relay_per_round: perRound('poolgate', 'node-relay'),
         relay_over_pgbouncer: ratio(tps('node-relay'), tps('pgbouncer')), relay_over_pgbouncer_per_round: perRound('node-relay', 'pgbouncer'),
+        poolgate_over_baseline: ratio(tps('poolgate'), tps('baseline')), poolgate_over_baseline_per_round: perRound('poolgate', 'baseline'),
+        baseline_over_pgbouncer: ratio(tps('baseline'), tps('pgbouncer')),
       });
     }
   }
@@ -328,10 +338,10 @@ function ratiosOf(results) {
 }
 
 /** The commit measured (and whether the tree had changes on top). */
-function build() {
+function build(dir = root) {
   try {
-    const head = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: root }).toString().trim();
-    const dirty = execFileSync('git', ['status', '--porcelain', '--untracked-files=no', 'src'], { cwd: root }).toString().trim() !== '';
+    const head = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: dir }).toString().trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--untracked-files=no', 'src'], { cwd: dir }).toString().trim() !== '';
     return `${head}${dirty ? ' + uncommitted src changes' : ''}`;
   } catch {
     return 'unknown';
@@ -374,6 +384,14 @@ function section(o) {
   lines.push('| --- | --- | ---: | ---: | ---: | ---: | ---: |');
   const both = (a, b) => (a === null || a === undefined ? '—' : `${fmt(a, 2)} (${fmt(b, 2)})`);
   for (const r of o.ratios) lines.push(`| ${r.suite} | ${r.workload} | ${both(r.poolgate_over_pgbouncer, r.poolgate_over_pgbouncer_per_round)} | ${both(r.poolgate_over_direct, r.poolgate_over_direct_per_round)} | ${fmt(r.pgbouncer_over_direct, 2)} | ${both(r.relay_over_pgbouncer, r.relay_over_pgbouncer_per_round)} | ${both(r.poolgate_over_relay, r.poolgate_over_relay_per_round)} |`);
+  if (o.settings.baseline) {
+    lines.push('');
+    lines.push(`Before/after: \`baseline\` is ${o.settings.baseline}, alternated with \`poolgate\` in every round.`);
+    lines.push('');
+    lines.push('| suite | workload | poolgate / baseline TPS | baseline / PgBouncer TPS | poolgate / PgBouncer TPS |');
+    lines.push('| --- | --- | ---: | ---: | ---: |');
+    for (const r of o.ratios) lines.push(`| ${r.suite} | ${r.workload} | ${both(r.poolgate_over_baseline, r.poolgate_over_baseline_per_round)} | ${fmt(r.baseline_over_pgbouncer, 2)} | ${fmt(r.poolgate_over_pgbouncer, 2)} |`);
+  }
   if (o.notes.length) {
     lines.push('');
     for (const n of o.notes) lines.push(`- ${n}`);
