@@ -100,7 +100,7 @@ await page.getByRole('heading', { name: 'Pools', level: 1 }).waitFor();
 await new Promise((r) => setTimeout(r, 3000));
 await shot('pools');
 await page.goto(`${svc.controlUrl}/dashboard/pools/${pools[0].subdomain}`);
-await page.locator('#chart canvas').waitFor();
+await page.locator('#chart canvas').nth(2).waitFor();
 await page.locator('#mint-form').getByLabel('Label').fill('billing cron');
 await page.locator('#mint-form').getByRole('button', { name: 'Mint key' }).click();
 await page.getByRole('region', { name: 'New pool key' }).waitFor();
