@@ -24,8 +24,14 @@ Configuration comes from config files and environment variables (docs/configurat
 
 /** The package's version, read from its package.json (two levels above dist/src). */
 export function version(): string {
-  const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
-  return pkg.version;
+  // The nearest package.json above this file is poolgate's: dist/src/cli.js in a build, src/cli.ts from source.
+  for (let dir = new URL('.', import.meta.url); ; dir = new URL('..', dir)) {
+    try {
+      return (JSON.parse(readFileSync(new URL('package.json', dir), 'utf8')) as { version: string }).version;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT' || dir.pathname === '/') throw err;
+    }
+  }
 }
 
 const ROLES: Record<string, RoleName[]> = {
