@@ -23,8 +23,9 @@ import { RedisLeaseRegistry } from './lock/redis-leases.js';
 import { PoolMetrics } from './metrics/registry.js';
 import { RollupBuffer } from './metrics/rollups.js';
 import { startMetricsServer } from './metrics/server.js';
-import { Upstreams } from './dataplane/forward.js';
-import { SnapshotSource, poolLimits, type SnapshotFeed } from './dataplane/snapshot.js';
+import { Upstreams, forwardBuffered } from './dataplane/forward.js';
+import { type SnapshotFeed } from './pool-request/snapshot.js';
+import { SnapshotSource, poolLimits } from './dataplane/snapshot-source.js';
 import { DataplaneThreads, dataplaneThreadCount } from './dataplane/threads/host.js';
 import { SharedMemoryGovernor } from './governor/shared-memory.js';
 import { PROCESS_TIME, SYSTEM_TIME } from './governor/clock.js';
@@ -38,7 +39,7 @@ import { Deliverer } from './webhooks/deliverer.js';
 import { closeEnvelopeWorkers } from './webhooks/envelope-body.js';
 import { Health, type HealthCheck } from './health.js';
 import { Registry } from 'prom-client';
-import { LiveCounts } from './dataplane/live-counts.js';
+import { LiveCounts } from './metrics/live-counts.js';
 import type { LiveSource } from './control/context.js';
 
 export type RoleName = 'control' | 'dataplane' | 'worker';
@@ -325,7 +326,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
         trustedProxies: config.trustedProxies.split(',').map((c) => c.trim()).filter(Boolean),
       });
       const runner = new JobRunner({
-        sql, box, governor, snapshot: () => snapshots.current, upstreams, databases, enqueue: enqueueJobEvent, log,
+        sql, box, governor, snapshot: () => snapshots.current, forward: (pool, req, cap) => forwardBuffered(upstreams, pool, req, cap), databases, enqueue: enqueueJobEvent, log,
         poolDomain: config.poolDomain, lockApiUrl, exclusiveStore: !config.databaseUrl, ...opts.jobs,
       });
       await runner.start();

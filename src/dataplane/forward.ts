@@ -8,13 +8,14 @@ import { Pool, type Dispatcher } from 'undici';
 import type { Governor, Outcome } from '../governor/governor.js';
 import { CidrList } from '../policies/cidr.js';
 import { guardedConnector, targetRefusalOf, type ConnectTargets } from '../security/connect-guard.js';
-import { governorHeaders } from './admit.js';
-import type { ClientSide as ClientResponse } from './client-response.js';
-import { reply, type Exchange, type Reply } from './exchange.js';
-import type { PoolEntry } from './snapshot.js';
-import { clientResponseHeaders, upstreamRequestHeaders } from './headers.js';
-import { BodyTooLargeError, type RequestBody } from './request-body.js';
-import type { Settlement } from './release.js';
+import { governorHeaders } from '../pool-request/refusal.js';
+import type { ClientSide as ClientResponse } from '../pool-request/client-response.js';
+import { reply, type Exchange, type Reply } from '../pool-request/exchange.js';
+import type { PoolEntry } from '../pool-request/snapshot.js';
+import { clientResponseHeaders, upstreamRequestHeaders } from '../pool-request/headers.js';
+import { BodyTooLargeError, type RequestBody } from '../pool-request/request-body.js';
+import type { Settlement } from '../pool-request/release.js';
+import type { BufferedRequest, BufferedResult } from '../pool-request/buffered.js';
 
 /**
  * One undici Pool (keep-alive connections) per origin, trusting the system roots plus originCaFile. Every new
@@ -361,31 +362,6 @@ class Forwarding implements Dispatcher.DispatchHandler {
     this.#timer = null;
   }
 }
-
-/** A request to send to the origin from memory (an async job's stored request). */
-export interface BufferedRequest {
-  method: string;
-  path: string;
-  query: string;
-  /** Client headers, names lower-case; pool auth already removed. */
-  headers: Record<string, string>;
-  clientAddress: string;
-  body: Buffer | null;
-}
-
-/** The origin's answer collected into memory, cut at the cap. */
-export interface BufferedResponse {
-  status: number;
-  headers: Record<string, string | string[]>;
-  body: Buffer;
-  /** The body is incomplete: over the cap, or the origin broke off mid-body. */
-  truncated: boolean;
-}
-
-export type BufferedResult =
-  | { ok: true; response: BufferedResponse; upstream: Outcome }
-  /** No answer from the origin; `error` says why. `retryable` is false when undici refused the request itself. */
-  | { ok: false; error: string; retryable: boolean; upstream: Outcome };
 
 /**
  * The same forwarding as forward() (same upstream pool, header rules and credential injection) for a

@@ -4,11 +4,12 @@
 import type { Config } from '../config/schema.js';
 import type { Admission, Governor, Outcome } from '../governor/governor.js';
 import type { Logger } from '../log.js';
-import { admit, governorHeaders, refusalReply, requestedWait } from '../dataplane/admit.js';
-import type { ClientSide as ClientResponse } from '../dataplane/client-response.js';
-import { reply, type Exchange, type Reply } from '../dataplane/exchange.js';
-import type { Settlement } from '../dataplane/release.js';
-import type { PoolEntry, Snapshot } from '../dataplane/snapshot.js';
+import { governorHeaders, refusalReply } from '../pool-request/refusal.js';
+import { admit, requestedWait } from '../pool-request/admit.js';
+import type { ClientSide as ClientResponse } from '../pool-request/client-response.js';
+import { reply, type Exchange, type Reply } from '../pool-request/exchange.js';
+import type { Settlement } from '../pool-request/release.js';
+import type { PoolEntry, Snapshot } from '../pool-request/snapshot.js';
 import type { OnData } from '../policies/dataplane-stage.js';
 import { asyncEligible, asyncRequested, JOB_TOO_LARGE, spillAndAnswer, tooLargeForJob, type JobIntake } from '../jobs/intake.js';
 import type { JobReason } from '../jobs/job-event.js';

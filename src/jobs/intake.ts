@@ -1,11 +1,11 @@
 // The data plane side of async jobs: whether a request becomes a job, and turning it into one — the body
 // read (capped), the request spilled in one INSERT, then 202 with the job id and its poll URL.
-import type { ClientSide as ClientResponse } from '../dataplane/client-response.js';
-import { reply, type Exchange, type Reply } from '../dataplane/exchange.js';
-import { connectionListed, isHopByHop } from '../dataplane/headers.js';
-import type { RequestBody } from '../dataplane/request-body.js';
-import type { Settlement } from '../dataplane/release.js';
-import type { PoolEntry } from '../dataplane/snapshot.js';
+import type { ClientSide as ClientResponse } from '../pool-request/client-response.js';
+import { reply, type Exchange, type Reply } from '../pool-request/exchange.js';
+import { connectionListed, isHopByHop } from '../pool-request/headers.js';
+import type { RequestBody } from '../pool-request/request-body.js';
+import type { Settlement } from '../pool-request/release.js';
+import type { PoolEntry } from '../pool-request/snapshot.js';
 import type { Logger } from '../log.js';
 import type { Queryable } from '../store/sql.js';
 import type { JobReason } from './job-event.js';

@@ -1,9 +1,9 @@
 // Polling a job with pool auth: GET /pools/{pool}/jobs/{id} (status, and the result once completed) and
 // GET /pools/{pool}/jobs/{id}/result (the stored response as it came from the origin).
-import { authenticateGate } from '../dataplane/authenticate.js';
-import type { Exchange } from '../dataplane/exchange.js';
-import { clientResponseHeaders } from '../dataplane/headers.js';
-import type { Snapshot } from '../dataplane/snapshot.js';
+import { authenticateGate } from '../pool-request/authenticate.js';
+import type { Exchange } from '../pool-request/exchange.js';
+import { clientResponseHeaders } from '../pool-request/headers.js';
+import type { Snapshot } from '../pool-request/snapshot.js';
 import type { PoliciesGate } from '../policies/index.js';
 import type { Sql } from '../store/sql.js';
 import { isJobId } from './job-id.js';

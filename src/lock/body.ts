@@ -1,6 +1,6 @@
 // Reads a small request body off uWS into one Buffer, refusing it as soon as it passes the limit.
 import type { HttpResponse } from 'uWebSockets.js';
-import type { ClientSide as ClientResponse } from '../dataplane/client-response.js';
+import type { ClientSide as ClientResponse } from '../pool-request/client-response.js';
 
 export type BodyResult = { ok: true; body: Buffer } | { ok: false; reason: 'too_large' | 'aborted' };
 

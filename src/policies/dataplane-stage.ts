@@ -2,7 +2,7 @@
 // signs requests (HMAC) the body is read whole first, up to the pool's signedBodyLimit, and the
 // request's RequestBody is then fed from that buffer (uWS only delivers a body to a handler attached
 // synchronously, so the buffer takes the handler's place).
-import { reply, type Exchange, type Reply } from '../dataplane/exchange.js';
+import { reply, type Exchange, type Reply } from '../pool-request/exchange.js';
 import type { Policies, PolicyRefusal, PolicyRequest, Verdict } from './index.js';
 
 export type OnData = (handler: (chunk: ArrayBuffer, isLast: boolean) => void) => void;

@@ -2,7 +2,7 @@
 // fixed order (access proxy, IP allowlist, HMAC, JWT) after key auth and scope, before a slot is taken.
 // The data plane and the lock API both run it; each refusal is counted by pool, policy and reason.
 import type { Config } from '../config/schema.js';
-import type { KeyEntry, PoolEntry } from '../dataplane/snapshot.js';
+import type { KeyEntry, PoolEntry } from '../pool-request/snapshot.js';
 import type { PoolSettings } from '../store/pool-settings.js';
 import type { ConnectTargets } from '../security/connect-guard.js';
 import { accessProxyPolicy } from './access-proxy.js';
