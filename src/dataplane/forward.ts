@@ -13,7 +13,8 @@ import type { ClientSide as ClientResponse } from '../pool-request/client-respon
 import { reply, type Exchange, type Reply } from '../pool-request/exchange.js';
 import type { PoolEntry } from '../pool-request/snapshot.js';
 import { clientResponseHeaders, upstreamRequestHeaders } from '../pool-request/headers.js';
-import { BodyTooLargeError, type RequestBody } from '../pool-request/request-body.js';
+import { BodyTooLargeError } from '../pool-request/body-limit.js';
+import type { RequestBody } from '../pool-request/request-body.js';
 import type { Settlement } from '../pool-request/release.js';
 import type { BufferedRequest, BufferedResult } from '../pool-request/buffered.js';
 
@@ -94,9 +95,9 @@ const UPSTREAM_TIMEOUT = reply(504, 'upstream_timeout', 'the origin did not answ
 
 /** What a failed upstream call becomes for the client (when nothing was sent yet). */
 function failureReply(err: unknown, body: RequestBody | null): Reply {
-  if (body?.errored instanceof BodyTooLargeError || err instanceof BodyTooLargeError) {
-    return reply(413, 'payload_too_large', (body?.errored as Error | undefined)?.message ?? 'request body too large');
-  }
+  // The 413 rule (src/pool-request/body-limit.ts): the body went over the limit while it was forwarded.
+  if (body?.errored instanceof BodyTooLargeError) return body.errored.limit.reply;
+  if (err instanceof BodyTooLargeError) return err.limit.reply;
   const code = (err as { code?: string } | null)?.code;
   if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') return UPSTREAM_TIMEOUT;
   // undici refusing what the client sent (a method or header it will not forward, a body that does

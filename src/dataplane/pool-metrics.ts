@@ -14,6 +14,7 @@ const EARLY: Partial<Record<OutcomeName, RequestOutcome>> = {
   unauthorized: 'unauthorized',
   forbidden: 'forbidden',
   bad_request: 'policy_denied',
+  method_not_allowed: 'policy_denied',
   payload_too_large: 'policy_denied',
   unavailable: 'unavailable',
   client_aborted: 'aborted',

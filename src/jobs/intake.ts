@@ -4,6 +4,7 @@ import type { ClientSide as ClientResponse } from '../pool-request/client-respon
 import { reply, type Exchange, type Reply } from '../pool-request/exchange.js';
 import { connectionListed, isHopByHop } from '../pool-request/headers.js';
 import type { RequestBody } from '../pool-request/request-body.js';
+import { BodyLimit, BodyTooLargeError } from '../pool-request/body-limit.js';
 import type { Settlement } from '../pool-request/release.js';
 import type { PoolEntry } from '../pool-request/snapshot.js';
 import type { Logger } from '../log.js';
@@ -41,12 +42,15 @@ export function asyncRequested(headers: Record<string, string>): boolean {
   return s === 'true' || s === '1' || s === 'yes';
 }
 
+/** The 413 rule (src/pool-request/body-limit.ts) for a job's request body. */
+const JOB_BODY = new BodyLimit(JOB_BODY_CAP, `an async job's request body is limited to ${JOB_BODY_CAP} bytes`);
+
 /** The declared body is too large to spill with a job. */
 export function tooLargeForJob(headers: Record<string, string>): boolean {
-  return Number(headers['content-length'] ?? 0) > JOB_BODY_CAP;
+  return JOB_BODY.declaredOver(headers);
 }
 
-export const JOB_TOO_LARGE: Reply = reply(413, 'payload_too_large', `an async job's request body is limited to ${JOB_BODY_CAP} bytes`);
+export const JOB_TOO_LARGE: Reply = JOB_BODY.reply;
 
 /** The client's headers as stored: pool auth, our control headers and hop-by-hop headers removed. */
 export function storableHeaders(ex: Exchange): Record<string, string> {
@@ -96,7 +100,9 @@ export async function acceptJob(intake: JobIntake, ex: Exchange, client: ClientR
     } catch (err) {
       if (client.aborted) return { outcome: 'client_aborted', status: 0 };
       if (err instanceof JobBodyTooLarge) return fail(JOB_TOO_LARGE, true);
-      // The data plane's own body limit, or the client broke off mid-body.
+      // The data plane's own body limit (the 413 rule: src/pool-request/body-limit.ts).
+      if (err instanceof BodyTooLargeError) return fail(err.limit.reply, true);
+      // The client broke off mid-body.
       return fail(reply(413, 'payload_too_large', (err as Error).message || 'request body too large'), true);
     }
   }

@@ -1,6 +1,6 @@
 // Polling a job with pool auth: GET /pools/{pool}/jobs/{id} (status, and the result once completed) and
 // GET /pools/{pool}/jobs/{id}/result (the stored response as it came from the origin).
-import { authenticateGate } from '../pool-request/authenticate.js';
+import { authenticateStage } from '../pool-request/authenticate.js';
 import type { Exchange } from '../pool-request/exchange.js';
 import { clientResponseHeaders } from '../pool-request/headers.js';
 import type { Snapshot } from '../pool-request/snapshot.js';
@@ -122,8 +122,11 @@ export async function answerJobPoll(deps: JobPollDeps, route: JobRoute, req: Pol
     queuedMs: 0,
     upstreamMs: null,
     settled: false,
+    body: null,
+    verdict: null,
+    waitMs: 0,
   };
-  const refused = authenticateGate(deps.clock)(ex);
+  const refused = authenticateStage(deps.clock)(ex);
   if (refused) return error(refused.status, refused.error, refused.message);
   if (deps.policies) {
     // A result is as protected as the pool: an allowlist miss or a bad signature reads nothing.

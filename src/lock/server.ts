@@ -7,9 +7,10 @@ import { loadUws } from '../http/uws.js';
 import type { Logger } from '../log.js';
 import type { AccessLog } from '../pool-request/access-log.js';
 import { governorHeaders, refusalReply } from '../pool-request/refusal.js';
-import { authenticateGate } from '../pool-request/authenticate.js';
+import { authenticateStage } from '../pool-request/authenticate.js';
+import { BodyLimit } from '../pool-request/body-limit.js';
 import { ClientResponse } from '../pool-request/client-response.js';
-import { readRequestHeaders, type Exchange, type Gate, type OutcomeName } from '../pool-request/exchange.js';
+import { readRequestHeaders, type Exchange, type Stage, type OutcomeName } from '../pool-request/exchange.js';
 import type { PoolEntry, SnapshotFeed } from '../pool-request/snapshot.js';
 import { acquireWait } from './acquire-wait.js';
 import { readBody } from './body.js';
@@ -26,6 +27,9 @@ import type { PoliciesGate } from '../policies/index.js';
 export const ACQUIRE_BODY_LIMIT = 4 * 1024;
 /** Largest release body: room for a full set of upstream response headers. */
 export const RELEASE_BODY_LIMIT = 64 * 1024;
+/** The 413 rule (src/pool-request/body-limit.ts) for each. */
+const ACQUIRE_BODY = new BodyLimit(ACQUIRE_BODY_LIMIT, `the request body exceeds ${ACQUIRE_BODY_LIMIT} bytes`);
+const RELEASE_BODY = new BodyLimit(RELEASE_BODY_LIMIT, `the request body exceeds ${RELEASE_BODY_LIMIT} bytes`);
 
 export interface LockServerOptions {
   host: string;
@@ -68,7 +72,7 @@ export class LockServer {
   readonly #opts: LockServerOptions;
   readonly #clock: () => number;
   readonly #app: TemplatedApp;
-  readonly #gates: readonly Gate[];
+  readonly #gates: readonly Stage[];
   #listenSocket: us_listen_socket | null = null;
   #port = 0;
   #closing: Promise<void> | null = null;
@@ -79,7 +83,7 @@ export class LockServer {
     this.leases = opts.leases ?? new MemoryLeaseRegistry({ governor: opts.governor, clock: this.#clock });
     // Stage 4 (policies) runs in #acquire on the body read whole; a gate added here runs for every endpoint.
     // Method scope (stage 3) is not applied: the lock API forwards nothing (docs/decisions/lock.md).
-    this.#gates = [authenticateGate(this.#clock)];
+    this.#gates = [authenticateStage(this.#clock)];
     this.#app = loadUws().App();
     if (opts.jobs) registerJobRoutes(this.#app, opts.jobs);
     this.#app.any('/*', (res, req) => this.#handle(res, req));
@@ -132,15 +136,18 @@ export class LockServer {
       queuedMs: 0,
       upstreamMs: null,
       settled: false,
+      body: null,
+      verdict: null,
+      waitMs: 0,
     };
     const call: LockCall | null = route ? { ex, route, client, head } : null;
     const bodyPresent = headers['transfer-encoding'] !== undefined || (headers['content-length'] !== undefined && headers['content-length'] !== '0');
-    const limit = route?.action === 'release' ? RELEASE_BODY_LIMIT : ACQUIRE_BODY_LIMIT;
+    const limit = route?.action === 'release' ? RELEASE_BODY : ACQUIRE_BODY;
     if (!bodyPresent) {
       this.#run(call, client, head, method, Buffer.alloc(0));
       return;
     }
-    if (Number(headers['content-length'] ?? 0) > limit) {
+    if (limit.declaredOver(headers)) {
       this.#tooLarge(call, client, limit);
       return;
     }
@@ -155,9 +162,9 @@ export class LockServer {
     );
   }
 
-  #tooLarge(call: LockCall | null, client: ClientResponse, limit: number): void {
+  #tooLarge(call: LockCall | null, client: ClientResponse, limit: BodyLimit): void {
     // The rest of the body is unread: close that connection rather than parse it.
-    client.sendReply({ status: 413, error: 'payload_too_large', message: `the request body exceeds ${limit} bytes` }, null, true);
+    client.sendReply(limit.reply, null, true);
     if (call?.route.action === 'acquire' && call.ex.method === 'POST') this.#log(call, 'payload_too_large', 413);
   }
 
