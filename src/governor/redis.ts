@@ -2,7 +2,7 @@
 // Lua scripts (EVALSHA); waiters queue FIFO per node and are woken by pub/sub, with a timed retry behind it.
 import { randomBytes } from 'node:crypto';
 import { Redis, type RedisOptions } from 'ioredis';
-import { abortedAlready, waitSignal, type Admission, type AdmitRequest, type BudgetLimits, type Governor, type Outcome, type Permit, type PoolLimits, type PoolState, type RefusalReason } from './governor.js';
+import { abortableOf, abortedAlready, waitSignal, type Admission, type AdmitRequest, type BudgetLimits, type Governor, type Outcome, type Permit, type PoolLimits, type PoolState, type RefusalReason } from './governor.js';
 import { EMPTY_STATE, nextAdaptive, sanitizeLimits } from './limits.js';
 import { BudgetShare } from './budget-share.js';
 import { MemoryGovernor } from './memory.js';
@@ -748,7 +748,7 @@ export class RedisGovernor implements Governor {
     if (this.#fallback && w.keepAlive) {
       const wait = Math.max(0, w.view.limits.queueTimeoutMs - (this.now() - w.enqueuedAt));
       const settle = (a: Admission) => this.#settle(w, a);
-      const r = this.#fallback.acquire({ poolId: w.view.limits.poolId, waitMs: wait, signal: w.signal });
+      const r = this.#fallback.acquire({ poolId: w.view.limits.poolId, waitMs: wait, abortable: w.signal && abortableOf(w.signal) });
       if (r instanceof Promise) void r.then(settle);
       else settle(r);
       return;

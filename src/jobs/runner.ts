@@ -1,7 +1,7 @@
 // The job runner (worker role): for each pool with ready jobs it takes governor slots, claims one job per
 // slot (FOR UPDATE SKIP LOCKED, under a lease), forwards the stored request with the proxy's own
 // forwarding code (or, on a database pool, runs the stored SQL body like the sync endpoint), and stores the result with its terminal status and outbox event in one transaction.
-import type { Governor, Permit } from '../governor/governor.js';
+import { abortableOf, type Governor, type Permit } from '../governor/governor.js';
 import type { Logger } from '../log.js';
 import type { ForwardBuffered } from '../pool-request/buffered.js';
 import { runSqlRequest } from '../db/sql-over-http.js';
@@ -238,7 +238,7 @@ export class JobRunner {
     this.#waiting.set(pool.id, abort);
     void (async () => {
       try {
-        const a = await this.#o.governor.acquire({ poolId: pool.id, waitMs: pool.settings.queueTimeoutMs, signal: abort.signal });
+        const a = await this.#o.governor.acquire({ poolId: pool.id, waitMs: pool.settings.queueTimeoutMs, abortable: abortableOf(abort.signal) });
         this.#waiting.delete(pool.id);
         if (!a.ok) return;
         if (this.#closed) {

@@ -236,9 +236,7 @@ export class LockServer {
       this.#log(call, 'bad_request', 400);
       return;
     }
-    const abort = new AbortController();
-    client.onAbort(() => abort.abort());
-    let pending = this.leases.acquire({ poolId: pool.id, waitMs: wait.value, signal: abort.signal }, leaseTerms(pool));
+    let pending = this.leases.acquire({ poolId: pool.id, waitMs: wait.value, abortable: client }, leaseTerms(pool));
     if (pending instanceof Promise) {
       pending = await pending.catch((err: unknown): LeaseAdmission => {
         this.#opts.log.error({ err }, 'lease acquire failed');
