@@ -281,6 +281,8 @@ interface ReleaseCall {
 export class RedisGovernor implements Governor {
   readonly nodeId = randomBytes(8).toString('hex');
   readonly redis: Redis;
+  /** Scripts loaded with SCRIPTS on connect (useScripts). */
+  readonly #extraScripts: Script[] = [];
   readonly #sub: Redis;
   readonly #prefix: string;
   readonly #channel: string;
@@ -536,6 +538,18 @@ export class RedisGovernor implements Governor {
   /** The keys of a pool the lease registry's own scripts use; null for a pool this node does not know. */
   leaseKeys(poolId: number): LeaseKeys | null {
     return this.#views.get(poolId)?.keys ?? null;
+  }
+
+  /**
+   * Scripts of the lease registry, loaded with the governor's own on every (re)connect (and now, when
+   * connected), so that their first call after a Redis restart is not a load and a second round trip.
+   */
+  useScripts(scripts: readonly Script[]): void {
+    for (const sc of scripts) {
+      if (this.#extraScripts.includes(sc)) continue;
+      this.#extraScripts.push(sc);
+      if (this.connected) this.redis.script('LOAD', sc.source).catch(() => {});
+    }
   }
 
   /** Runs a script by hash (loading it when Redis does not know it). Rejects while Redis is unreachable. */
@@ -935,7 +949,7 @@ export class RedisGovernor implements Governor {
 
   async #connected(): Promise<void> {
     try {
-      await Promise.all(SCRIPTS.map((s) => this.redis.script('LOAD', s.source)));
+      await Promise.all([...SCRIPTS, ...this.#extraScripts].map((s) => this.redis.script('LOAD', s.source)));
     } catch {
       return; // dropped again; the next ready event retries
     }

@@ -22,6 +22,7 @@ export class RedisLeaseRegistry implements LeaseRegistry {
 
   constructor(governor: RedisGovernor) {
     this.#governor = governor;
+    governor.useScripts([RENEW_CAPPED, LEASE_END]);
   }
 
   async acquire(req: AdmitRequest, terms: LeaseTerms): Promise<LeaseAdmission> {
