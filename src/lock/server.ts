@@ -72,7 +72,7 @@ export class LockServer {
   readonly #opts: LockServerOptions;
   readonly #clock: () => number;
   readonly #app: TemplatedApp;
-  readonly #gates: readonly Stage[];
+  readonly #stages: readonly Stage[];
   #listenSocket: us_listen_socket | null = null;
   #port = 0;
   #closing: Promise<void> | null = null;
@@ -81,9 +81,9 @@ export class LockServer {
     this.#opts = opts;
     this.#clock = opts.clock ?? Date.now;
     this.leases = opts.leases ?? new MemoryLeaseRegistry({ governor: opts.governor, clock: this.#clock });
-    // Stage 4 (policies) runs in #acquire on the body read whole; a gate added here runs for every endpoint.
+    // Stage 4 (policies) runs in #acquire on the body read whole; a stage added here runs for every endpoint.
     // Method scope (stage 3) is not applied: the lock API forwards nothing (docs/decisions/lock.md).
-    this.#gates = [authenticateStage(this.#clock)];
+    this.#stages = [authenticateStage(this.#clock)];
     this.#app = loadUws().App();
     if (opts.jobs) registerJobRoutes(this.#app, opts.jobs);
     this.#app.any('/*', (res, req) => this.#handle(res, req));
@@ -209,8 +209,8 @@ export class LockServer {
     if (pool === undefined) return stop(404, 'not_found', 'no such pool');
     if (pool.status !== 'active') return stop(503, 'unavailable', 'this pool is suspended');
     ex.pool = pool;
-    for (const gate of this.#gates) {
-      const r = gate(ex);
+    for (const stage of this.#stages) {
+      const r = stage(ex);
       // Spec (Lock API errors): a policy refusal (e.g. an IP allowlist miss) is 403 `unauthorized` here.
       if (r !== null) return stop(r.status, r.status === 401 || r.status === 403 ? 'unauthorized' : r.error, r.message);
     }
