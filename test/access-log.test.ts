@@ -6,7 +6,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
-import { AccessLog, type AccessRecord } from '../src/dataplane/access-log.js';
+import { AccessLog, type AccessRecord } from '../src/pool-request/access-log.js';
 
 const record = (i: number, over: Partial<AccessRecord> = {}): AccessRecord => ({
   pool: 'p',

@@ -2,6 +2,7 @@
 // instance, plus what only it has: hand-overs that race a wait's end, fixed capacities. (What it shares
 // with the memory governor beyond the contract is tested for both in governor.test.ts.)
 import t from 'tap';
+import { abortableOf } from '../src/governor/governor.js';
 import { SharedMemoryGovernor } from '../src/governor/shared-memory.js';
 import { C_LOCK, C_OWNER, SharedLayout } from '../src/governor/shared-memory-layout.js';
 import { governorSuite, pool } from './helpers/governor-suite.js';
@@ -40,7 +41,7 @@ t.test('shared: a waiter whose slot was handed over before its abort or timeout 
   const held = main.acquire({ poolId: 1, waitMs: 0 });
   if (held instanceof Promise || !held.ok) throw new Error('expected the slot');
   const ac = new AbortController();
-  const w = other.acquire({ poolId: 1, waitMs: 5_000, signal: ac.signal });
+  const w = other.acquire({ poolId: 1, waitMs: 5_000, abortable: abortableOf(ac.signal) });
   const next = other.acquire({ poolId: 1, waitMs: 5_000 });
   held.permit.release();
   t.same(main.state(1), { inFlight: 1, queued: 1, effectiveLimit: 1, remaining: 0 }, 'the slot is counted for the waiter');

@@ -1,6 +1,7 @@
 // The Governor contract against the in-memory governor, plus what the single-process governors (memory and
 // shared-memory) promise beyond it: synchronous answers on the hot path, a clock passed in.
 import t from 'tap';
+import { abortableOf } from '../src/governor/governor.js';
 import { MemoryGovernor } from '../src/governor/memory.js';
 import { SINGLE_PROCESS_GOVERNORS, governorSuite, pool } from './helpers/governor-suite.js';
 
@@ -59,7 +60,7 @@ for (const [kind, make] of SINGLE_PROCESS_GOVERNORS) {
     gov.configure([pool(1)], []);
     const held = gov.acquire({ poolId: 1, waitMs: 0 });
     const ac = new AbortController();
-    const w = gov.acquire({ poolId: 1, waitMs: 5_000, signal: ac.signal });
+    const w = gov.acquire({ poolId: 1, waitMs: 5_000, abortable: abortableOf(ac.signal) });
     ac.abort();
     ac.abort();
     t.match(await w, { ok: false, reason: 'aborted' });

@@ -3,7 +3,7 @@
 import t from 'tap';
 import mysql from 'mysql2/promise';
 import { createLogger } from '../src/log.js';
-import type { PoolEntry, Snapshot, SnapshotFeed } from '../src/dataplane/snapshot.js';
+import type { PoolEntry, Snapshot, SnapshotFeed } from '../src/pool-request/snapshot.js';
 import { FALLBACK_VERSION, GREETING_WAIT_MS, ServerIdentity, type Learned } from '../src/db/mysqlwire/server-identity.js';
 import { CLIENT, MARIADB } from '../src/db/mysqlwire/packets.js';
 import { MYSQL, needServer } from './helpers/servers.js';

@@ -9,7 +9,7 @@ import mysql from 'mysql2/promise';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { MysqlListener } from '../src/db/mysqlwire/listener.js';
 import { createLogger } from '../src/log.js';
-import type { RequestRecord } from '../src/dataplane/release.js';
+import type { RequestRecord } from '../src/pool-request/release.js';
 
 const skip = await needServer('mariadb');
 if (skip) {

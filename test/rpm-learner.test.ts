@@ -9,7 +9,7 @@ import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { emptyRateInfo, type RateInfo } from '../src/governor/rate-headers.js';
 import { RpmLearner } from '../src/governor/rpm-learner.js';
 
-import { refusalReply } from '../src/dataplane/admit.js';
+import { refusalReply } from '../src/pool-request/refusal.js';
 import { SINGLE_PROCESS_GOVERNORS, pool } from './helpers/governor-suite.js';
 import { SimClock } from './helpers/adaptive-sim.js';
 

@@ -6,7 +6,7 @@ import type { SecretBox } from '../security/secret-box.js';
 import type { TargetPolicy } from '../security/targets.js';
 import type { Queryable, Sql } from '../store/sql.js';
 import type { PoolState } from '../governor/governor.js';
-import type { LastMinute } from '../dataplane/live-counts.js';
+import type { LastMinute } from '../metrics/live-counts.js';
 
 /** What a data plane in this process knows of a pool right now (the dashboard's live numbers). */
 export interface LiveSource {

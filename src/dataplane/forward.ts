@@ -8,13 +8,15 @@ import { Pool, type Dispatcher } from 'undici';
 import type { Governor, Outcome } from '../governor/governor.js';
 import { CidrList } from '../policies/cidr.js';
 import { guardedConnector, targetRefusalOf, type ConnectTargets } from '../security/ssrf-connect-guard.js';
-import { governorHeaders } from './admit.js';
-import type { ClientSide as ClientResponse } from './client-response.js';
-import { reply, type Exchange, type Reply } from './exchange.js';
-import type { PoolEntry } from './snapshot.js';
-import { clientResponseHeaders, upstreamRequestHeaders } from './headers.js';
-import { BodyTooLargeError, type RequestBody } from './request-body.js';
-import type { Settlement } from './release.js';
+import { governorHeaders } from '../pool-request/refusal.js';
+import type { ClientSide as ClientResponse } from '../pool-request/client-response.js';
+import { reply, type Exchange, type Reply } from '../pool-request/exchange.js';
+import type { PoolEntry } from '../pool-request/snapshot.js';
+import { clientResponseHeaders, upstreamRequestHeaders } from '../pool-request/headers.js';
+import { BodyTooLargeError } from '../pool-request/body-limit.js';
+import type { RequestBody } from '../pool-request/request-body.js';
+import type { Settlement } from '../pool-request/release.js';
+import type { BufferedRequest, BufferedResult } from '../pool-request/buffered.js';
 
 /**
  * One undici Pool (keep-alive connections) per origin, trusting the system roots plus originCaFile. Every new
@@ -93,9 +95,9 @@ const UPSTREAM_TIMEOUT = reply(504, 'upstream_timeout', 'the origin did not answ
 
 /** What a failed upstream call becomes for the client (when nothing was sent yet). */
 function failureReply(err: unknown, body: RequestBody | null): Reply {
-  if (body?.errored instanceof BodyTooLargeError || err instanceof BodyTooLargeError) {
-    return reply(413, 'payload_too_large', (body?.errored as Error | undefined)?.message ?? 'request body too large');
-  }
+  // The 413 rule (src/pool-request/body-limit.ts): the body went over the limit while it was forwarded.
+  if (body?.errored instanceof BodyTooLargeError) return body.errored.limit.reply;
+  if (err instanceof BodyTooLargeError) return err.limit.reply;
   const code = (err as { code?: string } | null)?.code;
   if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') return UPSTREAM_TIMEOUT;
   // undici refusing what the client sent (a method or header it will not forward, a body that does
@@ -361,31 +363,6 @@ class Forwarding implements Dispatcher.DispatchHandler {
     this.#timer = null;
   }
 }
-
-/** A request to send to the origin from memory (an async job's stored request). */
-export interface BufferedRequest {
-  method: string;
-  path: string;
-  query: string;
-  /** Client headers, names lower-case; pool auth already removed. */
-  headers: Record<string, string>;
-  clientAddress: string;
-  body: Buffer | null;
-}
-
-/** The origin's answer collected into memory, cut at the cap. */
-export interface BufferedResponse {
-  status: number;
-  headers: Record<string, string | string[]>;
-  body: Buffer;
-  /** The body is incomplete: over the cap, or the origin broke off mid-body. */
-  truncated: boolean;
-}
-
-export type BufferedResult =
-  | { ok: true; response: BufferedResponse; upstream: Outcome }
-  /** No answer from the origin; `error` says why. `retryable` is false when undici refused the request itself. */
-  | { ok: false; error: string; retryable: boolean; upstream: Outcome };
 
 /**
  * The same forwarding as forward() (same upstream pool, header rules and credential injection) for a

@@ -2,7 +2,7 @@
 // two Content-Length headers and decodes any Transfer-Encoding as chunked. A request whose length the proxy
 // and a front proxy could read differently is refused before any other stage, and its connection is closed
 // (docs/decisions/http-front-door.md).
-import { reply, type Reply } from './exchange.js';
+import { reply, type Reply } from '../pool-request/exchange.js';
 
 const DIGITS = /^[0-9]{1,15}$/;
 const BAD_LENGTH = reply(400, 'bad_request', 'Content-Length must be one decimal length');

@@ -1,12 +1,12 @@
 // The data plane's metrics sink: each finished request is counted once, in the Prometheus handles of
 // its pool and in the per-minute rollups behind the Control API's metrics summary.
-import type { Governor, RefusalReason } from '../governor/governor.js';
+import type { Governor } from '../governor/governor.js';
 import { OUTCOME_OF_REFUSAL, recordAdmission, statusClass, type LockAcquireOutcome, type PoolMetrics, type RequestOutcome } from '../metrics/registry.js';
 import type { RollupBuffer } from '../metrics/rollups.js';
-import type { OutcomeName } from './exchange.js';
-import type { DataplaneMetrics, RequestRecord } from './release.js';
-import type { SnapshotFeed } from './snapshot.js';
-import type { LiveCounts } from './live-counts.js';
+import type { OutcomeName } from '../pool-request/exchange.js';
+import type { DataplaneMetrics, LockAcquireRecord, RequestRecord } from '../pool-request/release.js';
+import type { SnapshotFeed } from '../pool-request/snapshot.js';
+import type { LiveCounts } from '../metrics/live-counts.js';
 
 /** Outcomes decided before the governor; governor refusals are counted by recordAdmission. */
 const EARLY: Partial<Record<OutcomeName, RequestOutcome>> = {
@@ -14,6 +14,7 @@ const EARLY: Partial<Record<OutcomeName, RequestOutcome>> = {
   unauthorized: 'unauthorized',
   forbidden: 'forbidden',
   bad_request: 'policy_denied',
+  method_not_allowed: 'policy_denied',
   payload_too_large: 'policy_denied',
   unavailable: 'unavailable',
   client_aborted: 'aborted',
@@ -28,18 +29,6 @@ const LOCK_EARLY: Partial<Record<OutcomeName, LockAcquireOutcome>> = {
   client_aborted: 'aborted',
   internal_error: 'internal_error',
 };
-
-/** One finished lock API acquire on a known pool. */
-export interface LockAcquireRecord {
-  poolId: number;
-  pool: string;
-  /** The governor's answer; null when the attempt stopped before it (auth, body, policies). */
-  admission: { ok: true; queuedMs: number } | { ok: false; reason: RefusalReason; queuedMs: number } | null;
-  /** Whether the acquire waited for its answer (entered the queue). */
-  waited: boolean;
-  /** The lock API's outcome (lease_granted, or the error it answered). */
-  outcome: OutcomeName;
-}
 
 export class RequestMetrics implements DataplaneMetrics {
   readonly #metrics: PoolMetrics;

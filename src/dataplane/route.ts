@@ -1,13 +1,13 @@
 // Stage 1, route: the Host header `<subdomain>.{pool_domain}` names the pool (port ignored, any case). A client that
 // cannot set Host (fetch drops it; *.localhost may not resolve) names the pool in `X-Service-Pool: <subdomain>`,
 // read only when the Host is not under the pool domain (docs/decisions/pool-addressing.md).
-import { reply, type Exchange, type Gate, type Reply } from './exchange.js';
+import { reply, type Exchange, type Stage, type Reply } from '../pool-request/exchange.js';
 
 const NOT_FOUND: Reply = reply(404, 'not_found', 'no pool at this host');
 const NO_POOL_NAMED: Reply = reply(404, 'not_found', 'no pool named: send Host <subdomain>.<pool domain> or X-Service-Pool: <subdomain>');
 const POOL_HEADER = 'x-service-pool';
 
-export function routeGate(poolDomain: string): Gate {
+export function routeStage(poolDomain: string): Stage {
   const suffix = `.${poolDomain.toLowerCase()}`;
   return (ex: Exchange) => {
     let host = ex.headers.host ?? '';

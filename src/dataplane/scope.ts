@@ -2,8 +2,8 @@
 // limited to path prefixes); any other method is refused here, before the origin and before a slot.
 // A method-override header (X-HTTP-Method-Override and kin) is judged as the method it names: many
 // frameworks honour it, so a read key's GET that says DELETE is a DELETE.
-import { reply, type Exchange, type Gate, type Reply } from './exchange.js';
-import type { PoolEntry } from './snapshot.js';
+import { reply, type Exchange, type Stage, type Reply } from '../pool-request/exchange.js';
+import type { PoolEntry } from '../pool-request/snapshot.js';
 import { canonicalPath, underPrefix } from './scoped-path.js';
 
 const FORBIDDEN: Reply = reply(403, 'forbidden', 'this key is read-only and does not admit this method or path');
@@ -34,7 +34,7 @@ function judge(pool: PoolEntry, method: string, ex: Exchange): Reply | null {
   return FORBIDDEN;
 }
 
-export function scopeGate(): Gate {
+export function scopeStage(): Stage {
   return (ex: Exchange) => {
     const key = ex.key;
     const pool = ex.pool!;

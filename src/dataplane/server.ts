@@ -1,5 +1,7 @@
-// The pool traffic listener (uWS): one handler running the stage chain, which is built once here.
-// route → authenticate → scope → (policies) → admit → forward → release.
+// The pool traffic listener (uWS, or node:http): one handler running the stage chain of the request's
+// backend, each chain built once here (Envoy's filter chain): route, then for an HTTP pool authenticate →
+// scope → policies → the 413 rule → the wait → the async check, ending in admit → forward → release; for a
+// database pool the same with the SQL target check after the policies, ending in SQL over HTTP.
 import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket } from 'uWebSockets.js';
 import type { Config } from '../config/schema.js';
 import type { Admission, Governor } from '../governor/governor.js';
@@ -8,27 +10,31 @@ import type { Logger } from '../log.js';
 import type { SecretBox } from '../security/secret-box.js';
 import { systemLookup, type Lookup } from '../security/targets.js';
 import type { Sql } from '../store/sql.js';
-import { AccessLog } from './access-log.js';
-import { admit, refusalReply, requestedWait, governorHeaders } from './admit.js';
-import { authenticateGate } from './authenticate.js';
-import { ClientResponse, type ClientSide } from './client-response.js';
+import { AccessLog } from '../pool-request/access-log.js';
+import { refusalReply, governorHeaders } from '../pool-request/refusal.js';
+import { BodyLimit, bodyLimitStage } from '../pool-request/body-limit.js';
+import { admit, queueWaitStage } from '../pool-request/admit.js';
+import { authenticateStage } from '../pool-request/authenticate.js';
+import { ClientResponse, type ClientSide } from '../pool-request/client-response.js';
 import { NodeClientResponse } from './node-client-response.js';
 import type { Duplex } from 'node:stream';
 import { createServer, type IncomingMessage, type Server as NodeServer, type ServerResponse } from 'node:http';
-import { readRequestHeaders, reply, type Exchange, type Gate, type Reply } from './exchange.js';
+import { readRequestHeaders, reply, type BodySource, type Exchange, type Reply, type Stage } from '../pool-request/exchange.js';
 import { forward, Upstreams, type ForwardDeps } from './forward.js';
-import { releaseStage, type DataplaneMetrics, type Settlement } from './release.js';
-import { RequestBody } from './request-body.js';
+import { releaseStage, type DataplaneMetrics, type Settlement } from '../pool-request/release.js';
+import { RequestBody } from '../pool-request/request-body.js';
 import { framingRefusal } from './framing.js';
-import { acceptJob, asyncEligible, asyncRequested, JOB_TOO_LARGE, tooLargeForJob, type JobIntake } from '../jobs/job-intake.js';
+import { acceptJob, asyncEligible, asyncRequested, tooLargeForJob, type JobIntake } from '../jobs/job-intake.js';
+import { asyncSizeStage } from '../jobs/async-stage.js';
 import type { JobReason } from '../jobs/job-event.js';
-import { routeGate } from './route.js';
-import { scopeGate } from './scope.js';
-import { poolLimits, SnapshotSource, type KeyChange, type PoolEntry, type Snapshot, type SnapshotFeed } from './snapshot.js';
+import { routeStage } from './route.js';
+import { scopeStage } from './scope.js';
+import { type KeyChange, type PoolEntry, type Snapshot, type SnapshotFeed } from '../pool-request/snapshot.js';
+import { poolLimits, SnapshotSource } from './snapshot-source.js';
 import { Policies } from '../policies/index.js';
 import type { NonceStore } from '../policies/nonce-store.js';
-import { policyStage } from '../policies/dataplane-stage.js';
-import { SqlOverHttp } from '../db/sql-over-http.js';
+import { policiesStage } from '../policies/dataplane-stage.js';
+import { SqlOverHttp, sqlTargetStage } from '../db/sql-over-http.js';
 import type { DbUpstreams } from '../db/upstream.js';
 import { errorBody } from '../errors/catalogue.js';
 import { proxyHttpParser, UWS_LIMITS } from './http-parser.js';
@@ -68,8 +74,12 @@ const VERSION_NOT_SUPPORTED = reply(505, 'bad_request', 'only HTTP/1.0 and HTTP/
 const MAX_HEADER_LINES = 48;
 const TOO_MANY_HEADERS = reply(431, 'bad_request', `more than ${MAX_HEADER_LINES} header lines`);
 
-/** Registers the handler that receives the request body (uWS's res.onData shape). */
-type BodySource = (handler: (chunk: ArrayBuffer, isLast: boolean) => void) => void;
+/** The stages a request on one backend runs after route, and the end that then takes the request over. */
+interface Chain {
+  readonly stages: readonly Stage[];
+  /** Answers and settles the request itself (synchronously registers its body reader). */
+  readonly end: (ex: Exchange, client: ClientSide) => void;
+}
 
 /** The request carries a body (uWS then delivers it through onData). */
 function hasBody(headers: Record<string, string>): boolean {
@@ -94,14 +104,18 @@ export class Dataplane {
   /** The pool listener: uWS, or node:http with proxyHttpParser 'node' (docs/decisions/http-front-door.md). */
   readonly #app: TemplatedApp | null = null;
   readonly #node: NodeServer | null = null;
-  readonly #gates: readonly Gate[];
+  /** Stage 1: finds the pool, and with it the backend whose chain runs next. */
+  readonly #route: Stage;
+  readonly #httpChain: Chain;
+  readonly #sqlChain: Chain;
   readonly #upstreams: Upstreams;
   readonly #forwardDeps: ForwardDeps;
   /** Stage 7 for a forwarded request (one function for all of them). */
   readonly #forwarded = (ex: Exchange, s: Settlement): void => this.#settle(ex, s);
   readonly #accessLog: AccessLog;
   readonly #release: ReturnType<typeof releaseStage>;
-  readonly #bodyLimit: number;
+  /** The 413 rule for HTTP pools (proxyBodyLimit; null: none). */
+  readonly #bodyLimit: BodyLimit | null;
   /** SQL over HTTP: serves every database pool (postgres, mysql) after stage 4. */
   readonly #sql: SqlOverHttp;
   #listenSocket: us_listen_socket | null = null;
@@ -114,15 +128,15 @@ export class Dataplane {
     const clock = opts.clock ?? Date.now;
     this.#opts = opts;
     this.governor = opts.governor;
-    this.#bodyLimit = opts.config.proxyBodyLimit;
+    const proxyLimit = opts.config.proxyBodyLimit;
+    this.#bodyLimit = proxyLimit > 0 ? new BodyLimit(proxyLimit, `request body exceeds ${proxyLimit} bytes (the operator sets it: POOLGATE_PROXY_BODY_LIMIT)`) : null;
     const trustedProxies = opts.config.trustedProxies.split(',').map((c) => c.trim()).filter(Boolean);
     const targets = { allowPrivate: opts.config.allowPrivateTargets, lookup: opts.lookup ?? systemLookup };
     this.#upstreams = new Upstreams({ caFile: opts.config.originCaFile, targets, trustedProxies });
     this.#forwardDeps = { upstreams: this.#upstreams, governor: opts.governor };
     this.#accessLog = new AccessLog({ file: opts.config.accessLogFile, sample: opts.config.accessLogSample });
     this.#release = releaseStage(opts.metrics ?? null, this.#accessLog);
-    // Stage 4 (policies: IP allowlist, HMAC, JWT) joins this chain between scope and admit.
-    this.#gates = [routeGate(opts.config.poolDomain), authenticateGate(clock), scopeGate()];
+    this.#route = routeStage(opts.config.poolDomain);
     this.policies = new Policies({
       config: { redisUrl: opts.config.redisUrl, trustedProxies },
       clock,
@@ -131,6 +145,19 @@ export class Dataplane {
       nonces: opts.nonces,
     });
     this.#sql = new SqlOverHttp({ config: opts.config, governor: opts.governor, log: opts.log, jobs: opts.jobs ?? null });
+    // The chains: nothing in them depends on the snapshot (a pool's policies are compiled per pool settings
+    // by Policies and cached there), so each is built once, from the config. A stage that cannot apply here
+    // (no body limit, no job intake) is left out rather than checked per request.
+    const head: Stage[] = [authenticateStage(clock), scopeStage(), policiesStage(this.policies)];
+    const jobStages: Stage[] = opts.jobs ? [asyncSizeStage] : [];
+    this.#httpChain = {
+      stages: [...head, ...(this.#bodyLimit ? [bodyLimitStage(this.#bodyLimit)] : []), queueWaitStage, ...jobStages],
+      end: (ex, client) => this.#forwardEnd(ex, client),
+    };
+    this.#sqlChain = {
+      stages: [...head, sqlTargetStage, bodyLimitStage(this.#sql.bodyLimit), queueWaitStage, ...jobStages],
+      end: (ex, client) => this.#sql.serve(ex, client, (s) => this.#settle(ex, s)),
+    };
     const onLoad = (s: Snapshot) => {
       this.governor.configure(poolLimits(s), s.budgets);
       this.#sql.sync(s);
@@ -270,6 +297,9 @@ export class Dataplane {
       queuedMs: 0,
       upstreamMs: null,
       settled: false,
+      body: null,
+      verdict: null,
+      waitMs: 0,
     };
   }
 
@@ -314,45 +344,40 @@ export class Dataplane {
     this.#settle(ex, { outcome: r.error, status: r.status });
   }
 
-  /** Runs the gates and asks for a slot; returns once everything async is under way. */
+  /** Runs route, then the chain of the pool's backend; returns once everything async is under way. */
   #begin(onBody: BodySource, ex: Exchange, client: ClientSide): void {
-    const headers = ex.headers;
-    const bodyPresent = hasBody(headers);
-    // A refusal leaves any request body unread: close that connection rather than parse the body.
-    const stop = (r: Reply) => {
-      client.sendReply(r, null, bodyPresent);
-      this.#settle(ex, { outcome: r.error, status: r.status });
-    };
-    const framing = framingRefusal(headers);
+    const framing = framingRefusal(ex.headers);
     if (framing !== null) return this.#refuseFraming(ex, client, framing);
     // Not origin-form (absolute-form, authority-form, `*`): answered and closed, like any request we cannot frame a meaning for.
     if (ex.path.charCodeAt(0) !== 47 /* '/' */) {
       client.sendReply(BAD_TARGET, null, true);
       return this.#settle(ex, { outcome: BAD_TARGET.error, status: BAD_TARGET.status });
     }
-    for (const gate of this.#gates) {
-      const r = gate(ex);
-      if (r !== null) return stop(r);
+    if (hasBody(ex.headers)) ex.body = onBody;
+    let r = this.#route(ex);
+    if (r !== null) return this.#stop(ex, client, r);
+    const chain = ex.pool!.backend === 'http' ? this.#httpChain : this.#sqlChain;
+    const stages = chain.stages;
+    for (let i = 0; i < stages.length; i++) {
+      r = stages[i]!(ex);
+      if (r !== null) return this.#stop(ex, client, r);
     }
-    // Stage 4, policies (src/policies): before a slot; a signed body is read whole first, to be hashed.
-    const stage4 = policyStage(this.policies, ex, bodyPresent ? onBody : null);
-    if (stage4.refusal !== null) return stop(stage4.refusal);
-    if (ex.pool!.backend !== 'http') {
-      const onData = bodyPresent ? (stage4.onData ?? onBody) : null;
-      return this.#sql.serve(ex, client, onData, stage4.pending, (s) => this.#settle(ex, s));
-    }
-    if (this.#bodyLimit > 0 && Number(headers['content-length'] ?? 0) > this.#bodyLimit) {
-      return stop(reply(413, 'payload_too_large', `request body exceeds ${this.#bodyLimit} bytes`));
-    }
-    const wait = requestedWait(ex);
-    if (typeof wait !== 'number') return stop(wait);
+    chain.end(ex, client);
+  }
+
+  /** A stage's refusal. It leaves any request body unread: that connection is closed rather than the body parsed. */
+  #stop(ex: Exchange, client: ClientSide, r: Reply): void {
+    client.sendReply(r, null, ex.body !== null);
+    this.#settle(ex, { outcome: r.error, status: r.status });
+  }
+
+  /** The end of an HTTP pool's chain: the body stream, then (after a pending policies verdict) admit on. */
+  #forwardEnd(ex: Exchange, client: ClientSide): void {
     // Async pools (spec rule 5): a job when asked by header, when busy (async_on_queue), or after the wait.
     const asyncPool = this.#opts.jobs && asyncEligible(ex.pool!) ? ex.pool! : null;
-    if (asyncPool && asyncRequested(headers) && tooLargeForJob(headers)) return stop(JOB_TOO_LARGE);
-
-    const body = bodyPresent ? new RequestBody(client, stage4.onData ?? onBody, this.#bodyLimit) : null;
-    if (stage4.pending !== null) return this.#afterPolicies(stage4.pending, ex, client, body, () => this.#admitStage(ex, client, body, wait, asyncPool));
-    this.#admitStage(ex, client, body, wait, asyncPool);
+    const body = ex.body !== null ? new RequestBody(client, ex.body, this.#bodyLimit) : null;
+    if (ex.verdict !== null) return this.#afterPolicies(ex.verdict, ex, client, body, () => this.#admitStage(ex, client, body, ex.waitMs, asyncPool));
+    this.#admitStage(ex, client, body, ex.waitMs, asyncPool);
   }
 
   /**

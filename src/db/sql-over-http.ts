@@ -4,13 +4,14 @@
 import type { Config } from '../config/schema.js';
 import type { Admission, Governor, Outcome } from '../governor/governor.js';
 import type { Logger } from '../log.js';
-import { admit, governorHeaders, refusalReply, requestedWait } from '../dataplane/admit.js';
-import type { ClientSide as ClientResponse } from '../dataplane/client-response.js';
-import { reply, type Exchange, type Reply } from '../dataplane/exchange.js';
-import type { Settlement } from '../dataplane/release.js';
-import type { PoolEntry, Snapshot } from '../dataplane/snapshot.js';
-import type { OnData } from '../policies/dataplane-stage.js';
-import { asyncEligible, asyncRequested, JOB_TOO_LARGE, spillAndAnswer, tooLargeForJob, type JobIntake } from '../jobs/job-intake.js';
+import { governorHeaders, refusalReply } from '../pool-request/refusal.js';
+import { admit } from '../pool-request/admit.js';
+import { BodyLimit } from '../pool-request/body-limit.js';
+import type { ClientSide as ClientResponse } from '../pool-request/client-response.js';
+import { reply, type Exchange, type Reply, type Stage } from '../pool-request/exchange.js';
+import type { Settlement } from '../pool-request/release.js';
+import type { PoolEntry, Snapshot } from '../pool-request/snapshot.js';
+import { asyncEligible, asyncRequested, JOB_TOO_LARGE, spillAndAnswer, type JobIntake } from '../jobs/job-intake.js';
 import type { JobReason } from '../jobs/job-event.js';
 import { JOB_BODY_CAP } from '../jobs/job-limits.js';
 import { failureBody, type DbFailure } from './errors.js';
@@ -113,7 +114,18 @@ export interface SqlOverHttpOptions {
   jobs?: JobIntake | null;
 }
 
-const METHOD_NOT_ALLOWED = JSON.stringify(errorBody('method_not_allowed', 'a database pool takes every query as a POST'));
+const METHOD_NOT_ALLOWED = reply(405, 'method_not_allowed', 'a database pool takes every query as a POST', [['allow', 'POST']]);
+const NO_CREDENTIAL = reply(503, 'unavailable', 'this database pool has no database credential attached');
+
+/**
+ * The SQL target stage, first after the policies on a database pool: every query is a POST (405 with Allow,
+ * decided after the key), and the pool must have its database credential attached (503).
+ */
+export const sqlTargetStage: Stage = (ex: Exchange) => {
+  if (ex.method !== 'POST') return METHOD_NOT_ALLOWED;
+  const pool = ex.pool!;
+  return !pool.database || pool.credential?.method !== 'postgres_role' ? NO_CREDENTIAL : null;
+};
 
 /** The settlement of an answered run: the outcome the access log and metrics use, and the governor sample. */
 function settlementOf(r: RunResult, status: number, latencyMs: number): Settlement {
@@ -133,8 +145,11 @@ export class SqlOverHttp {
   readonly upstreams: DbUpstreams;
   readonly #opts: SqlOverHttpOptions;
 
+  readonly #bodyLimit: BodyLimit;
+
   constructor(opts: SqlOverHttpOptions) {
     this.#opts = opts;
+    this.#bodyLimit = new BodyLimit(opts.config.sqlBodyLimit, `request body exceeds ${opts.config.sqlBodyLimit} bytes (the operator sets it: POOLGATE_SQL_BODY_LIMIT)`);
     this.upstreams = new DbUpstreams({ allowInsecure: opts.config.dbAllowInsecure, allowPrivate: opts.config.allowPrivateTargets, log: opts.log });
   }
 
@@ -147,40 +162,27 @@ export class SqlOverHttp {
     return this.upstreams.close();
   }
 
+  /** The 413 rule for SQL over HTTP bodies (POOLGATE_SQL_BODY_LIMIT), declared and read. */
+  get bodyLimit(): BodyLimit {
+    return this.#bodyLimit;
+  }
+
   /**
-   * Serves one request on a database pool (route, authenticate and the policies stage already ran; method
-   * scope does not apply: every query is a POST). Must be called synchronously from the uWS handler: it
-   * registers the body reader. `onData` is null when the request has no body; `verdict` is the policies'
-   * pending decision, if any. `settle` runs exactly once.
+   * The chain's end on a database pool: the stages before it (route, authenticate, scope, policies, the SQL
+   * target check, the 413 rule, the wait, the async check) have run and written the Exchange: its body source
+   * (null when the request has none), the policies' pending verdict and the queue wait. Must be called
+   * synchronously from the uWS handler: it registers the body reader. `settle` runs exactly once.
    */
-  serve(ex: Exchange, client: ClientResponse, onData: OnData | null, verdict: Promise<Reply | null> | null, settle: (s: Settlement) => void): void {
-    const pool = ex.pool!;
+  serve(ex: Exchange, client: ClientResponse, settle: (s: Settlement) => void): void {
+    const onData = ex.body;
+    const verdict = ex.verdict;
+    const wait = ex.waitMs;
+    const limit = this.#bodyLimit;
     const bodyPresent = onData !== null;
     const stop = (r: Reply) => {
       client.sendReply(r, null, bodyPresent);
       settle({ outcome: r.error, status: r.status });
     };
-    if (ex.method !== 'POST') {
-      // Refused before reading the body; the connection is closed when one was announced.
-      if (client.open) {
-        client.writeHead(httpStatus('method_not_allowed'), [['content-type', 'application/json'], ['allow', 'POST']]);
-        // A reply to HEAD announces its length and carries no body (or the connection falls out of step).
-        if (ex.method === 'HEAD') client.endWithoutBody(Buffer.byteLength(METHOD_NOT_ALLOWED));
-        else client.tryEnd(Buffer.from(METHOD_NOT_ALLOWED), Buffer.byteLength(METHOD_NOT_ALLOWED));
-        if (bodyPresent) client.close();
-      }
-      settle({ outcome: 'bad_request', status: 405 });
-      return;
-    }
-    if (!pool.database || pool.credential?.method !== 'postgres_role') {
-      return stop(reply(503, 'unavailable', 'this database pool has no database credential attached'));
-    }
-    const limit = this.#opts.config.sqlBodyLimit;
-    if (Number(ex.headers['content-length'] ?? 0) > limit) return stop(reply(413, 'payload_too_large', `request body exceeds ${limit} bytes (the operator sets it: POOLGATE_SQL_BODY_LIMIT)`));
-    const wait = requestedWait(ex);
-    if (typeof wait !== 'number') return stop(wait);
-    if (this.#asyncPool(ex) && asyncRequested(ex.headers) && tooLargeForJob(ex.headers)) return stop(JOB_TOO_LARGE);
-
     let done = false;
     client.onAbort(() => {
       if (done) return;
@@ -219,9 +221,9 @@ export class SqlOverHttp {
     onData((chunk, isLast) => {
       if (done) return;
       size += chunk.byteLength;
-      if (size > limit) {
+      if (limit.over(size)) {
         done = true;
-        return stop(reply(413, 'payload_too_large', `request body exceeds ${limit} bytes (the operator sets it: POOLGATE_SQL_BODY_LIMIT)`));
+        return stop(limit.reply);
       }
       // uWS neuters the ArrayBuffer when this callback returns: copy it.
       if (chunk.byteLength > 0) chunks.push(Buffer.from(chunk.slice(0)));

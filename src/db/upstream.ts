@@ -7,7 +7,7 @@ import { isIP } from 'node:net';
 import pg from 'pg';
 import mysql from 'mysql2';
 import type { Logger } from '../log.js';
-import type { DatabaseTarget, PoolEntry, Snapshot } from '../dataplane/snapshot.js';
+import type { DatabaseTarget, PoolEntry, Snapshot } from '../pool-request/snapshot.js';
 import { guardedConnect, guardedSocket } from './upstream-socket-guard.js';
 import { mysqlFailure, pgFailure, type DbFailure } from './errors.js';
 import { mysqlParam, mysqlTypeName, mysqlValue, pgTypes, type Column } from './values.js';

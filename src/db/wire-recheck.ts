@@ -2,7 +2,7 @@
 // (MySQL): a revoked key, a suspended or deleted pool ends the session there. Most of the time nothing
 // that check reads has changed, and on a busy listener the check was a measurable part of each
 // transaction (map lookups, a clock read): this remembers when it last passed.
-import type { Snapshot } from '../dataplane/snapshot.js';
+import type { Snapshot } from '../pool-request/snapshot.js';
 
 export class LastCheck {
   #snapshot: Snapshot | null = null;

@@ -59,11 +59,11 @@ export interface AdmitRequest {
   poolId: number;
   /** How long to wait in the queue; 0 fails fast. Already clamped to the pool's queue timeout. */
   waitMs: number;
-  /** Aborting leaves the queue (reason `aborted`) or, once admitted, changes nothing: release the permit. */
-  signal?: AbortSignal;
   /**
-   * The same as `signal`, made only when the request has to wait: most requests get a slot at once, and an
-   * AbortController per request is a measurable share of the HTTP data plane's time.
+   * The one kind of abort signal: aborting leaves the queue (reason `aborted`) or, once admitted, changes
+   * nothing (release the permit). Its AbortSignal is asked for only when the request has to wait: most
+   * requests get a slot at once, and an AbortController per request is a measurable share of the HTTP data
+   * plane's time. A client side is one; a caller that holds an AbortSignal passes abortableOf(signal).
    */
   abortable?: LazyAbortSignal;
 }
@@ -73,14 +73,24 @@ export interface LazyAbortSignal {
   signal(): AbortSignal;
 }
 
+/** An AbortSignal the caller already holds, as the one kind AdmitRequest takes. */
+export function abortableOf(signal: AbortSignal): LazyAbortSignal {
+  return {
+    get aborted() {
+      return signal.aborted;
+    },
+    signal: () => signal,
+  };
+}
+
 /** Whether the request was aborted before it asked. */
 export function abortedAlready(req: AdmitRequest): boolean {
-  return req.signal?.aborted ?? req.abortable?.aborted ?? false;
+  return req.abortable?.aborted ?? false;
 }
 
 /** The signal a waiting request listens on (a lazy one is made now). */
 export function waitSignal(req: AdmitRequest): AbortSignal | undefined {
-  return req.signal ?? req.abortable?.signal();
+  return req.abortable?.signal();
 }
 
 export interface PoolLimits {

@@ -2,13 +2,13 @@
 // Lua scripts (EVALSHA); waiters queue FIFO per node and are woken by pub/sub, with a timed retry behind it.
 import { randomBytes } from 'node:crypto';
 import { Redis, type RedisOptions } from 'ioredis';
-import { abortedAlready, waitSignal, type Admission, type AdmitRequest, type BudgetLimits, type Governor, type Outcome, type Permit, type PoolLimits, type PoolState, type RefusalReason } from './governor.js';
+import { abortableOf, abortedAlready, waitSignal, type Admission, type AdmitRequest, type BudgetLimits, type Governor, type Outcome, type Permit, type PoolLimits, type PoolState, type RefusalReason } from './governor.js';
 import { EMPTY_STATE, nextAdaptive, sanitizeLimits } from './pool-limits.js';
 import { BudgetShare } from './budget-share.js';
 import { MemoryGovernor } from './memory.js';
 import { MAX_TIMER_MS, SYSTEM_TIME, timeFrom, type GovernorTime, type GovernorTimers } from './clock.js';
 import { WaitQueue, type WaitNode } from './wait-queue.js';
-import { ACQUIRE, LEASE_END, PAUSE, REFRESH, RELEASE, RENEW, RENEW_CAPPED, SCRIPTS, SET_RPM, type Script } from './redis-scripts.js';
+import { ACQUIRE, PAUSE, REFRESH, RELEASE, RENEW, SCRIPTS, SET_RPM, type Script } from './redis-scripts.js';
 import { AdaptiveLimit } from './adaptive-limit.js';
 import { gateRetryHintMs, learnedState, learnOutcome, nextAvgHold, type LearnedState } from './outcome-learning.js';
 import * as rules from './admission-rules.js';
@@ -43,19 +43,30 @@ export interface RedisGovernorOptions extends Partial<GovernorTime> {
   onConnection?: (up: boolean, err?: unknown) => void;
 }
 
-/** A lease handed to the lock API: it lives on Redis alone; any node may renew or release it. */
+/**
+ * A slot handed out as a lease (the lock API's: src/lock/redis-leases.ts): it lives on Redis alone; any node
+ * may renew or release it.
+ */
 export interface Lease {
   poolId: number;
   leaseId: string;
   /** Unix ms (Redis clock). */
   deadline: number;
-  /** The lease's own key (its request-deadline cap, when the caller asked for one). */
+  /** The lease's own key, in the pool's hash tag: what its holder keeps beside it (the lock API's cap). */
   key: string;
-  /** Unix ms (Redis clock): renewals never pass it; null when no cap was asked for. */
-  requestDeadline: number | null;
 }
 
-export type CappedRenewal = { ok: true; leaseDeadline: number } | { ok: false; reason: 'not_found' | 'capped' };
+/** What the lock API's lease registry uses of a pool's keys (its scripts touch these with the slots). */
+export interface LeaseKeys {
+  readonly slots: string;
+  /** Prefix of a lease's own key (+ lease id). */
+  readonly lease: string;
+}
+
+/** The answer while Redis cannot be reached (fail-closed). */
+export function backendDown(): Admission {
+  return { ok: false, reason: 'unavailable', queuedMs: 0, retryAfterMs: 1000, backendDown: true };
+}
 
 export type LeaseAdmission = { ok: true; lease: Lease; queuedMs: number; queued: boolean } | Extract<Admission, { ok: false }>;
 
@@ -270,6 +281,8 @@ interface ReleaseCall {
 export class RedisGovernor implements Governor {
   readonly nodeId = randomBytes(8).toString('hex');
   readonly redis: Redis;
+  /** Scripts loaded with SCRIPTS on connect (useScripts). */
+  readonly #extraScripts: Script[] = [];
   readonly #sub: Redis;
   readonly #prefix: string;
   readonly #channel: string;
@@ -489,41 +502,13 @@ export class RedisGovernor implements Governor {
   }
 
   /**
-   * The lock API's acquire: a lease that this node does not keep alive. It lives until `termMs` after the
-   * grant unless renewed (renewLease) or released (releaseLease), from this node or any other. `leaseId`
-   * lets the caller name the lease (an unguessable slot id); it must be unique within the pool.
+   * A slot as a lease that this node does not keep alive (the lock API's acquire: src/lock/redis-leases.ts).
+   * It lives until `termMs` after the grant unless renewed (renewLease) or released (releaseLease), from this
+   * node or any other. `leaseId` lets the caller name the lease (an unguessable slot id); it must be unique
+   * within the pool.
    */
-  async acquireLease(req: AdmitRequest & { termMs: number; leaseId?: string; requestTimeoutMs?: number }): Promise<LeaseAdmission> {
-    const termMs = Math.max(1, Math.floor(req.termMs));
-    const cap = req.requestTimeoutMs === undefined ? null : Math.max(1, Math.floor(req.requestTimeoutMs));
-    // The first term never runs past the cap either.
-    const firstTerm = cap === null ? termMs : Math.min(termMs, cap);
-    const a = await (this.#acquire(req, firstTerm, false, req.leaseId ?? null) as LeaseAdmission | Promise<LeaseAdmission>);
-    if (!a.ok || cap === null) return a;
-    const lease = a.lease;
-    // Granted at deadline − firstTerm on the Redis clock; the cap is kept beside the lease so that every node
-    // renews it the same way (renewCappedLease). It expires one term after the cap, when the lease is gone.
-    const requestDeadline = lease.deadline - firstTerm + cap;
-    try {
-      await this.redis.set(lease.key, `${requestDeadline}:${termMs}`, 'PXAT', requestDeadline + termMs);
-    } catch {
-      const v = this.#views.get(req.poolId);
-      if (v) this.#sendRelease(v.keys, lease.leaseId);
-      return this.#down() as LeaseAdmission;
-    }
-    return { ok: true, lease: { ...lease, requestDeadline }, queuedMs: a.queuedMs, queued: a.queued };
-  }
-
-  /**
-   * The lock API's renew from any node: one term more, never past the request deadline stored with the lease
-   * (acquireLease with requestTimeoutMs). Redis reclaims a lease past its deadline here, whoever asks first.
-   */
-  async renewCappedLease(poolId: number, leaseId: string): Promise<CappedRenewal> {
-    const v = this.#views.get(poolId);
-    if (!v) return { ok: false, reason: 'not_found' };
-    const [r, d] = (await this.#eval(RENEW_CAPPED, [v.keys.slots, v.keys.lease + leaseId], [leaseId])) as [number, number];
-    if (r === 1) return { ok: true, leaseDeadline: d };
-    return { ok: false, reason: r === -1 ? 'capped' : 'not_found' };
+  async acquireLease(req: AdmitRequest & { termMs: number; leaseId?: string }): Promise<LeaseAdmission> {
+    return this.#acquire(req, Math.max(1, Math.floor(req.termMs)), false, req.leaseId ?? null) as LeaseAdmission | Promise<LeaseAdmission>;
   }
 
   /** Moves a lease's deadline (Unix ms). False when the lease is gone (released or reclaimed). */
@@ -533,40 +518,57 @@ export class RedisGovernor implements Governor {
     return (await this.#eval(RENEW, [v.keys.slots], [leaseId, String(Math.floor(deadline))])) === 1;
   }
 
-  /**
-   * Frees a lease from any node. True when it was held, false when it was already gone. A lock lease's hold
-   * time is not known on a node that did not grant it: given the pool's `requestTimeoutMs`, it is taken on
-   * Redis's clock from the lease's cap (granted at requestDeadline − requestTimeoutMs), in the round trip
-   * that deletes the cap anyway, and fed to the adaptive limit like a local one.
-   */
-  async releaseLease(poolId: number, leaseId: string, outcome?: Outcome, requestTimeoutMs?: number): Promise<boolean> {
+  /** Frees a lease from any node. True when it was held, false when it was already gone. */
+  releaseLease(poolId: number, leaseId: string): Promise<boolean> {
     const v = this.#views.get(poolId);
-    if (!v) return false;
-    const keys = v.keys;
-    // Its cap goes with it (a lease without one has no such key).
-    const end = this.#eval(LEASE_END, [keys.lease + leaseId], []) as Promise<[number, number]>;
-    if (outcome !== undefined && outcome.latencyMs === undefined && requestTimeoutMs !== undefined) {
-      end.then(
-        ([requestDeadline, now]) => {
-          if (this.#closed) return;
-          const latencyMs = requestDeadline > 0 ? Math.max(0, now - (requestDeadline - requestTimeoutMs)) : undefined;
-          this.#learn(v, latencyMs === undefined ? outcome : { ...outcome, latencyMs }, NaN, v.count);
-        },
-        () => {},
-      );
-    } else {
-      end.catch(() => {});
-      if (outcome !== undefined) this.#learn(v, outcome, NaN, v.count);
-    }
+    if (!v) return Promise.resolve(false);
     return new Promise<boolean>((done, fail) => {
       v.unacked++;
-      this.#releases.add(keys, { leaseId, v, done, fail });
+      this.#releases.add(v.keys, { leaseId, v, done, fail });
       this.#scheduleTurn();
     });
   }
 
+  /** Sends a lease's release without waiting for the answer (again once Redis is back, if it is down). */
+  dropLease(poolId: number, leaseId: string): void {
+    const v = this.#views.get(poolId);
+    if (v) this.#sendRelease(v.keys, leaseId);
+  }
+
+  /** The keys of a pool the lease registry's own scripts use; null for a pool this node does not know. */
+  leaseKeys(poolId: number): LeaseKeys | null {
+    return this.#views.get(poolId)?.keys ?? null;
+  }
+
+  /**
+   * Scripts of the lease registry, loaded with the governor's own on every (re)connect (and now, when
+   * connected), so that their first call after a Redis restart is not a load and a second round trip.
+   */
+  useScripts(scripts: readonly Script[]): void {
+    for (const sc of scripts) {
+      if (this.#extraScripts.includes(sc)) continue;
+      this.#extraScripts.push(sc);
+      if (this.connected) this.redis.script('LOAD', sc.source).catch(() => {});
+    }
+  }
+
+  /** Runs a script by hash (loading it when Redis does not know it). Rejects while Redis is unreachable. */
+  runScript(s: Script, keys: string[], args: string[]): Promise<unknown> {
+    return this.#eval(s, keys, args);
+  }
+
+  /**
+   * Feeds the outcome of a lease released from any node to this node's RPM learner and adaptive limit (which
+   * share what they learn through Redis), like a local release.
+   */
+  learnLease(poolId: number, outcome: Outcome): void {
+    const v = this.#views.get(poolId);
+    if (!v || this.#closed) return;
+    this.#learn(v, outcome, NaN, v.count);
+  }
+
   #down(): Admission {
-    return { ok: false, reason: 'unavailable', queuedMs: 0, retryAfterMs: 1000, backendDown: true };
+    return backendDown();
   }
 
   #acquire(req: AdmitRequest, termMs: number, keepAlive: boolean, leaseId: string | null): Admission | LeaseAdmission | Promise<Admission | LeaseAdmission> {
@@ -702,7 +704,7 @@ export class RedisGovernor implements Governor {
       set.add(permit);
       this.#settle(w, { ok: true, permit, queuedMs: w.phase === Phase.Queued ? queuedMs : 0, queued: w.phase === Phase.Queued });
     } else {
-      this.#settle(w, { ok: true, lease: { poolId: v.limits.poolId, leaseId, deadline, key: keys.lease + leaseId, requestDeadline: null }, queuedMs: w.phase === Phase.Queued ? queuedMs : 0, queued: w.phase === Phase.Queued });
+      this.#settle(w, { ok: true, lease: { poolId: v.limits.poolId, leaseId, deadline, key: keys.lease + leaseId }, queuedMs: w.phase === Phase.Queued ? queuedMs : 0, queued: w.phase === Phase.Queued });
     }
     return true;
   }
@@ -748,7 +750,7 @@ export class RedisGovernor implements Governor {
     if (this.#fallback && w.keepAlive) {
       const wait = Math.max(0, w.view.limits.queueTimeoutMs - (this.now() - w.enqueuedAt));
       const settle = (a: Admission) => this.#settle(w, a);
-      const r = this.#fallback.acquire({ poolId: w.view.limits.poolId, waitMs: wait, signal: w.signal });
+      const r = this.#fallback.acquire({ poolId: w.view.limits.poolId, waitMs: wait, abortable: w.signal && abortableOf(w.signal) });
       if (r instanceof Promise) void r.then(settle);
       else settle(r);
       return;
@@ -947,7 +949,7 @@ export class RedisGovernor implements Governor {
 
   async #connected(): Promise<void> {
     try {
-      await Promise.all(SCRIPTS.map((s) => this.redis.script('LOAD', s.source)));
+      await Promise.all([...SCRIPTS, ...this.#extraScripts].map((s) => this.redis.script('LOAD', s.source)));
     } catch {
       return; // dropped again; the next ready event retries
     }

@@ -1,11 +1,12 @@
 // The data plane side of async jobs: whether a request becomes a job, and turning it into one — the body
 // read (capped), the request spilled in one INSERT, then 202 with the job id and its poll URL.
-import type { ClientSide as ClientResponse } from '../dataplane/client-response.js';
-import { reply, type Exchange, type Reply } from '../dataplane/exchange.js';
-import { connectionListed, isHopByHop } from '../dataplane/headers.js';
-import type { RequestBody } from '../dataplane/request-body.js';
-import type { Settlement } from '../dataplane/release.js';
-import type { PoolEntry } from '../dataplane/snapshot.js';
+import type { ClientSide as ClientResponse } from '../pool-request/client-response.js';
+import { reply, type Exchange, type Reply } from '../pool-request/exchange.js';
+import { connectionListed, isHopByHop } from '../pool-request/headers.js';
+import type { RequestBody } from '../pool-request/request-body.js';
+import { BodyLimit, BodyTooLargeError } from '../pool-request/body-limit.js';
+import type { Settlement } from '../pool-request/release.js';
+import type { PoolEntry } from '../pool-request/snapshot.js';
 import type { Logger } from '../log.js';
 import type { Queryable } from '../store/sql.js';
 import type { JobReason } from './job-event.js';
@@ -41,12 +42,15 @@ export function asyncRequested(headers: Record<string, string>): boolean {
   return s === 'true' || s === '1' || s === 'yes';
 }
 
+/** The 413 rule (src/pool-request/body-limit.ts) for a job's request body. */
+const JOB_BODY = new BodyLimit(JOB_BODY_CAP, `an async job's request body is limited to ${JOB_BODY_CAP} bytes`);
+
 /** The declared body is too large to spill with a job. */
 export function tooLargeForJob(headers: Record<string, string>): boolean {
-  return Number(headers['content-length'] ?? 0) > JOB_BODY_CAP;
+  return JOB_BODY.declaredOver(headers);
 }
 
-export const JOB_TOO_LARGE: Reply = reply(413, 'payload_too_large', `an async job's request body is limited to ${JOB_BODY_CAP} bytes`);
+export const JOB_TOO_LARGE: Reply = JOB_BODY.reply;
 
 /** The client's headers as stored: pool auth, our control headers and hop-by-hop headers removed. */
 export function storableHeaders(ex: Exchange): Record<string, string> {
@@ -96,7 +100,9 @@ export async function acceptJob(intake: JobIntake, ex: Exchange, client: ClientR
     } catch (err) {
       if (client.aborted) return { outcome: 'client_aborted', status: 0 };
       if (err instanceof JobBodyTooLarge) return fail(JOB_TOO_LARGE, true);
-      // The data plane's own body limit, or the client broke off mid-body.
+      // The data plane's own body limit (the 413 rule: src/pool-request/body-limit.ts).
+      if (err instanceof BodyTooLargeError) return fail(err.limit.reply, true);
+      // The client broke off mid-body.
       return fail(reply(413, 'payload_too_large', (err as Error).message || 'request body too large'), true);
     }
   }

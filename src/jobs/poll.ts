@@ -1,9 +1,9 @@
 // Polling a job with pool auth: GET /pools/{pool}/jobs/{id} (status, and the result once completed) and
 // GET /pools/{pool}/jobs/{id}/result (the stored response as it came from the origin).
-import { authenticateGate } from '../dataplane/authenticate.js';
-import type { Exchange } from '../dataplane/exchange.js';
-import { clientResponseHeaders } from '../dataplane/headers.js';
-import type { Snapshot } from '../dataplane/snapshot.js';
+import { authenticateStage } from '../pool-request/authenticate.js';
+import type { Exchange } from '../pool-request/exchange.js';
+import { clientResponseHeaders } from '../pool-request/headers.js';
+import type { Snapshot } from '../pool-request/snapshot.js';
 import type { PoliciesGate } from '../policies/index.js';
 import type { Sql } from '../store/sql.js';
 import { errorBody, type HttpCode } from '../errors/catalogue.js';
@@ -123,8 +123,11 @@ export async function answerJobPoll(deps: JobPollDeps, route: JobRoute, req: Pol
     queuedMs: 0,
     upstreamMs: null,
     settled: false,
+    body: null,
+    verdict: null,
+    waitMs: 0,
   };
-  const refused = authenticateGate(deps.clock)(ex);
+  const refused = authenticateStage(deps.clock)(ex);
   if (refused) return error(refused.status, refused.error, refused.message);
   if (deps.policies) {
     // A result is as protected as the pool: an allowlist miss or a bad signature reads nothing.

@@ -1,8 +1,8 @@
 // Job polling routes on a uWS listener (the lock/pool API host): registerJobRoutes adds
 // /pools/:pool/jobs/:id and /pools/:pool/jobs/:id/result beside whatever else the listener serves.
 import type { HttpRequest, HttpResponse, TemplatedApp } from 'uWebSockets.js';
-import { ClientResponse } from '../dataplane/client-response.js';
-import { readRequestHeaders } from '../dataplane/exchange.js';
+import { ClientResponse } from '../pool-request/client-response.js';
+import { readRequestHeaders } from '../pool-request/exchange.js';
 import type { Logger } from '../log.js';
 import { answerJobPoll, matchJobRoute, type JobPollDeps, type JobRoute, type PollAnswer, type PollRequest } from './poll.js';
 

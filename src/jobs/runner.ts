@@ -1,12 +1,12 @@
 // The job runner (worker role): for each pool with ready jobs it takes governor slots, claims one job per
 // slot (FOR UPDATE SKIP LOCKED, under a lease), forwards the stored request with the proxy's own
 // forwarding code (or, on a database pool, runs the stored SQL body like the sync endpoint), and stores the result with its terminal status and outbox event in one transaction.
-import type { Governor, Permit } from '../governor/governor.js';
+import { abortableOf, type Governor, type Permit } from '../governor/governor.js';
 import type { Logger } from '../log.js';
-import { forwardBuffered, type Upstreams } from '../dataplane/forward.js';
+import type { ForwardBuffered } from '../pool-request/buffered.js';
 import { runSqlRequest } from '../db/sql-over-http.js';
 import type { DbUpstreams } from '../db/upstream.js';
-import type { PoolEntry, Snapshot } from '../dataplane/snapshot.js';
+import type { PoolEntry, Snapshot } from '../pool-request/snapshot.js';
 import type { Queryable, Sql } from '../store/sql.js';
 import type { JobEvent } from './job-event.js';
 import type { SecretBox } from '../security/secret-box.js';
@@ -47,7 +47,8 @@ export interface JobRunnerOptions extends JobRunnerTuning {
   governor: Governor;
   /** The current config snapshot (pools with their origin, credential and settings). */
   snapshot: () => Snapshot;
-  upstreams: Upstreams;
+  /** Sends an HTTP pool's job to its origin (the data plane's forward stage, src/dataplane/forward.ts forwardBuffered). */
+  forward: ForwardBuffered;
   /** Connections of database pools (the data plane's when it shares the process). */
   databases: DbUpstreams;
   /** Writes the job's event to the webhook outbox, in the caller's transaction. */
@@ -237,7 +238,7 @@ export class JobRunner {
     this.#waiting.set(pool.id, abort);
     void (async () => {
       try {
-        const a = await this.#o.governor.acquire({ poolId: pool.id, waitMs: pool.settings.queueTimeoutMs, signal: abort.signal });
+        const a = await this.#o.governor.acquire({ poolId: pool.id, waitMs: pool.settings.queueTimeoutMs, abortable: abortableOf(abort.signal) });
         this.#waiting.delete(pool.id);
         if (!a.ok) return;
         if (this.#closed) {
@@ -279,7 +280,7 @@ export class JobRunner {
 
   async #run(pool: PoolEntry, job: ClaimedJob, permit: Permit): Promise<void> {
     if (pool.backend !== 'http') return this.#runSql(pool, job, permit);
-    const r = await forwardBuffered(this.#o.upstreams, pool, job.request, this.#resultCap);
+    const r = await this.#o.forward(pool, job.request, this.#resultCap);
     permit.release(r.upstream);
     try {
       if (r.ok) {

@@ -1,11 +1,12 @@
 // Reads a small request body off uWS into one Buffer, refusing it as soon as it passes the limit.
 import type { HttpResponse } from 'uWebSockets.js';
-import type { ClientSide as ClientResponse } from '../dataplane/client-response.js';
+import type { BodyLimit } from '../pool-request/body-limit.js';
+import type { ClientSide as ClientResponse } from '../pool-request/client-response.js';
 
 export type BodyResult = { ok: true; body: Buffer } | { ok: false; reason: 'too_large' | 'aborted' };
 
 /** Must be called synchronously in the uWS handler (uWS delivers the body only to a handler set there). */
-export function readBody(res: HttpResponse, client: ClientResponse, limit: number): Promise<BodyResult> {
+export function readBody(res: HttpResponse, client: ClientResponse, limit: BodyLimit): Promise<BodyResult> {
   return new Promise((resolve) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -18,7 +19,7 @@ export function readBody(res: HttpResponse, client: ClientResponse, limit: numbe
     res.onData((chunk, isLast) => {
       if (done) return;
       size += chunk.byteLength;
-      if (size > limit) {
+      if (limit.over(size)) {
         done = true;
         resolve({ ok: false, reason: 'too_large' });
         return;

@@ -1,6 +1,6 @@
 // JSON answers of the lock API through the data plane's ClientResponse: 2xx bodies and `{error, message}`
 // refusals (spec: "Error bodies carry `error`").
-import type { ClientSide as ClientResponse } from '../dataplane/client-response.js';
+import type { ClientSide as ClientResponse } from '../pool-request/client-response.js';
 import { errorBody, type HttpCode } from '../errors/catalogue.js';
 
 export type Headers = ReadonlyArray<readonly [string, string]>;

@@ -5,15 +5,16 @@ import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket } from '
 import type { Governor } from '../governor/governor.js';
 import { loadUws } from '../http/uws.js';
 import type { Logger } from '../log.js';
-import type { AccessLog } from '../dataplane/access-log.js';
-import { governorHeaders, refusalReply } from '../dataplane/admit.js';
-import { authenticateGate } from '../dataplane/authenticate.js';
-import { ClientResponse } from '../dataplane/client-response.js';
-import { readRequestHeaders, type Exchange, type Gate, type OutcomeName } from '../dataplane/exchange.js';
-import type { PoolEntry, SnapshotFeed } from '../dataplane/snapshot.js';
+import type { AccessLog } from '../pool-request/access-log.js';
+import { governorHeaders, refusalReply } from '../pool-request/refusal.js';
+import { authenticateStage } from '../pool-request/authenticate.js';
+import { BodyLimit } from '../pool-request/body-limit.js';
+import { ClientResponse } from '../pool-request/client-response.js';
+import { readRequestHeaders, type Exchange, type Stage, type OutcomeName } from '../pool-request/exchange.js';
+import type { PoolEntry, SnapshotFeed } from '../pool-request/snapshot.js';
 import { acquireWait } from './acquire-wait.js';
 import { readBody } from './body.js';
-import type { LockAcquireRecord } from '../dataplane/pool-metrics.js';
+import type { LockAcquireRecord } from '../pool-request/release.js';
 import type { LeaseAdmission, LeaseRegistry, LeaseTerms } from './lease-registry.js';
 import { MemoryLeaseRegistry } from './memory-leases.js';
 import { parseJsonObject, parseOutcome } from './outcome.js';
@@ -27,6 +28,9 @@ import type { PoliciesGate } from '../policies/index.js';
 export const ACQUIRE_BODY_LIMIT = 4 * 1024;
 /** Largest release body: room for a full set of upstream response headers. */
 export const RELEASE_BODY_LIMIT = 64 * 1024;
+/** The 413 rule (src/pool-request/body-limit.ts) for each. */
+const ACQUIRE_BODY = new BodyLimit(ACQUIRE_BODY_LIMIT, `the request body exceeds ${ACQUIRE_BODY_LIMIT} bytes`);
+const RELEASE_BODY = new BodyLimit(RELEASE_BODY_LIMIT, `the request body exceeds ${RELEASE_BODY_LIMIT} bytes`);
 
 export interface LockServerOptions {
   host: string;
@@ -69,7 +73,7 @@ export class LockServer {
   readonly #opts: LockServerOptions;
   readonly #clock: () => number;
   readonly #app: TemplatedApp;
-  readonly #gates: readonly Gate[];
+  readonly #stages: readonly Stage[];
   #listenSocket: us_listen_socket | null = null;
   #port = 0;
   #closing: Promise<void> | null = null;
@@ -78,9 +82,9 @@ export class LockServer {
     this.#opts = opts;
     this.#clock = opts.clock ?? Date.now;
     this.leases = opts.leases ?? new MemoryLeaseRegistry({ governor: opts.governor, clock: this.#clock });
-    // Stage 4 (policies) runs in #acquire on the body read whole; a gate added here runs for every endpoint.
+    // Stage 4 (policies) runs in #acquire on the body read whole; a stage added here runs for every endpoint.
     // Method scope (stage 3) is not applied: the lock API forwards nothing (docs/decisions/lock.md).
-    this.#gates = [authenticateGate(this.#clock)];
+    this.#stages = [authenticateStage(this.#clock)];
     this.#app = loadUws().App();
     if (opts.jobs) registerJobRoutes(this.#app, opts.jobs);
     this.#app.any('/*', (res, req) => this.#handle(res, req));
@@ -133,15 +137,18 @@ export class LockServer {
       queuedMs: 0,
       upstreamMs: null,
       settled: false,
+      body: null,
+      verdict: null,
+      waitMs: 0,
     };
     const call: LockCall | null = route ? { ex, route, client, head } : null;
     const bodyPresent = headers['transfer-encoding'] !== undefined || (headers['content-length'] !== undefined && headers['content-length'] !== '0');
-    const limit = route?.action === 'release' ? RELEASE_BODY_LIMIT : ACQUIRE_BODY_LIMIT;
+    const limit = route?.action === 'release' ? RELEASE_BODY : ACQUIRE_BODY;
     if (!bodyPresent) {
       this.#run(call, client, head, method, Buffer.alloc(0));
       return;
     }
-    if (Number(headers['content-length'] ?? 0) > limit) {
+    if (limit.declaredOver(headers)) {
       this.#tooLarge(call, client, limit);
       return;
     }
@@ -156,9 +163,9 @@ export class LockServer {
     );
   }
 
-  #tooLarge(call: LockCall | null, client: ClientResponse, limit: number): void {
+  #tooLarge(call: LockCall | null, client: ClientResponse, limit: BodyLimit): void {
     // The rest of the body is unread: close that connection rather than parse it.
-    client.sendReply({ status: 413, error: 'payload_too_large', message: `the request body exceeds ${limit} bytes` }, null, true);
+    client.sendReply(limit.reply, null, true);
     if (call?.route.action === 'acquire' && call.ex.method === 'POST') this.#log(call, 'payload_too_large', 413);
   }
 
@@ -203,8 +210,8 @@ export class LockServer {
     if (pool === undefined) return stop(404, 'not_found', 'no such pool');
     if (pool.status !== 'active') return stop(503, 'unavailable', 'this pool is suspended');
     ex.pool = pool;
-    for (const gate of this.#gates) {
-      const r = gate(ex);
+    for (const stage of this.#stages) {
+      const r = stage(ex);
       // Spec (Lock API errors): a policy refusal (e.g. an IP allowlist miss) is 403 `unauthorized` here.
       if (r !== null) return stop(r.status, r.status === 401 || r.status === 403 ? 'unauthorized' : r.error, r.message);
     }
@@ -230,9 +237,7 @@ export class LockServer {
       this.#log(call, 'bad_request', 400);
       return;
     }
-    const abort = new AbortController();
-    client.onAbort(() => abort.abort());
-    let pending = this.leases.acquire({ poolId: pool.id, waitMs: wait.value, signal: abort.signal }, leaseTerms(pool));
+    let pending = this.leases.acquire({ poolId: pool.id, waitMs: wait.value, abortable: client }, leaseTerms(pool));
     if (pending instanceof Promise) {
       pending = await pending.catch((err: unknown): LeaseAdmission => {
         this.#opts.log.error({ err }, 'lease acquire failed');

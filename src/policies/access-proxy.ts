@@ -2,7 +2,7 @@
 // proxy addresses are admitted, and they must carry the identity header; a connection from anywhere
 // else is refused (not stripped), since reaching the pool around the proxy is the attack.
 import type { AccessProxyPolicy } from '../store/pool-settings.js';
-import { headerValue } from '../dataplane/exchange.js';
+import { headerValue } from '../pool-request/exchange.js';
 import { CidrList } from './cidr.js';
 import { refuse, type Policy, type PolicyRefusal, type PolicyRequest } from './policy.js';
 

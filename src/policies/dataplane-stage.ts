@@ -2,10 +2,11 @@
 // signs requests (HMAC) the body is read whole first, up to the pool's signedBodyLimit, and the
 // request's RequestBody is then fed from that buffer (uWS only delivers a body to a handler attached
 // synchronously, so the buffer takes the handler's place).
-import { reply, type Exchange, type Reply } from '../dataplane/exchange.js';
+import { reply, type BodySource, type Exchange, type Reply, type Stage } from '../pool-request/exchange.js';
+import type { BodyLimit } from '../pool-request/body-limit.js';
 import type { Policies, PolicyRefusal, PolicyRequest, Verdict } from './index.js';
 
-export type OnData = (handler: (chunk: ArrayBuffer, isLast: boolean) => void) => void;
+export type OnData = BodySource;
 
 export interface PolicyStage {
   /** Refused at once. */
@@ -33,8 +34,8 @@ export function replyOf(r: PolicyRefusal): Reply {
 
 const toReply = (v: Verdict): Reply | null => (v === null ? null : replyOf(v));
 
-/** Reads the whole body (at most `limit` bytes) from uWS; resolves null when it is larger. */
-function readBody(onData: OnData, limit: number): Promise<Buffer | null> {
+/** Reads the whole body (within `limit`) from uWS; resolves null when it is larger. */
+function readBody(onData: OnData, limit: BodyLimit): Promise<Buffer | null> {
   return new Promise((resolve) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -42,7 +43,7 @@ function readBody(onData: OnData, limit: number): Promise<Buffer | null> {
     onData((chunk, isLast) => {
       if (!over && chunk.byteLength > 0) {
         size += chunk.byteLength;
-        if (size > limit) {
+        if (limit.over(size)) {
           over = true;
           chunks.length = 0;
           resolve(null);
@@ -70,12 +71,12 @@ export function policyStage(policies: Policies, ex: Exchange, onData: OnData | n
     peer: ex.clientAddress,
     client: policies.clientAddress(ex.clientAddress, ex.headers),
   };
-  if (compiled.needsBody && onData !== null) {
-    const tooLarge = reply(413, 'payload_too_large', `a signed request body may be at most ${compiled.bodyLimit} bytes`);
-    if (Number(ex.headers['content-length'] ?? 0) > compiled.bodyLimit) return { refusal: tooLarge, pending: null, onData: null };
+  const signed = compiled.signedBody;
+  if (compiled.needsBody && signed !== null && onData !== null) {
+    if (signed.declaredOver(ex.headers)) return { refusal: signed.reply, pending: null, onData: null };
     let feed: ((chunk: ArrayBuffer, isLast: boolean) => void) | null = null;
-    const pending = readBody(onData, compiled.bodyLimit).then(async (body) => {
-      if (body === null) return tooLarge;
+    const pending = readBody(onData, signed).then(async (body) => {
+      if (body === null) return signed.reply;
       const r = toReply(await policies.run(compiled, req, body));
       // Admitted: hand the buffered body to the RequestBody that forwards it.
       if (r === null) feed?.(body.buffer.slice(body.byteOffset, body.byteOffset + body.byteLength) as ArrayBuffer, true);
@@ -86,4 +87,18 @@ export function policyStage(policies: Policies, ex: Exchange, onData: OnData | n
   const v = policies.run(compiled, req, null);
   if (v instanceof Promise) return { refusal: null, pending: v.then(toReply), onData: null };
   return v === null ? PASS : { refusal: replyOf(v), pending: null, onData: null };
+}
+
+/**
+ * Stage 4 in a chain: refuses at once, or lets the request go on with the pending verdict on the Exchange
+ * (the chain's end waits for it) and, when the body was taken for hashing, the buffer as its body source.
+ */
+export function policiesStage(policies: Policies): Stage {
+  return (ex: Exchange) => {
+    const s = policyStage(policies, ex, ex.body);
+    if (s.refusal !== null) return s.refusal;
+    if (s.onData !== null) ex.body = s.onData;
+    ex.verdict = s.pending;
+    return null;
+  };
 }

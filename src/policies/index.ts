@@ -2,7 +2,7 @@
 // fixed order (access proxy, IP allowlist, HMAC, JWT) after key auth and scope, before a slot is taken.
 // The data plane and the lock API both run it; each refusal is counted by pool, policy and reason.
 import type { Config } from '../config/schema.js';
-import type { KeyEntry, PoolEntry } from '../dataplane/snapshot.js';
+import type { KeyEntry, PoolEntry } from '../pool-request/snapshot.js';
 import type { PoolSettings } from '../store/pool-settings.js';
 import type { ConnectTargets } from '../security/ssrf-connect-guard.js';
 import { accessProxyPolicy } from './access-proxy.js';
@@ -12,6 +12,7 @@ import { hmacPolicy } from './hmac.js';
 import { ipAllowlistPolicy } from './ip-allowlist.js';
 import { jwksFetcher, jwtPolicy, type JwksFetch } from './jwt.js';
 import { MemoryNonceStore, RedisNonceStore, type NonceStore } from './nonce-store.js';
+import { BodyLimit } from '../pool-request/body-limit.js';
 import { refuse, type Policy, type PolicyRefusal, type PolicyRequest, type Verdict } from './policy.js';
 
 export type { PolicyRefusal, PolicyRequest, Verdict } from './policy.js';
@@ -19,12 +20,13 @@ export type { PolicyRefusal, PolicyRequest, Verdict } from './policy.js';
 /** The compiled policies of one pool. */
 export interface PoolPolicies {
   readonly policies: readonly Policy[];
-  /** HMAC is on: the whole body must be read (up to bodyLimit) before checking. */
+  /** HMAC is on: the whole body must be read (up to signedBody) before checking. */
   readonly needsBody: boolean;
-  readonly bodyLimit: number;
+  /** The pool's signedBodyLimit (the 413 rule), when it signs requests. */
+  readonly signedBody: BodyLimit | null;
 }
 
-const NONE: PoolPolicies = { policies: [], needsBody: false, bodyLimit: 0 };
+const NONE: PoolPolicies = { policies: [], needsBody: false, signedBody: null };
 
 /** The settings that shape a pool's policies (a change to anything else keeps the compiled ones). */
 function policyKey(s: PoolSettings): string {
@@ -98,10 +100,11 @@ export class Policies {
     } catch (err) {
       // Settings are validated on write; one that cannot compile (a hand edit) closes the pool, never opens it.
       const broken = refuse(503, 'settings', 'misconfigured', `the pool's policies cannot be applied: ${(err as Error).message}`);
-      return { policies: [{ name: 'settings', check: () => broken }], needsBody: false, bodyLimit: 0 };
+      return { policies: [{ name: 'settings', check: () => broken }], needsBody: false, signedBody: null };
     }
     if (list.length === 0) return NONE;
-    return { policies: list, needsBody: s.originSigning, bodyLimit: s.signedBodyLimit };
+    const signedBody = s.originSigning ? new BodyLimit(s.signedBodyLimit, `a signed request body may be at most ${s.signedBodyLimit} bytes`) : null;
+    return { policies: list, needsBody: s.originSigning, signedBody };
   }
 
   /** The address policies judge for a connection from `peer`. */

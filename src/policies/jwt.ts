@@ -7,7 +7,7 @@ import { Agent, fetch as undiciFetch } from 'undici';
 import { guardedConnector, type ConnectTargets } from '../security/ssrf-connect-guard.js';
 import { systemLookup } from '../security/targets.js';
 import type { JwtPolicy } from '../store/pool-settings.js';
-import { headerValue } from '../dataplane/exchange.js';
+import { headerValue } from '../pool-request/exchange.js';
 import { importStaticKey } from './jwt-keys.js';
 import { refuse, type Policy, type PolicyRefusal, type PolicyRequest, type Verdict } from './policy.js';
 

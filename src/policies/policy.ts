@@ -1,6 +1,6 @@
 // What a pool policy sees of a request, and its refusal. Policies run after key auth and method scope,
 // before a slot is taken; a refusal is a value (never an exception) counted by pool, policy and reason.
-import type { KeyEntry, PoolEntry } from '../dataplane/snapshot.js';
+import type { KeyEntry, PoolEntry } from '../pool-request/snapshot.js';
 
 /** `settings`: the pool's policy settings cannot be applied (only after a hand edit of the row). */
 export type PolicyName = 'ip_allowlist' | 'access_proxy' | 'hmac' | 'jwt' | 'settings';

@@ -8,7 +8,7 @@ import { SharedMemoryGovernor } from '../governor/shared-memory.js';
 import { storeIntake } from '../jobs/job-intake.js';
 import { RedisLeaseRegistry } from '../lock/redis-leases.js';
 import { LockServer } from '../lock/server.js';
-import { LiveCounts } from '../dataplane/live-counts.js';
+import { LiveCounts } from '../metrics/live-counts.js';
 import { RequestMetrics } from '../dataplane/pool-metrics.js';
 import { Dataplane } from '../dataplane/server.js';
 import { DataplaneThreads, dataplaneThreadCount } from '../dataplane/threads/host.js';

@@ -1,7 +1,8 @@
 // The readiness checks the roles add to the process's Health (docs/decisions/health.md).
 import type { HealthCheck } from '../health.js';
 import type { RedisGovernor } from '../governor/redis.js';
-import { SnapshotSource, type SnapshotFeed } from '../dataplane/snapshot.js';
+import type { SnapshotFeed } from '../pool-request/snapshot.js';
+import { SnapshotSource } from '../dataplane/snapshot-source.js';
 import type { Sql } from '../store/sql.js';
 
 export function storeCheck(sql: Sql): HealthCheck {

@@ -1,8 +1,9 @@
 // The worker role's job runner: claims async jobs and sends them upstream within the pools' limits.
 import { DbUpstreams } from '../db/upstream.js';
-import { Upstreams } from '../dataplane/forward.js';
+import { Upstreams, forwardBuffered } from '../dataplane/forward.js';
 import type { Dataplane } from '../dataplane/server.js';
-import { SnapshotSource, poolLimits, type SnapshotFeed } from '../dataplane/snapshot.js';
+import type { SnapshotFeed } from '../pool-request/snapshot.js';
+import { SnapshotSource, poolLimits } from '../dataplane/snapshot-source.js';
 import { SYSTEM_TIME } from '../governor/clock.js';
 import type { Governor } from '../governor/governor.js';
 import { MemoryGovernor } from '../governor/memory.js';
@@ -41,7 +42,7 @@ export async function startJobRunner(rc: RoleContext, dataplane: Dataplane | nul
   });
   const { governor, snapshots, databases } = admission;
   const runner = new JobRunner({
-    sql, box, governor, snapshot: () => snapshots.current, upstreams, databases, enqueue: enqueueJobEvent, log,
+    sql, box, governor, snapshot: () => snapshots.current, forward: (pool, req, cap) => forwardBuffered(upstreams, pool, req, cap), databases, enqueue: enqueueJobEvent, log,
     poolDomain: config.poolDomain, lockApiUrl: rc.lockApiUrl, exclusiveStore: !config.databaseUrl, ...tuning,
   });
   try {

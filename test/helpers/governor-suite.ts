@@ -1,6 +1,6 @@
 // The Governor contract as tests: every implementation (memory, redis) runs this same suite through a factory.
 import type { Test } from 'tap';
-import type { Admission, BudgetLimits, Governor, Permit, PoolLimits } from '../../src/governor/governor.js';
+import { abortableOf, type Admission, type BudgetLimits, type Governor, type Permit, type PoolLimits } from '../../src/governor/governor.js';
 import { MemoryGovernor, type MemoryGovernorOptions } from '../../src/governor/memory.js';
 import { SharedMemoryGovernor } from '../../src/governor/shared-memory.js';
 
@@ -145,7 +145,7 @@ export function governorSuite(t: Test, factory: GovernorFactory): void {
     const gov = await make(t, [pool(1)]);
     const held = permitOf(t, await gov.acquire({ poolId: 1, waitMs: 0 }));
     const ac = new AbortController();
-    const gone = gov.acquire({ poolId: 1, waitMs: 5000, signal: ac.signal });
+    const gone = gov.acquire({ poolId: 1, waitMs: 5000, abortable: abortableOf(ac.signal) });
     const next = gov.acquire({ poolId: 1, waitMs: 5000 });
     await tick();
     t.equal(gov.state(1).queued, 2);
@@ -158,7 +158,7 @@ export function governorSuite(t: Test, factory: GovernorFactory): void {
     p.release();
     const pre = new AbortController();
     pre.abort();
-    t.match(await gov.acquire({ poolId: 1, waitMs: 5000, signal: pre.signal }), { ok: false, reason: 'aborted' }, 'an already aborted signal is refused');
+    t.match(await gov.acquire({ poolId: 1, waitMs: 5000, abortable: abortableOf(pre.signal) }), { ok: false, reason: 'aborted' }, 'an already aborted signal is refused');
     t.equal(gov.state(1).inFlight, 0);
   });
 

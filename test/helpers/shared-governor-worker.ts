@@ -2,7 +2,7 @@
 // runs a randomized load (mode 'load') or acquires and releases on command (mode 'commands').
 import { parentPort, workerData } from 'node:worker_threads';
 import { SharedMemoryGovernor, type SharedGovernorHandle } from '../../src/governor/shared-memory.js';
-import type { Outcome, Permit } from '../../src/governor/governor.js';
+import { abortableOf, type Outcome, type Permit } from '../../src/governor/governor.js';
 import { seeded } from './governor-suite.js';
 
 export interface LoadPlan {
@@ -59,7 +59,7 @@ async function load(plan: LoadPlan): Promise<LoadResult> {
     const hold = Math.floor(rnd() * plan.maxHoldMs);
     const ac = rnd() < plan.abortShare ? new AbortController() : null;
     const abortAfter = Math.floor(rnd() * plan.maxWaitMs);
-    const a = gov.acquire({ poolId: p.poolId, waitMs, signal: ac?.signal });
+    const a = gov.acquire({ poolId: p.poolId, waitMs, abortable: ac ? abortableOf(ac.signal) : undefined });
     let timer: NodeJS.Timeout | undefined;
     if (ac !== null && a instanceof Promise) timer = setTimeout(() => ac.abort(), abortAfter);
     const got = await a;
@@ -96,7 +96,7 @@ function commands(): void {
       case 'acquire': {
         const ac = new AbortController();
         aborts.set(c.id, ac);
-        const a = await gov.acquire({ poolId: c.poolId, waitMs: c.waitMs, signal: ac.signal });
+        const a = await gov.acquire({ poolId: c.poolId, waitMs: c.waitMs, abortable: abortableOf(ac.signal) });
         // The grant order across threads: taken as the slot is settled here.
         const order = a.ok ? Atomics.add(checks, 1, 1) : -1;
         if (a.ok) permits.set(c.id, a.permit);

@@ -1,7 +1,7 @@
 // White-box soak of the memory and shared-memory governors: 20,000 seeded random acquire/release/abort/timeout/reconfigure
 // operations must end with zero in flight and zero waiters, with no negative count or over-admission on the way.
 import t from 'tap';
-import type { Admission, BudgetLimits, Permit, PoolLimits } from '../../src/governor/governor.js';
+import { abortableOf, type Admission, type BudgetLimits, type Permit, type PoolLimits } from '../../src/governor/governor.js';
 import { SINGLE_PROCESS_GOVERNORS, pool, seeded } from '../helpers/governor-suite.js';
 
 const OPS = 20_000;
@@ -52,7 +52,7 @@ for (const [kind, make] of SINGLE_PROCESS_GOVERNORS) {
         const ac = rnd() < 0.3 ? new AbortController() : null;
         if (ac) controllers.push(ac);
         const wait = rnd() < 0.25 ? 0 : 1 + Math.floor(rnd() * 15);
-        const a = gov.acquire({ poolId: p.poolId, waitMs: wait, signal: ac?.signal });
+        const a = gov.acquire({ poolId: p.poolId, waitMs: wait, abortable: ac ? abortableOf(ac.signal) : undefined });
         if (a instanceof Promise) {
           pending++;
           void a.then((res) => {

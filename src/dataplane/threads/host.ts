@@ -7,7 +7,7 @@ import type { Config } from '../../config/schema.js';
 import type { JobIntake } from '../../jobs/job-intake.js';
 import type { NonceStore } from '../../policies/nonce-store.js';
 import type { Logger } from '../../log.js';
-import type { DataplaneMetrics } from '../release.js';
+import type { DataplaneMetrics } from '../../pool-request/release.js';
 import type { Dataplane } from '../server.js';
 import type { SharedGovernorHandle, SharedMemoryGovernor } from '../../governor/shared-memory.js';
 import type { FromWorker, ToWorker, WorkerStart } from './messages.js';

@@ -4,8 +4,8 @@ import type { Config } from '../../config/schema.js';
 import type { SharedGovernorHandle } from '../../governor/shared-memory.js';
 import type { NewJob } from '../../jobs/job-store.js';
 import type { NonceClaim } from '../../policies/nonce-store.js';
-import type { RequestRecord } from '../release.js';
-import type { KeyChange, Snapshot } from '../snapshot.js';
+import type { RequestRecord } from '../../pool-request/release.js';
+import type { KeyChange, Snapshot } from '../../pool-request/snapshot.js';
 
 /** A worker thread's start-up data. */
 export interface WorkerStart {

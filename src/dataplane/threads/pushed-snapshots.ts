@@ -1,6 +1,6 @@
 // A worker thread's snapshot: the copy the main thread sent at start, replaced by each full snapshot it
 // pushes and patched by each batch of key point updates (mint, revoke), in the order they were sent.
-import type { KeyChange, KeyEntry, Snapshot, SnapshotFeed } from '../snapshot.js';
+import type { KeyChange, KeyEntry, Snapshot, SnapshotFeed } from '../../pool-request/snapshot.js';
 
 export class PushedSnapshots implements SnapshotFeed {
   current: Snapshot;

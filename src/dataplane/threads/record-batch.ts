@@ -1,6 +1,6 @@
 // A worker thread's metrics sink: finished requests and policy refusals are batched and posted to the
 // main thread, which counts them in /metrics and the rollups (one message per batch, not per request).
-import type { DataplaneMetrics, RequestRecord } from '../release.js';
+import type { DataplaneMetrics, RequestRecord } from '../../pool-request/release.js';
 import type { FromWorker } from './messages.js';
 
 /** A batch is sent when it has this many records, or FLUSH_MS after its first one. */

@@ -6,14 +6,14 @@ import type { WireLog } from '../wire-log.js';
 import { TLSSocket, type SecureContext } from 'node:tls';
 import { Duplex } from 'node:stream';
 import type { Socket } from 'node:net';
-import type { Admission, Governor, Permit } from '../../governor/governor.js';
+import { abortableOf, type Admission, type Governor, type Permit } from '../../governor/governor.js';
 import type { Logger } from '../../log.js';
-import type { KeyEntry, PoolEntry, SnapshotFeed } from '../../dataplane/snapshot.js';
-import { liveKey } from '../../dataplane/authenticate.js';
-import { refusalReply } from '../../dataplane/admit.js';
-import type { DataplaneMetrics } from '../../dataplane/release.js';
+import type { KeyEntry, PoolEntry, SnapshotFeed } from '../../pool-request/snapshot.js';
+import { liveKey } from '../../pool-request/authenticate.js';
+import { refusalReply } from '../../pool-request/refusal.js';
+import type { DataplaneMetrics } from '../../pool-request/release.js';
 import type { Policies } from '../../policies/index.js';
-import type { OutcomeName } from '../../dataplane/exchange.js';
+import type { OutcomeName } from '../../pool-request/exchange.js';
 import { FrameReader, type Packet } from './frame-reader.js';
 import { BASE_CAPABILITIES, CLIENT, COM, MARIADB, STATUS, VARIANT_CAPABILITIES, VARIANT_MARIADB_METADATA, authSwitchPacket, eofPacket, frame, handshakePacket, okPacket } from './packets.js';
 import { parseHandshakeResponse, type HandshakeResponse } from './client-handshake.js';
@@ -85,6 +85,8 @@ export class ClientSession {
   readonly #statements = new Map<number, ClientStatement>();
   #nextStatement = 1;
   readonly #abort = new AbortController();
+  /** #abort as the governor takes it (made once per session, not per statement). */
+  readonly #abortable = abortableOf(this.#abort.signal);
   /** Session state this client made on #conn (session-state.ts PIN bits): it keeps #conn and the slot while any is set. */
   #pins = 0;
   /** The slot held now was held pinned at some point: its hold time is no latency sample. */
@@ -525,7 +527,7 @@ export class ClientSession {
         return this.#send(wireError(1, 'cannotConnect', 'the pool has no database role attached'));
       }
       const started = performance.now();
-      let admission = this.#deps.governor.acquire({ poolId: pool.id, waitMs: pool.settings.queueTimeoutMs, signal: this.#abort.signal });
+      let admission = this.#deps.governor.acquire({ poolId: pool.id, waitMs: pool.settings.queueTimeoutMs, abortable: this.#abortable });
       if (admission instanceof Promise) admission = await admission;
       // Counted as queued only when the governor really queued it (a Redis answer is always a promise).
       this.#waited = admission.queued === true;

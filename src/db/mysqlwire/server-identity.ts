@@ -6,7 +6,7 @@
 // Capabilities that change what a server sends (session tracking, MariaDB's extended metadata) are offered
 // only when every learned server offers them.
 import type { Logger } from '../../log.js';
-import type { PoolEntry, Snapshot, SnapshotFeed } from '../../dataplane/snapshot.js';
+import type { PoolEntry, Snapshot, SnapshotFeed } from '../../pool-request/snapshot.js';
 import { LEARNED_CAPABILITIES, PASSABLE_MARIADB_CAPABILITIES } from './packets.js';
 import { poolSignature } from './server-pool.js';
 

@@ -2,7 +2,7 @@
 // at most max_concurrent open, opened as the pool's role on demand, closed when idle too long, when the
 // pool's target or role changes, or when they come back unclean.
 import mysql from 'mysql2';
-import type { PoolEntry } from '../../dataplane/snapshot.js';
+import type { PoolEntry } from '../../pool-request/snapshot.js';
 import { COM, frame } from './packets.js';
 import { ServerConn } from './server-conn.js';
 import { upstreamLogin, type LoggedIn, type LoginTarget } from './upstream-login.js';

@@ -3,7 +3,7 @@
 // it (a transaction, or a whole session) receives every frame; an unlinked connection only waits.
 import { isIP, type Socket } from 'node:net';
 import pg from 'pg';
-import type { DatabaseTarget } from '../../dataplane/snapshot.js';
+import type { DatabaseTarget } from '../../pool-request/snapshot.js';
 import { guardedConnect, guardedSocket } from '../upstream-socket-guard.js';
 import { directReads } from '../direct-reads.js';
 import { FrameReader } from './frames.js';

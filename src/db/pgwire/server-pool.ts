@@ -3,7 +3,7 @@
 // inside a transaction is rolled back (and one used by a session is DISCARDed) before anyone reuses it.
 import { withInsecureHint } from '../../config/hints.js';
 import type { Logger } from '../../log.js';
-import type { DatabaseTarget, PoolEntry, Snapshot } from '../../dataplane/snapshot.js';
+import type { DatabaseTarget, PoolEntry, Snapshot } from '../../pool-request/snapshot.js';
 import { query } from './messages.js';
 import { ServerConn } from './server-conn.js';
 import { wantedParams } from './session-params.js';

@@ -1,6 +1,6 @@
 // Stage 7, release: settle the slot exactly once with what the origin said (feeding the adaptive limit
 // and the RPM learner), and record the request once: counters for metrics and one access-log line.
-import type { Outcome, Permit } from '../governor/governor.js';
+import type { Outcome, Permit, RefusalReason } from '../governor/governor.js';
 import type { AdmissionSummary } from '../metrics/registry.js';
 import type { AccessLog } from './access-log.js';
 import type { Exchange, OutcomeName } from './exchange.js';
@@ -27,6 +27,18 @@ export interface DataplaneMetrics {
   policyRefused?(pool: string, policy: string, reason: string): void;
   /** A wire client pinned to its server connection for `reason` (+1), or no longer (-1). */
   wirePinned?(pool: string, protocol: 'postgres' | 'mysql', reason: string, delta: 1 | -1): void;
+}
+
+/** One finished lock API acquire on a known pool. */
+export interface LockAcquireRecord {
+  poolId: number;
+  pool: string;
+  /** The governor's answer; null when the attempt stopped before it (auth, body, policies). */
+  admission: { ok: true; queuedMs: number } | { ok: false; reason: RefusalReason; queuedMs: number } | null;
+  /** Whether the acquire waited for its answer (entered the queue). */
+  waited: boolean;
+  /** The lock API's outcome (lease_granted, or the error it answered). */
+  outcome: OutcomeName;
 }
 
 export interface Settlement {

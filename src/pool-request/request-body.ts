@@ -1,21 +1,19 @@
 // The client's request body as a Readable with backpressure: uWS is paused whenever the stream's buffer
 // is full (the origin or the queue is not reading) and resumed when undici reads again.
 import { Readable } from 'node:stream';
+import { BodyTooLargeError, type BodyLimit } from './body-limit.js';
 import type { ClientSide as ClientResponse } from './client-response.js';
-
-export class BodyTooLargeError extends Error {
-  override name = 'BodyTooLargeError';
-}
+import type { BodySource } from './exchange.js';
 
 export class RequestBody extends Readable {
   readonly #client: ClientResponse;
-  readonly #limit: number;
+  readonly #limit: BodyLimit | null;
   #received = 0;
   #paused = false;
   #complete = false;
 
-  /** `limit` 0 means no limit. Must be constructed synchronously in the uWS handler. */
-  constructor(client: ClientResponse, onData: (handler: (chunk: ArrayBuffer, isLast: boolean) => void) => void, limit: number) {
+  /** `limit` null means no limit. Must be constructed synchronously in the uWS handler. */
+  constructor(client: ClientResponse, onData: BodySource, limit: BodyLimit | null) {
     super({ highWaterMark: 256 * 1024 });
     this.#client = client;
     this.#limit = limit;
@@ -31,8 +29,8 @@ export class RequestBody extends Readable {
     if (this.destroyed) return;
     if (chunk.byteLength > 0) {
       this.#received += chunk.byteLength;
-      if (this.#limit > 0 && this.#received > this.#limit) {
-        this.destroy(new BodyTooLargeError(`request body exceeds ${this.#limit} bytes (the operator sets it: POOLGATE_PROXY_BODY_LIMIT)`));
+      if (this.#limit !== null && this.#limit.over(this.#received)) {
+        this.destroy(new BodyTooLargeError(this.#limit));
         return;
       }
       // uWS neuters the ArrayBuffer when this callback returns: copy it.

@@ -35,6 +35,9 @@ export const reply = <C extends HttpCode>(status: NoInfer<HttpStatusOf<C>>, erro
   headers,
 });
 
+/** Registers the handler that receives the request body (uWS's res.onData shape). */
+export type BodySource = (handler: (chunk: ArrayBuffer, isLast: boolean) => void) => void;
+
 export interface Exchange {
   /** Upper-case method as sent. */
   readonly method: string;
@@ -64,10 +67,23 @@ export interface Exchange {
   upstreamMs: number | null;
   /** Released and recorded (stage 7 ran). */
   settled: boolean;
+  /**
+   * Where the request body arrives, or null when it has none. Set by the listener; the policies stage
+   * replaces it when it reads a signed body whole first (it then feeds the body on from its buffer).
+   */
+  body: BodySource | null;
+  /** The policies stage's pending verdict (JWT, signed body, Redis nonces), or null when it decided at once. */
+  verdict: Promise<Reply | null> | null;
+  /** The queue wait the request asked for (ms), set by the wait stage. */
+  waitMs: number;
 }
 
-/** A synchronous gate: null lets the request continue, a Reply stops it. Gates never throw to refuse. */
-export type Gate = (ex: Exchange) => Reply | null;
+/**
+ * One stage of a chain (docs/architecture.md): null lets the request go on to the next stage, a Reply stops
+ * it (the chain answers and settles it). A stage is built once, with the chain, and is called synchronously;
+ * what it learns it writes on the Exchange. Stages never throw to refuse.
+ */
+export type Stage = (ex: Exchange) => Reply | null;
 
 /**
  * The request's headers (lower-case names; repeated headers joined with ", "), read while `req` is valid. A header

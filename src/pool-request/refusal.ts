@@ -1,21 +1,7 @@
-// Stage 5, admit: ask the governor for a slot. The wait is X-Service-Queue-Timeout-Ms clamped to the
-// pool's queue timeout (its default), or 0 with X-Service-No-Queue; refusals become 429/504/503.
-import type { Admission, Governor, LazyAbortSignal, RefusalReason } from '../governor/governor.js';
-import { reply, type Exchange, type OutcomeName, type Reply } from './exchange.js';
-
-const DIGITS = /^\d{1,15}$/;
-
-/** The queue wait this request asks for, or a 400 when the header is not a non-negative integer. */
-export function requestedWait(ex: Exchange): number | Reply {
-  const max = ex.pool!.settings.queueTimeoutMs;
-  const noQueue = ex.headers['x-service-no-queue'];
-  if (noQueue !== undefined && noQueue !== '' && noQueue !== '0' && noQueue.toLowerCase() !== 'false') return 0;
-  const raw = ex.headers['x-service-queue-timeout-ms'];
-  if (raw === undefined || raw === '') return max;
-  const v = raw.trim();
-  if (!DIGITS.test(v)) return reply(400, 'bad_request', 'X-Service-Queue-Timeout-Ms must be a non-negative integer (milliseconds)');
-  return Math.min(Number(v), max);
-}
+// The refusal mapping: what a governor refusal is answered and recorded as, by every front door (HTTP
+// listener, SQL over HTTP, lock API, wire listeners), and the governor headers sent with it.
+import type { Admission, Governor, RefusalReason } from '../governor/governor.js';
+import { reply, type OutcomeName, type Reply } from './exchange.js';
 
 /** Retry-After in whole seconds, at least 1. */
 export function retryAfterSeconds(ms: number | undefined): string {
@@ -90,13 +76,4 @@ export function governorHeaders(governor: Governor, poolId: number, queuedMs: nu
     ['x-service-effective-limit', String(limit)],
     ['x-service-queued-ms', String(Math.round(queuedMs))],
   ];
-}
-
-/** Acquires a slot: synchronous when one is free (no promise on the hot path). */
-export function admit(governor: Governor, ex: Exchange, waitMs: number, abortable: LazyAbortSignal): Admission | Promise<Admission> {
-  try {
-    return governor.acquire({ poolId: ex.pool!.id, waitMs, abortable });
-  } catch {
-    return { ok: false, reason: 'unavailable', queuedMs: 0 };
-  }
 }

@@ -1,7 +1,7 @@
 // Stage 2, authenticate: the pool key from X-Service-Key, or `Authorization: Bearer <key>` where the
 // pool allows it. Keys are looked up by SHA-256 hash in the snapshot; expiry is checked on the clock.
 import { sha256Hex } from '../security/tokens.js';
-import { reply, type Exchange, type Gate, type Reply } from './exchange.js';
+import { reply, type Exchange, type Stage, type Reply } from './exchange.js';
 import type { KeyEntry } from './snapshot.js';
 
 const UNAUTHORIZED: Reply = reply(401, 'unauthorized', 'missing or invalid pool key');
@@ -13,7 +13,7 @@ export function liveKey(keys: ReadonlyMap<string, KeyEntry>, hash: string, poolI
   return key !== undefined && key.poolId === poolId && (key.expiresAt === null || key.expiresAt > now) ? key : null;
 }
 
-export function authenticateGate(clock: () => number): Gate {
+export function authenticateStage(clock: () => number): Stage {
   return (ex: Exchange) => {
     const pool = ex.pool!;
     let presented = ex.headers['x-service-key'] || null;

@@ -1,72 +1,13 @@
-// The data plane's in-memory view of the store: pools by subdomain, live keys by hash, opened origin
-// credentials and budgets. Loaded at start, reloaded on the change feed (coalesced) and by a periodic
+// Loads the snapshot (src/pool-request/snapshot.ts) from the store: pools by subdomain, live keys by hash,
+// opened origin credentials and budgets. Loaded at start, reloaded on the change feed (coalesced) and by a periodic
 // full resync, so the hot path reads maps and never awaits the store.
 import type { Logger } from '../log.js';
 import type { SecretBox } from '../security/secret-box.js';
 import { openCredential, type CredentialSecret } from '../store/credentials.js';
-import { allowedMethods, resolvePoolSettings, type PoolSettings } from '../store/pool-settings.js';
+import { allowedMethods, resolvePoolSettings } from '../store/pool-settings.js';
 import { CHANGE_CHANNEL, type Queryable, type Sql } from '../store/sql.js';
-import type { BudgetLimits, PoolLimits } from '../governor/governor.js';
-
-export interface PoolEntry {
-  readonly id: number;
-  readonly subdomain: string;
-  readonly backend: 'http' | 'postgres' | 'mysql';
-  readonly status: 'active' | 'suspended';
-  /** https origin without a trailing slash, e.g. `https://api.example.com:8443`; null for database pools. */
-  readonly origin: string | null;
-  /** host[:port] of the origin, sent as Host upstream. */
-  readonly originHost: string | null;
-  readonly maxConcurrent: number;
-  readonly requireKey: boolean;
-  readonly settings: PoolSettings;
-  /** Methods a `read` key admits, and the path prefixes each extra read method is limited to. */
-  readonly readMethods: ReadonlySet<string>;
-  readonly readPaths: ReadonlyMap<string, readonly string[]>;
-  readonly budgetId: number | null;
-  readonly reservedConcurrent: number;
-  /** The managed origin credential, opened; null when none is attached (or it could not be opened). */
-  readonly credential: CredentialSecret | null;
-  /** The upstream database of a `postgres`/`mysql` pool; null for http pools (or a row missing its host). */
-  readonly database: DatabaseTarget | null;
-  /** Async mode (spec rule 5): on, jobs when busy, and at least one active (not disabled) attached destination. */
-  readonly asyncEnabled: boolean;
-  readonly asyncOnQueue: boolean;
-  readonly hasActiveDestination: boolean;
-}
-
-export interface DatabaseTarget {
-  readonly host: string;
-  /** null: the backend's default port (5432, 3306). */
-  readonly port: number | null;
-  readonly name: string;
-  readonly sslmode: 'verify-full' | 'require';
-}
-
-export interface KeyEntry {
-  readonly id: number;
-  readonly poolId: number;
-  readonly access: 'read' | 'write';
-  /** Unix ms; checked against the clock on every request. */
-  readonly expiresAt: number | null;
-  /** The key's HMAC signing secret, opened (origin signing); null when it has none. */
-  readonly signingSecret: string | null;
-}
-
-export interface Snapshot {
-  readonly pools: ReadonlyMap<string, PoolEntry>;
-  readonly keys: ReadonlyMap<string, KeyEntry>;
-  readonly budgets: readonly BudgetLimits[];
-  readonly loadedAt: number;
-  /**
-   * Bumped each time `keys` is patched in place (key point updates, here and in a thread's copy). A check
-   * made against this snapshot at the same count still holds: the wire listeners re-check a client's key
-   * only when it moved.
-   */
-  keyEdits: number;
-}
-
-export const EMPTY_SNAPSHOT: Snapshot = { pools: new Map(), keys: new Map(), budgets: [], loadedAt: 0, keyEdits: 0 };
+import type { PoolLimits } from '../governor/governor.js';
+import { EMPTY_SNAPSHOT, type KeyChange, type KeyEntry, type PoolEntry, type Snapshot, type SnapshotFeed } from '../pool-request/snapshot.js';
 
 interface PoolRow {
   id: number;
@@ -231,8 +172,6 @@ interface KeyStateRow extends KeyRow {
   pool_status: string;
 }
 
-/** One key's point update: its hash and its new entry, or null when it left the snapshot. */
-export type KeyChange = readonly [hash: string, entry: KeyEntry | null];
 
 /**
  * Applies `key:<id>` notifications to a snapshot's key map in place: each named key is read whatever its
@@ -302,15 +241,6 @@ export interface SnapshotSourceOptions {
   onKeys?: (changes: readonly KeyChange[]) => void;
 }
 
-/** Where the data plane reads its snapshot: a SnapshotSource on the store, or the main thread's pushes in a worker thread. */
-export interface SnapshotFeed {
-  readonly current: Snapshot;
-  /** Has the first snapshot (a failure fails start-up) and follows changes. */
-  start(): Promise<void>;
-  /** Asks for a full reload; resolves once one that started after the call is applied. */
-  reload(): Promise<void>;
-  close(): Promise<void>;
-}
 
 /**
  * Keeps `current` fresh. A `key:<id>` notification is a point update of that key; any other kind the
