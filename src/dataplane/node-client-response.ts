@@ -3,17 +3,13 @@
 // requests in order, HTTP/1.0, and malformed requests itself (docs/decisions/http-front-door.md).
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Reply } from '../pool-request/exchange.js';
-import type { ClientSide } from '../pool-request/client-response.js';
+import { errorBody } from '../errors/catalogue.js';
+import { ClientState, type ClientSide } from '../pool-request/client-response.js';
 
-export class NodeClientResponse implements ClientSide {
+export class NodeClientResponse extends ClientState implements ClientSide {
   readonly #req: IncomingMessage;
   readonly #res: ServerResponse;
   readonly #head: boolean;
-  #aborted = false;
-  #ended = false;
-  #started = false;
-  #onAbort: Array<() => void> = [];
-  #signal: AbortSignal | null = null;
   #pendingHead: ReadonlyArray<readonly [string, string]> | null = null;
   /** Body bytes handed to node so far (the uWS write offset's counterpart). */
   #written = 0;
@@ -21,42 +17,14 @@ export class NodeClientResponse implements ClientSide {
   status = 0;
 
   constructor(req: IncomingMessage, res: ServerResponse, head: boolean) {
+    super();
     this.#req = req;
     this.#res = res;
     this.#head = head;
     res.once('close', () => {
-      if (this.#ended && res.writableFinished) return;
-      this.#aborted = true;
-      const handlers = this.#onAbort;
-      this.#onAbort = [];
-      for (const h of handlers) h();
+      if (this.isEnded && res.writableFinished) return;
+      this.clientGone();
     });
-  }
-
-  get open(): boolean {
-    return !this.#aborted && !this.#ended;
-  }
-
-  get aborted(): boolean {
-    return this.#aborted;
-  }
-
-  get started(): boolean {
-    return this.#started;
-  }
-
-  signal(): AbortSignal {
-    if (this.#signal === null) {
-      const controller = new AbortController();
-      this.#signal = controller.signal;
-      this.onAbort(() => controller.abort());
-    }
-    return this.#signal;
-  }
-
-  onAbort(handler: () => void): void {
-    if (this.#aborted) handler();
-    else if (!this.#ended) this.#onAbort.push(handler);
   }
 
   pause(): void {
@@ -68,11 +36,11 @@ export class NodeClientResponse implements ClientSide {
   }
 
   sendReply(r: Reply, extra: ReadonlyArray<readonly [string, string]> | null, closeConnection: boolean): void {
-    if (!this.open || this.#started) return;
-    const body = JSON.stringify({ error: r.error, message: r.message });
+    if (!this.open || this.isStarted) return;
+    const body = JSON.stringify(errorBody(r.error, r.message));
     this.status = r.status;
-    this.#started = true;
-    this.#ended = true;
+    this.isStarted = true;
+    this.isEnded = true;
     const res = this.#res;
     const flat: string[] = ['content-type', 'application/json', 'content-length', String(Buffer.byteLength(body))];
     if (r.headers) for (const [k, v] of r.headers) flat.push(k, v);
@@ -86,7 +54,7 @@ export class NodeClientResponse implements ClientSide {
   writeHead(status: number, headers: ReadonlyArray<readonly [string, string]>): void {
     if (!this.open) return;
     this.status = status;
-    this.#started = true;
+    this.isStarted = true;
     this.#pendingHead = headers;
   }
 
@@ -112,7 +80,7 @@ export class NodeClientResponse implements ClientSide {
     this.#flushHead(total);
     this.#written += chunk.byteLength;
     if (this.#written >= total) {
-      this.#ended = true;
+      this.isEnded = true;
       this.#res.end(chunk);
       return [true, true];
     }
@@ -133,23 +101,23 @@ export class NodeClientResponse implements ClientSide {
 
   end(): void {
     if (!this.open) return;
-    this.#ended = true;
+    this.isEnded = true;
     this.#flushHead(undefined);
     this.#res.end();
   }
 
   endWithoutBody(reportedLength: number | undefined): void {
     if (!this.open) return;
-    this.#ended = true;
+    this.isEnded = true;
     this.#flushHead(reportedLength);
     this.#res.end();
   }
 
   close(): void {
     if (!this.open) return;
-    this.#ended = true;
+    this.isEnded = true;
     if (this.#pendingHead !== null) this.status = 0;
-    this.#onAbort = [];
+    this.dropAbortHandlers();
     this.#res.destroy();
   }
 }

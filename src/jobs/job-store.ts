@@ -5,21 +5,13 @@ import { randomBytes } from 'node:crypto';
 import type { JobReason, TerminalStatus } from './job-event.js';
 import { JOBS_CHANNEL } from './job-limits.js';
 import type { Queryable } from '../store/sql.js';
+import type { BufferedRequest } from '../pool-request/buffered.js';
 import type { SecretBox } from '../security/secret-box.js';
 
 export type JobStatus = 'queued' | 'running' | TerminalStatus;
 
-/** A request as stored with its job. */
-export interface StoredRequest {
-  method: string;
-  path: string;
-  /** Raw query without `?`, or ''. */
-  query: string;
-  /** Client headers (lower-case names) minus pool auth and hop-by-hop. */
-  headers: Record<string, string>;
-  clientAddress: string;
-  body: Buffer | null;
-}
+/** A request as stored with its job: what the runner sends from memory (pool auth and hop-by-hop removed). */
+export type StoredRequest = BufferedRequest;
 
 export interface NewJob {
   id: string;

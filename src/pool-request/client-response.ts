@@ -3,6 +3,7 @@
 import { STATUS_CODES } from 'node:http';
 import type { HttpResponse } from 'uWebSockets.js';
 import type { Reply } from './exchange.js';
+import { errorBody } from '../errors/catalogue.js';
 
 const statusLines = new Map<number, string>();
 function statusLine(status: number): string {
@@ -38,45 +39,29 @@ export interface ClientSide {
   close(): void;
 }
 
-export class ClientResponse implements ClientSide {
-  readonly #res: HttpResponse;
-  #aborted = false;
-  #ended = false;
-  #started = false;
+/**
+ * What both client sides share: whether the client went away, whether the response started or ended, and the
+ * handlers that run once when the client goes away before the end.
+ */
+export abstract class ClientState {
+  protected isAborted = false;
+  protected isEnded = false;
+  protected isStarted = false;
   #onAbort: Array<() => void> = [];
   #signal: AbortSignal | null = null;
-  #writable: ((offset: number) => boolean) | null = null;
-  /** Headers taken by writeHead and not written yet. */
-  #pendingHead: ReadonlyArray<readonly [string, string]> | null = null;
-  /** The status sent to the client, once a response started (0 again when it was cut before its head went out). */
-  status = 0;
 
-  readonly #head: boolean;
-
-  /** `head`: the request was HEAD, so no response carries a body. */
-  constructor(res: HttpResponse, head: boolean) {
-    this.#res = res;
-    this.#head = head;
-    res.onAborted(() => {
-      this.#aborted = true;
-      const handlers = this.#onAbort;
-      this.#onAbort = [];
-      for (const h of handlers) h();
-    });
-  }
-
-  /** Neither aborted nor ended: uWS calls are still allowed. */
+  /** Neither aborted nor ended: writes are still allowed. */
   get open(): boolean {
-    return !this.#aborted && !this.#ended;
+    return !this.isAborted && !this.isEnded;
   }
 
   get aborted(): boolean {
-    return this.#aborted;
+    return this.isAborted;
   }
 
   /** A status line went out: errors from now on can only close the connection. */
   get started(): boolean {
-    return this.#started;
+    return this.isStarted;
   }
 
   /**
@@ -94,8 +79,40 @@ export class ClientResponse implements ClientSide {
 
   /** Runs once when the client goes away before the response ended. */
   onAbort(handler: () => void): void {
-    if (this.#aborted) handler();
-    else if (!this.#ended) this.#onAbort.push(handler);
+    if (this.isAborted) handler();
+    else if (!this.isEnded) this.#onAbort.push(handler);
+  }
+
+  /** The client went away: from now on nothing is written, and the abort handlers run (once). */
+  protected clientGone(): void {
+    this.isAborted = true;
+    const handlers = this.#onAbort;
+    this.dropAbortHandlers();
+    for (const h of handlers) h();
+  }
+
+  /** We closed the connection ourselves: nobody is left to tell. */
+  protected dropAbortHandlers(): void {
+    this.#onAbort = [];
+  }
+}
+
+export class ClientResponse extends ClientState implements ClientSide {
+  readonly #res: HttpResponse;
+  #writable: ((offset: number) => boolean) | null = null;
+  /** Headers taken by writeHead and not written yet. */
+  #pendingHead: ReadonlyArray<readonly [string, string]> | null = null;
+  /** The status sent to the client, once a response started (0 again when it was cut before its head went out). */
+  status = 0;
+
+  readonly #head: boolean;
+
+  /** `head`: the request was HEAD, so no response carries a body. */
+  constructor(res: HttpResponse, head: boolean) {
+    super();
+    this.#res = res;
+    this.#head = head;
+    res.onAborted(() => this.clientGone());
   }
 
   pause(): void {
@@ -108,11 +125,11 @@ export class ClientResponse implements ClientSide {
 
   /** Sends a JSON error reply with the governor headers it carries. */
   sendReply(r: Reply, extra: ReadonlyArray<readonly [string, string]> | null, closeConnection: boolean): void {
-    if (!this.open || this.#started) return;
-    const body = JSON.stringify({ error: r.error, message: r.message });
+    if (!this.open || this.isStarted) return;
+    const body = JSON.stringify(errorBody(r.error, r.message));
     this.status = r.status;
-    this.#started = true;
-    this.#ended = true;
+    this.isStarted = true;
+    this.isEnded = true;
     this.#res.cork(() => {
       this.#res.writeStatus(statusLine(r.status)).writeHeader('content-type', 'application/json');
       if (r.headers) for (const [k, v] of r.headers) this.#res.writeHeader(k, v);
@@ -130,7 +147,7 @@ export class ClientResponse implements ClientSide {
   writeHead(status: number, headers: ReadonlyArray<readonly [string, string]>): void {
     if (!this.open) return;
     this.status = status;
-    this.#started = true;
+    this.isStarted = true;
     this.#pendingHead = headers;
   }
 
@@ -162,7 +179,7 @@ export class ClientResponse implements ClientSide {
       this.#flushHead();
       r = this.#res.tryEnd(chunk, total);
     });
-    if (r[1]) this.#ended = true;
+    if (r[1]) this.isEnded = true;
     return r;
   }
 
@@ -179,7 +196,7 @@ export class ClientResponse implements ClientSide {
 
   end(): void {
     if (!this.open) return;
-    this.#ended = true;
+    this.isEnded = true;
     this.#res.cork(() => {
       this.#flushHead();
       this.#res.end();
@@ -189,7 +206,7 @@ export class ClientResponse implements ClientSide {
   /** Ends a response that has no body (HEAD, 204, 304), reporting the length a GET would have had. */
   endWithoutBody(reportedLength: number | undefined): void {
     if (!this.open) return;
-    this.#ended = true;
+    this.isEnded = true;
     // The binding turns an explicit undefined into a huge Content-Length: call it without the argument.
     this.#res.cork(() => {
       this.#flushHead();
@@ -201,10 +218,10 @@ export class ClientResponse implements ClientSide {
   /** Drops the connection: the only honest signal once a response is under way and cannot complete. */
   close(): void {
     if (!this.open) return;
-    this.#ended = true;
+    this.isEnded = true;
     // A head taken but never written: the client gets no response at all.
     if (this.#pendingHead !== null) this.status = 0;
-    this.#onAbort = [];
+    this.dropAbortHandlers();
     this.#res.close();
   }
 }
