@@ -7,6 +7,7 @@ import { startTestService, type TestService } from './helpers/service.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { CORPUS, sendRaw } from './helpers/http-corpus.js';
+import { proxyHttpParser } from '../src/dataplane/http-parser.js';
 
 /** What uWS 20.30 does instead, measured with raw sockets (docs/decisions/http-front-door.md). */
 const UWS_2030: Record<string, string> = {
@@ -31,10 +32,11 @@ const UWS_2030: Record<string, string> = {
 };
 
 let origin: Origin;
-const services: Record<'uws' | 'node', { svc: TestService; key: string } | null> = { uws: null, node: null };
+const services: Record<'uws' | 'node' | 'default', { svc: TestService; key: string } | null> = { uws: null, node: null, default: null };
 
-async function startProxy(parser: 'uws' | 'node'): Promise<{ svc: TestService; key: string }> {
-  const svc = await startTestService({ overrides: { originCaFile: origin.caFile, proxyHttpParser: parser } });
+/** `parser` undefined: the default configuration (proxyHttpParser 'auto', one data plane thread). */
+async function startProxy(parser: 'uws' | 'node' | undefined): Promise<{ svc: TestService; key: string }> {
+  const svc = await startTestService({ overrides: { originCaFile: origin.caFile, ...(parser ? { proxyHttpParser: parser } : {}) } });
   const boot = await svc.bootstrap();
   const sql = svc.service.sql;
   const { rows } = await sql.query<{ id: number }>(
@@ -50,11 +52,14 @@ async function startProxy(parser: 'uws' | 'node'): Promise<{ svc: TestService; k
 
 t.before(async () => {
   origin = await startOrigin();
-  [services.uws, services.node] = await Promise.all([startProxy('uws'), startProxy('node')]);
+  // The default must not be what a test run's TEST_PROXY_HTTP_PARSER says.
+  delete process.env.TEST_PROXY_HTTP_PARSER;
+  [services.uws, services.node, services.default] = await Promise.all([startProxy('uws'), startProxy('node'), startProxy(undefined)]);
 });
 t.teardown(async () => {
   await services.uws?.svc.close();
   await services.node?.svc.close();
+  await services.default?.svc.close();
   await origin?.close();
 });
 
@@ -82,3 +87,21 @@ for (const parser of ['uws', 'node'] as const) {
     });
   });
 }
+
+t.test('the default front door answers what uWS 20.30 cannot: node:http with one thread, uWS only with several', async (t) => {
+  const base = { dataplaneThreadPorts: 'shared' as const };
+  t.equal(proxyHttpParser({ ...base, proxyHttpParser: 'auto', dataplaneThreads: 1 }), 'node');
+  t.equal(proxyHttpParser({ ...base, proxyHttpParser: 'auto', dataplaneThreads: 2 }), 'uws', 'several threads share a port: node:http on Node 20 cannot');
+  t.equal(proxyHttpParser({ ...base, proxyHttpParser: 'uws', dataplaneThreads: 1 }), 'uws', 'an explicit choice stands');
+  t.equal(proxyHttpParser({ ...base, proxyHttpParser: 'node', dataplaneThreads: 4 }), 'node');
+  const { svc, key } = services.default!;
+  t.equal(svc.config.proxyHttpParser, 'auto', 'the default configuration');
+  const port = svc.service.ports.proxy!;
+  for (const name of ['two pipelined GETs in one write', 'HTTP/1.0', 'bare LF line endings', 'Expect: 100-continue with a wrong key']) {
+    const i = CORPUS.findIndex((c) => c.name === name);
+    const c = CORPUS[i]!;
+    const r = await sendRaw(port, c.bytes('corpus.pools.localhost', `/d${i}`, key), 3000);
+    t.same(r.statuses, c.statuses, `${name}: answered ${JSON.stringify(c.statuses)}`);
+    t.equal(r.closed, c.closes, `${name}: ${c.closes ? 'closed' : 'kept open'}`);
+  }
+});
