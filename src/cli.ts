@@ -5,11 +5,12 @@ import { parseArgs } from 'node:util';
 import { loadConfig } from './config/load.js';
 import type { Config } from './config/schema.js';
 import type { RoleName } from './service.js';
+import type { AdminDeps, AdminResult } from './admin/command.js';
 import { forwardAdmin } from './admin/socket.js';
 import { dataDirOwner } from './store/data-dir-lock.js';
-// The service, the store engine, the admin commands and the demo origin are imported where they are used: an
-// `admin` command forwarded to a running process, or `--help`, then loads none of them (the whole graph cost
-// ~1.3 s of CPU per invocation, and the CLI test runs a dozen side by side).
+// The service, the store engine and the demo origin are imported where they are used: `--help`, an admin
+// command's help or a mistake in its options, or an `admin` command forwarded to a running process, then load
+// none of them (the whole graph cost ~1.3 s of CPU per invocation, opening the embedded store seconds more).
 
 const USAGE = `usage: poolgate <command>
   start       every role in one process (embedded PGlite store in POOLGATE_DATA_DIR unless DATABASE_URL)
@@ -81,29 +82,32 @@ async function serve(config: Config, roles: RoleName[]): Promise<void> {
 }
 
 async function admin(config: Config, argv: string[]): Promise<number> {
-  const dataDir = resolve(config.dataDir);
-  let result = config.databaseUrl ? null : await forwardAdmin(dataDir, argv);
-  if (!result) {
-    if (!config.databaseUrl && dataDirOwner(dataDir) !== null) {
-      process.stderr.write(`poolgate admin: the process holding ${dataDir} does not answer on its admin socket\n`);
-      return 1;
-    }
-    const [{ openStore }, { loadMasterKey, SecretBox }, { runAdmin }] = await Promise.all([
-      import('./store/open.js'),
-      import('./security/secret-box.js'),
-      import('./admin/commands.js'),
-    ]);
-    const sql = await openStore(config);
-    try {
-      const box = new SecretBox(loadMasterKey(config.secretKey, config.dataDir));
-      result = await runAdmin(argv, { config, sql, box, now: () => new Date() });
-    } finally {
-      await sql.close();
-    }
-  }
+  const { parseAdmin, runParsedAdmin } = await import('./admin/commands.js');
+  // Help and command-line mistakes are answered here, without a running process or a store.
+  const inv = parseAdmin(argv);
+  const result = 'answer' in inv ? inv.answer : await adminCommand(config, argv, (deps) => runParsedAdmin(inv, deps));
+  if (!result) return 1;
   process.stdout.write(result.stdout);
   process.stderr.write(result.stderr);
   return result.code;
+}
+
+/** Forwards the command to the process holding the data dir, or runs it on the store itself; null: neither can. */
+async function adminCommand(config: Config, argv: string[], run: (deps: AdminDeps) => Promise<AdminResult>): Promise<AdminResult | null> {
+  const dataDir = resolve(config.dataDir);
+  const forwarded = config.databaseUrl ? null : await forwardAdmin(dataDir, argv);
+  if (forwarded) return forwarded;
+  if (!config.databaseUrl && dataDirOwner(dataDir) !== null) {
+    process.stderr.write(`poolgate admin: the process holding ${dataDir} does not answer on its admin socket\n`);
+    return null;
+  }
+  const [{ openStore }, { loadMasterKey, SecretBox }] = await Promise.all([import('./store/open.js'), import('./security/secret-box.js')]);
+  const sql = await openStore(config);
+  try {
+    return await run({ config, sql, box: new SecretBox(loadMasterKey(config.secretKey, config.dataDir)), now: () => new Date() });
+  } finally {
+    await sql.close();
+  }
 }
 
 async function demoOrigin(config: Config, argv: string[]): Promise<void> {

@@ -185,3 +185,24 @@ t.test('refusals name what is wrong and exit non-zero', async (t) => {
   t.equal(help.code, 0);
   t.match(help.stdout, /usage: poolgate <command>/);
 });
+
+t.test('admin help and command-line mistakes are answered without opening a store', async (t) => {
+  // A data dir that does not exist: opening the embedded store would create it (and run initdb, seconds).
+  const nowhere = join(tmpdir(), `poolgate-cli-nowhere-${process.pid}`);
+  t.teardown(() => rmSync(nowhere, { recursive: true, force: true }));
+  const [help, cmdHelp, unknown, bogus] = await Promise.all([
+    run(['admin', '--help'], { POOLGATE_DATA_DIR: nowhere }),
+    run(['admin', 'pool', 'create', '--help'], { POOLGATE_DATA_DIR: nowhere }),
+    run(['admin', 'frobnicate'], { POOLGATE_DATA_DIR: nowhere }),
+    run(['admin', 'bootstrap', '--team', 'x', '--email', 'x@y.test', '--bogus'], { POOLGATE_DATA_DIR: nowhere }),
+  ]);
+  t.equal(help.code, 0);
+  t.match(help.stdout, /^usage: poolgate admin <command>/);
+  t.equal(cmdHelp.code, 0);
+  t.match(cmdHelp.stdout, /^usage: poolgate admin pool create\b/);
+  t.equal(unknown.code, 2);
+  t.match(unknown.stderr, /unknown admin command: frobnicate/);
+  t.equal(bogus.code, 2);
+  t.match(bogus.stderr, /bogus/);
+  t.notOk(existsSync(nowhere), 'the data dir was never created');
+});

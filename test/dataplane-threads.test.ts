@@ -209,6 +209,10 @@ t.test('a thread with an uncaught error closes (what is in flight finishes) and 
   const host = svc.service.dataplaneThreads!;
   const poolId = await createPool('phoenix', 3);
   const [, url1] = threadUrls();
+  // createPool's last request took a phoenix slot on thread 1, and the thread gives it back just after its
+  // answer reached us (by milliseconds under load). Were it still held, the wait below would see 1 before
+  // thread 1 had even read the slow request, and the crash would cut that unread request (a reset).
+  t.ok(await until(() => governor().state(poolId).inFlight === 0, 5000), 'no slot held before the slow request');
   // A request in flight on thread 1 when it dies: its slot must not stay taken.
   const inFlight = request(`${url1}/delay/1500`, { headers: { host: 'phoenix.pools.localhost' } }).then(
     (r) => r.body.dump().then(() => r.statusCode),

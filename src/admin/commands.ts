@@ -185,31 +185,58 @@ export function helpText(): string {
 }
 
 /** Runs one admin command line (argv after `admin`) and returns what to print. Never throws. */
-export async function runAdmin(argv: readonly string[], deps: AdminDeps): Promise<AdminResult> {
+/** A command line resolved without the store: the answer itself (help, a usage mistake), or a command to run. */
+export type AdminInvocation =
+  | { answer: AdminResult }
+  | { name: string; cmd: Command; values: Record<string, string | boolean | undefined> };
+
+/**
+ * Resolves the command and parses its options. Help and command-line mistakes are answered here, so the CLI
+ * opens no store for them (opening the embedded one costs seconds).
+ */
+export function parseAdmin(argv: readonly string[]): AdminInvocation {
   const words = argv.filter((a) => !a.startsWith('-'));
   const name = [words.slice(0, 2).join(' '), words[0] ?? ''].find((n) => n in commands);
   if (!name) {
     const asked = argv.length === 0 || argv.includes('--help') || argv.includes('-h');
-    return { code: asked ? 0 : 2, stdout: asked ? helpText() + '\n' : '', stderr: asked ? '' : `unknown admin command: ${words.join(' ')}\n${helpText()}\n` };
+    return { answer: { code: asked ? 0 : 2, stdout: asked ? helpText() + '\n' : '', stderr: asked ? '' : `unknown admin command: ${words.join(' ')}\n${helpText()}\n` } };
   }
   const cmd = commands[name]!;
   const rest = [...argv];
   for (const w of name.split(' ')) rest.splice(rest.indexOf(w), 1);
-  if (rest.includes('--help') || rest.includes('-h')) return { code: 0, stdout: `usage: poolgate ${cmd.usage}\n`, stderr: '' };
+  if (rest.includes('--help') || rest.includes('-h')) return { answer: { code: 0, stdout: `usage: poolgate ${cmd.usage}\n`, stderr: '' } };
   try {
     const { values, positionals } = parseArgs({ args: rest, options: cmd.options, strict: true, allowPositionals: cmd.positional !== undefined });
     if (cmd.positional !== undefined && positionals.length > 0) {
       if (positionals.length > 1) throw new AdminUsageError(`unexpected arguments: ${positionals.slice(1).join(' ')}`);
       (values as Record<string, unknown>)[cmd.positional] ??= positionals[0];
     }
-    const out = await cmd.run(values as Record<string, string | boolean | undefined>, deps);
+    return { name, cmd, values: values as Record<string, string | boolean | undefined> };
+  } catch (err) {
+    return { answer: failure(name, cmd, err) };
+  }
+}
+
+/** Runs a parsed command against the store. */
+export async function runParsedAdmin(inv: Exclude<AdminInvocation, { answer: AdminResult }>, deps: AdminDeps): Promise<AdminResult> {
+  try {
+    const out = await inv.cmd.run(inv.values, deps);
     return { code: 0, stdout: JSON.stringify(out) + '\n', stderr: '' };
   } catch (err) {
-    const e = err as Error & { code?: string };
-    if (err instanceof AdminUsageError || e.code?.startsWith('ERR_PARSE_ARGS')) {
-      return { code: 2, stdout: '', stderr: `${e.message}\nusage: poolgate ${cmd.usage}\n` };
-    }
-    if (e.code === '23505') return { code: 1, stdout: '', stderr: `already exists: ${e.message}\n` };
-    return { code: 1, stdout: '', stderr: `admin ${name} failed: ${e.message}\n` };
+    return failure(inv.name, inv.cmd, err);
   }
+}
+
+export async function runAdmin(argv: readonly string[], deps: AdminDeps): Promise<AdminResult> {
+  const inv = parseAdmin(argv);
+  return 'answer' in inv ? inv.answer : runParsedAdmin(inv, deps);
+}
+
+function failure(name: string, cmd: Command, err: unknown): AdminResult {
+  const e = err as Error & { code?: string };
+  if (err instanceof AdminUsageError || e.code?.startsWith('ERR_PARSE_ARGS')) {
+    return { code: 2, stdout: '', stderr: `${e.message}\nusage: poolgate ${cmd.usage}\n` };
+  }
+  if (e.code === '23505') return { code: 1, stdout: '', stderr: `already exists: ${e.message}\n` };
+  return { code: 1, stdout: '', stderr: `admin ${name} failed: ${e.message}\n` };
 }

@@ -7,6 +7,10 @@
 // ones are removed when it is built. tap runs each test file in its own process, so the first process to
 // need it builds it under a lock file while the others wait; it is built in a temporary dir and renamed
 // into place, so a reader never sees a half-built template.
+//
+// The template keeps only the database the store uses (`postgres`): PGlite's initdb also makes template0 and
+// template1, ~600 of its ~1,100 files, which the store never opens. Creating those files again for every boot
+// cost ~0.8 s of system time each (ext4), a copy of the pruned template ~40 ms.
 import { createHash } from 'node:crypto';
 import { closeSync, cpSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
@@ -22,6 +26,7 @@ const BUILD_WAIT_MS = 600_000;
 /** Hash of everything the migrated store depends on. */
 export function templateKey(): string {
   const h = createHash('sha256');
+  h.update(`pruned to the postgres database\n`);
   h.update(`pglite ${JSON.parse(readFileSync(fromRoot('node_modules', '@electric-sql', 'pglite', 'package.json'), 'utf8')).version}\n`);
   for (const f of readdirSync(MIGRATIONS).filter((n) => n.endsWith('.sql')).sort()) {
     h.update(`${f}\n`).update(readFileSync(join(MIGRATIONS, f))).update('\n');
@@ -100,6 +105,11 @@ async function build(dir: string, key: string): Promise<void> {
   try {
     // The service's own open path: PGlite in <dataDir>/pglite, migrated.
     const sql = await openStore({ databaseUrl: null, dataDir: tmp });
+    for (const db of ['template0', 'template1']) {
+      await sql.query(`ALTER DATABASE ${db} IS_TEMPLATE false`);
+      await sql.query(`DROP DATABASE ${db}`);
+    }
+    await sql.query('CHECKPOINT');
     await sql.close();
     try {
       renameSync(join(tmp, 'pglite'), dir);
