@@ -1,37 +1,26 @@
 // The real binary: `node bin/poolgate.js start | control | admin …` as an operator runs it, on a temp data dir.
 import t from 'tap';
 import { spawnListening, type Listening } from './helpers/process.js';
-import { spawn, spawnSync } from 'node:child_process';
+import { ensureBuiltDist } from './helpers/built-dist.js';
+import { seedPgliteDataDir } from './helpers/pglite-template.js';
+import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, relative } from 'node:path';
+import { join } from 'node:path';
 import { request } from 'undici';
 import { fromRoot } from '../src/config/paths.js';
 
 const ROOT = fromRoot();
 const BIN = join(ROOT, 'bin', 'poolgate.js');
 
-/** dist/ is stale when any src/ .ts is missing its .js or is newer than it. */
-function distIsStale(): boolean {
-  const src = join(ROOT, 'src');
-  for (const e of readdirSync(src, { recursive: true, withFileTypes: true })) {
-    if (!e.isFile() || !e.name.endsWith('.ts') || e.name.endsWith('.d.ts')) continue;
-    const file = join(e.parentPath, e.name);
-    const out = join(ROOT, 'dist', relative(ROOT, file)).replace(/\.ts$/, '.js');
-    if (!existsSync(out) || statSync(out).mtimeMs < statSync(file).mtimeMs) return true;
-  }
-  return false;
-}
-
-if (distIsStale()) {
-  // tsc emits even when a file elsewhere fails to type-check; the binary only needs the emitted JS.
-  const build = spawnSync('flock', ['/tmp/poolgate-build.lock', 'npx', 'tsc', '-p', 'tsconfig.json'], { cwd: ROOT, encoding: 'utf8' });
-  if (build.status !== 0) t.comment(`build reported errors (the emitted JS is used):\n${build.stdout}${build.stderr}`.slice(0, 2000));
-}
+const complaints = ensureBuiltDist();
+if (complaints) t.comment(`build reported errors (the emitted JS is used):\n${complaints}`.slice(0, 2000));
 
 const dataDir = mkdtempSync(join(tmpdir(), 'poolgate-cli-'));
 t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+// A migrated store from the run's template (a first start's initdb is the README walk-through's to prove).
+await seedPgliteDataDir(dataDir);
 
 /** The environment of an operator's shell: nothing poolgate-specific leaks in from ours. */
 function env(extra: Record<string, string> = {}): NodeJS.ProcessEnv {

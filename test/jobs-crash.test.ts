@@ -4,13 +4,14 @@
 // terminal job has its webhook delivery (pending in the outbox or already attempted).
 import t from 'tap';
 import { spawnListening } from './helpers/process.js';
+import { ensureBuiltDist } from './helpers/built-dist.js';
 import { spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join, relative } from 'node:path';
+import { dirname, join } from 'node:path';
 import { Pool, request } from 'undici';
 import { fromRoot } from '../src/config/paths.js';
 import { openStore } from '../src/store/open.js';
@@ -24,20 +25,7 @@ const BIN = join(ROOT, 'bin', 'poolgate.js');
 const JOBS = soak(1000, 200);
 const TERMINAL = new Set(['completed', 'failed', 'expired']);
 
-/** dist/ is stale when any src/ .ts is missing its .js or is newer than it. */
-function distIsStale(): boolean {
-  for (const e of readdirSync(join(ROOT, 'src'), { recursive: true, withFileTypes: true })) {
-    if (!e.isFile() || !e.name.endsWith('.ts') || e.name.endsWith('.d.ts')) continue;
-    const file = join(e.parentPath, e.name);
-    const out = join(ROOT, 'dist', relative(ROOT, file)).replace(/\.ts$/, '.js');
-    if (!existsSync(out) || statSync(out).mtimeMs < statSync(file).mtimeMs) return true;
-  }
-  return false;
-}
-if (distIsStale()) {
-  // tsc emits even when a file elsewhere fails to type-check; the binary only needs the emitted JS.
-  spawnSync('flock', ['/tmp/poolgate-build.lock', 'npx', 'tsc', '-p', 'tsconfig.json'], { cwd: ROOT, encoding: 'utf8' });
-}
+ensureBuiltDist();
 
 const dataDir = mkdtempSync(join(tmpdir(), 'poolgate-jobs-crash-'));
 let origin: Origin;

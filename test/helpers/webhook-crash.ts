@@ -5,33 +5,20 @@
 // their claim lease ends (at-least-once), so duplicates are allowed and counted, losses are not.
 import type { Test } from 'tap';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
-import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { once } from 'node:events';
 import { tmpdir } from 'node:os';
-import { join, relative } from 'node:path';
+import { join } from 'node:path';
 import { fromRoot } from '../../src/config/paths.js';
 import { enqueueJobEvent } from '../../src/webhooks/outbox.js';
 import type { JobEvent } from '../../src/jobs/job-event.js';
 import { startTestService } from './service.js';
 import { startReceiver } from './receiver.js';
 import { spawnListening } from './process.js';
+import { ensureBuiltDist } from './built-dist.js';
 
 const ROOT = fromRoot();
 const BIN = join(ROOT, 'bin', 'poolgate.js');
-
-/** dist/ is stale when any src/ .ts is missing its .js or is newer than it (the binary runs dist/). */
-function buildIfStale(): void {
-  for (const e of readdirSync(join(ROOT, 'src'), { recursive: true, withFileTypes: true })) {
-    if (!e.isFile() || !e.name.endsWith('.ts') || e.name.endsWith('.d.ts')) continue;
-    const file = join(e.parentPath, e.name);
-    const out = join(ROOT, 'dist', relative(ROOT, file)).replace(/\.ts$/, '.js');
-    if (!existsSync(out) || statSync(out).mtimeMs < statSync(file).mtimeMs) {
-      spawnSync('flock', ['/tmp/poolgate-build.lock', 'npx', 'tsc', '-p', 'tsconfig.json'], { cwd: ROOT, encoding: 'utf8' });
-      return;
-    }
-  }
-}
 
 async function until(what: string, fn: () => boolean | Promise<boolean>, timeoutMs: number): Promise<void> {
   const end = Date.now() + timeoutMs;
@@ -42,7 +29,7 @@ async function until(what: string, fn: () => boolean | Promise<boolean>, timeout
 }
 
 export async function crashMidBurst(t: Test, events: number, destinations: number, drainTimeoutMs: number): Promise<void> {
-  buildIfStale();
+  ensureBuiltDist();
   const receiver = await startReceiver();
   t.teardown(() => receiver.close());
   const secretKey = randomBytes(32).toString('hex');
