@@ -10,6 +10,8 @@
 // arrival → end count does not.
 import t from 'tap';
 import { spawnListening } from './helpers/process.js';
+import { ensureBuiltDist } from './helpers/built-dist.js';
+import { join } from 'node:path';
 import type { ChildProcessWithoutNullStreams } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
@@ -24,6 +26,7 @@ import { freePort, startRedisServer } from './helpers/redis-server.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
+ensureBuiltDist();
 /** A database index of its own, so this test's pool ids cannot meet another run's keys on the shared Redis. */
 const NODES_REDIS = `${REDIS_URL}/11`;
 
@@ -33,9 +36,9 @@ interface Node {
   stderr(): string;
 }
 
-/** Starts `poolgate dataplane` (the CLI entry, run from source) and waits for its listening line. */
+/** Starts `poolgate dataplane` (the built binary, as an operator runs it) and waits for its listening line. */
 async function startNode(env: Record<string, string>): Promise<Node> {
-  const { child, listening, output } = await spawnListening(['--import', 'tsx', '-e', "import('./src/cli.ts').then((m) => m.main(['dataplane']))"], {
+  const { child, listening, output } = await spawnListening([join(ROOT, 'bin', 'poolgate.js'), 'dataplane'], {
     cwd: ROOT,
     env: { ...process.env, ...env },
     timeoutMs: 40_000,
