@@ -50,11 +50,7 @@ if (!(await tapBuildIsCurrent())) {
   if (built.status !== 0) process.exit(built.status ?? 1);
 }
 
-// tap loads @tapjs/processinfo into every test process and every node process those spawn; for coverage (off
-// here) it records each module a process loads, reading its source again and measuring its lines. Excluding
-// every file skips that work (~0.3 s of CPU per process, ~30 s per run); the hook itself stays.
-const env = { ...process.env, _TAPJS_PROCESSINFO_EXCLUDE_: process.env._TAPJS_PROCESSINFO_EXCLUDE_ ?? '/./' };
-const child = spawn(process.execPath, [tapBin, ...process.argv.slice(2)], { cwd: root, stdio: 'inherit', env });
+const child = spawn(process.execPath, [tapBin, ...process.argv.slice(2)], { cwd: root, stdio: 'inherit' });
 for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => child.kill(sig));
 child.on('exit', (code, signal) => {
   const cpu = childrenCpuMs();

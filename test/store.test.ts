@@ -200,6 +200,8 @@ t.test('the generated master key is mode 0600 and stable across loads', async (t
 t.test('nothing written is lost on a clean restart of the embedded default', async (t) => {
   const dataDir = mkdtempSync(join(tmpdir(), 'poolgate-restart-'));
   t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+  // Migrated already (the run's template): what is tested is the restart, not the first start.
+  await seedPgliteDataDir(dataDir);
   const first = await startTestService({ dataDir });
   const boot = await first.bootstrap({ team: 'Restart' });
   const pool = (
