@@ -270,6 +270,8 @@ t.test('at-least-once: a worker killed mid-delivery leaves the row, and the next
         POOLGATE_ALLOW_PRIVATE_TARGETS: 'true',
         POOLGATE_WEBHOOK_CA_FILE: receiver.caFile,
         POOLGATE_WEBHOOK_CLAIM_LEASE_MS: '6000',
+        // Not the default metrics port: another test's process may hold it (the worker then exits at start).
+        POOLGATE_METRICS_PORT: '0',
         POOLGATE_LOG_LEVEL: 'silent',
       },
       stdio: 'ignore',

@@ -63,6 +63,8 @@ export async function crashMidBurst(t: Test, events: number, destinations: numbe
     POOLGATE_WEBHOOK_CA_FILE: receiver.caFile,
     // The shortest lease: rows claimed by the killed worker come back 6 s later.
     POOLGATE_WEBHOOK_CLAIM_LEASE_MS: '6000',
+    // Not the default metrics port: another test's worker may hold it (this one would then exit at start).
+    POOLGATE_METRICS_PORT: '0',
     POOLGATE_LOG_LEVEL: 'warn',
   };
   const worker = () => spawnListening([BIN, 'worker'], { cwd: ROOT, env, timeoutMs: 120_000, name: 'poolgate worker' });
