@@ -184,7 +184,6 @@ export function helpText(): string {
   return ['usage: poolgate admin <command> [options]  (--help on any command)', '', ...Object.values(commands).map((c) => `  poolgate ${c.usage}`)].join('\n');
 }
 
-/** Runs one admin command line (argv after `admin`) and returns what to print. Never throws. */
 /** A command line resolved without the store: the answer itself (help, a usage mistake), or a command to run. */
 export type AdminInvocation =
   | { answer: AdminResult }
@@ -227,6 +226,7 @@ export async function runParsedAdmin(inv: Exclude<AdminInvocation, { answer: Adm
   }
 }
 
+/** Runs one admin command line (argv after `admin`) and returns what to print. Never throws. */
 export async function runAdmin(argv: readonly string[], deps: AdminDeps): Promise<AdminResult> {
   const inv = parseAdmin(argv);
   return 'answer' in inv ? inv.answer : runParsedAdmin(inv, deps);
