@@ -3,18 +3,15 @@
 // requests in order, HTTP/1.0, and malformed requests itself (docs/decisions/http-front-door.md).
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Reply } from '../pool-request/exchange.js';
-import { errorBody } from '../errors/catalogue.js';
 import { ClientState, type ClientSide } from '../pool-request/client-response.js';
 
 export class NodeClientResponse extends ClientState implements ClientSide {
   readonly #req: IncomingMessage;
   readonly #res: ServerResponse;
   readonly #head: boolean;
-  #pendingHead: ReadonlyArray<readonly [string, string]> | null = null;
   /** Body bytes handed to node so far (the uWS write offset's counterpart). */
   #written = 0;
   #writable: ((offset: number) => boolean) | null = null;
-  status = 0;
 
   constructor(req: IncomingMessage, res: ServerResponse, head: boolean) {
     super();
@@ -36,11 +33,8 @@ export class NodeClientResponse extends ClientState implements ClientSide {
   }
 
   sendReply(r: Reply, extra: ReadonlyArray<readonly [string, string]> | null, closeConnection: boolean): void {
-    if (!this.open || this.isStarted) return;
-    const body = JSON.stringify(errorBody(r.error, r.message));
-    this.status = r.status;
-    this.isStarted = true;
-    this.isEnded = true;
+    const body = this.startReply(r);
+    if (body === null) return;
     const res = this.#res;
     const flat: string[] = ['content-type', 'application/json', 'content-length', String(Buffer.byteLength(body))];
     if (r.headers) for (const [k, v] of r.headers) flat.push(k, v);
@@ -51,17 +45,9 @@ export class NodeClientResponse extends ClientState implements ClientSide {
     res.end(this.#head ? undefined : body);
   }
 
-  writeHead(status: number, headers: ReadonlyArray<readonly [string, string]>): void {
-    if (!this.open) return;
-    this.status = status;
-    this.isStarted = true;
-    this.#pendingHead = headers;
-  }
-
   #flushHead(length: number | undefined): void {
-    const headers = this.#pendingHead;
+    const headers = this.takePendingHead();
     if (headers === null) return;
-    this.#pendingHead = null;
     const flat: string[] = [];
     for (const [k, v] of headers) flat.push(k, v);
     if (length !== undefined) flat.push('content-length', String(length));
@@ -114,10 +100,6 @@ export class NodeClientResponse extends ClientState implements ClientSide {
   }
 
   close(): void {
-    if (!this.open) return;
-    this.isEnded = true;
-    if (this.#pendingHead !== null) this.status = 0;
-    this.dropAbortHandlers();
-    this.#res.destroy();
+    if (this.closing()) this.#res.destroy();
   }
 }

@@ -47,6 +47,9 @@ export abstract class ClientState {
   protected isAborted = false;
   protected isEnded = false;
   protected isStarted = false;
+  /** The status sent to the client, once a response started (0 again when it was cut before its head went out). */
+  status = 0;
+  #pendingHead: ReadonlyArray<readonly [string, string]> | null = null;
   #onAbort: Array<() => void> = [];
   #signal: AbortSignal | null = null;
 
@@ -87,24 +90,56 @@ export abstract class ClientState {
   protected clientGone(): void {
     this.isAborted = true;
     const handlers = this.#onAbort;
-    this.dropAbortHandlers();
+    this.#onAbort = [];
     for (const h of handlers) h();
   }
 
-  /** We closed the connection ourselves: nobody is left to tell. */
-  protected dropAbortHandlers(): void {
-    this.#onAbort = [];
+  /**
+   * Takes the status line and headers; they are written with the first body bytes (or the end), so a small
+   * response leaves in one send instead of two.
+   */
+  writeHead(status: number, headers: ReadonlyArray<readonly [string, string]>): void {
+    if (!this.open) return;
+    this.status = status;
+    this.isStarted = true;
+    this.#pendingHead = headers;
+  }
+
+  /** The headers writeHead took and that are not written yet, once (null after). */
+  protected takePendingHead(): ReadonlyArray<readonly [string, string]> | null {
+    const headers = this.#pendingHead;
+    this.#pendingHead = null;
+    return headers;
+  }
+
+  /**
+   * We are dropping the connection: ends the response here and tells nobody (returns false when it had ended or
+   * the client had gone). A head taken but never written means the client got no response at all (status 0).
+   */
+  protected closing(): boolean {
+    if (!this.open) return false;
+    this.isEnded = true;
+    if (this.#pendingHead !== null) this.status = 0;
+    this.#onAbort = []; // nobody is left to tell
+    return true;
+  }
+
+  /**
+   * An error reply is the whole response: marks it started and ended and returns its JSON body, or null when
+   * the client is gone or a response already started (then nothing is sent).
+   */
+  protected startReply(r: Reply): string | null {
+    if (!this.open || this.isStarted) return null;
+    this.status = r.status;
+    this.isStarted = true;
+    this.isEnded = true;
+    return JSON.stringify(errorBody(r.error, r.message));
   }
 }
 
 export class ClientResponse extends ClientState implements ClientSide {
   readonly #res: HttpResponse;
   #writable: ((offset: number) => boolean) | null = null;
-  /** Headers taken by writeHead and not written yet. */
-  #pendingHead: ReadonlyArray<readonly [string, string]> | null = null;
-  /** The status sent to the client, once a response started (0 again when it was cut before its head went out). */
-  status = 0;
-
   readonly #head: boolean;
 
   /** `head`: the request was HEAD, so no response carries a body. */
@@ -125,11 +160,8 @@ export class ClientResponse extends ClientState implements ClientSide {
 
   /** Sends a JSON error reply with the governor headers it carries. */
   sendReply(r: Reply, extra: ReadonlyArray<readonly [string, string]> | null, closeConnection: boolean): void {
-    if (!this.open || this.isStarted) return;
-    const body = JSON.stringify(errorBody(r.error, r.message));
-    this.status = r.status;
-    this.isStarted = true;
-    this.isEnded = true;
+    const body = this.startReply(r);
+    if (body === null) return;
     this.#res.cork(() => {
       this.#res.writeStatus(statusLine(r.status)).writeHeader('content-type', 'application/json');
       if (r.headers) for (const [k, v] of r.headers) this.#res.writeHeader(k, v);
@@ -140,22 +172,10 @@ export class ClientResponse extends ClientState implements ClientSide {
     });
   }
 
-  /**
-   * Takes the status line and headers; they are written in the same cork as the first body bytes (or the
-   * end), so a small response leaves in one send instead of two.
-   */
-  writeHead(status: number, headers: ReadonlyArray<readonly [string, string]>): void {
-    if (!this.open) return;
-    this.status = status;
-    this.isStarted = true;
-    this.#pendingHead = headers;
-  }
-
-  /** Inside a cork: the deferred status line and headers, once. */
+  /** Inside a cork (the same one as the first body bytes or the end): the deferred status line and headers, once. */
   #flushHead(): void {
-    const headers = this.#pendingHead;
+    const headers = this.takePendingHead();
     if (headers === null) return;
-    this.#pendingHead = null;
     this.#res.writeStatus(statusLine(this.status));
     for (const [k, v] of headers) this.#res.writeHeader(k, v);
   }
@@ -217,11 +237,6 @@ export class ClientResponse extends ClientState implements ClientSide {
 
   /** Drops the connection: the only honest signal once a response is under way and cannot complete. */
   close(): void {
-    if (!this.open) return;
-    this.isEnded = true;
-    // A head taken but never written: the client gets no response at all.
-    if (this.#pendingHead !== null) this.status = 0;
-    this.dropAbortHandlers();
-    this.#res.close();
+    if (this.closing()) this.#res.close();
   }
 }
