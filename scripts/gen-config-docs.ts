@@ -2,13 +2,15 @@
 // `npm run docs:config` writes them; `--check` exits 1 when the committed files are stale.
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { pathToFileURL } from 'node:url';
 import { ConfigSchema, configEntries } from '../src/config/schema.js';
+import { packageRoot } from '../src/config/paths.js';
 
 type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
 type JsonObject = { [k: string]: Json };
 
-export const root = fileURLToPath(new URL('..', import.meta.url));
+// The package root from scripts/ (tsx) and from dist/scripts/ (the compiled tests import this module).
+export const root = packageRoot;
 export const SCHEMA_PATH = join(root, 'config', 'schema.json');
 export const DOCS_PATH = join(root, 'docs', 'configuration.md');
 const DEFAULT_PATH = join(root, 'config', 'default.json');

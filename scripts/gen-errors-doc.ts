@@ -2,10 +2,12 @@
 // `npm run docs:errors` writes it; `--check` exits 1 when the committed file is stale.
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { pathToFileURL } from 'node:url';
 import { ERRORS, errorCodes, type ErrorEntry } from '../src/errors/catalogue.js';
+import { packageRoot } from '../src/config/paths.js';
 
-export const root = fileURLToPath(new URL('..', import.meta.url));
+// The package root from scripts/ (tsx) and from dist/scripts/ (the compiled tests import this module).
+export const root = packageRoot;
 export const DOCS_PATH = join(root, 'docs', 'errors.md');
 
 // Markdown table cell: pipes escaped, `<name>` placeholders kept visible instead of read as HTML.

@@ -1,15 +1,20 @@
 #!/usr/bin/env node
 // Runs tap (`npm test`, `npm run test:soak`) and prints the run's wall time and CPU time at the end.
 //
+// The tests run compiled: dist/test/ is built from test/ first (scripts/build-tests.mjs), and arguments naming
+// test files (`npm test -- test/keys.test.ts`) are mapped to their compiled paths. dist/src/ is the `pretest`
+// build's.
+//
 // First it makes sure tap's Test class is built with the plugin list in package.json: a fresh `npm ci`
 // ships one built with every default plugin, and tap only rebuilds it inside the run, after it has fixed
 // the test processes' node arguments from the stale build. The first run of a fresh clone then loaded
-// @tapjs/typescript (ts-node and the TypeScript compiler) into every test process besides tsx. Building
+// @tapjs/typescript (ts-node and the TypeScript compiler) into every test process. Building
 // here, before tap starts, costs one `tap build` per install and nothing afterwards.
 import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { buildTests, compiledTestPath } from './build-tests.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const tapBin = join(root, 'node_modules', 'tap', 'dist', 'esm', 'run.mjs');
@@ -44,8 +49,9 @@ function childrenCpuMs() {
 }
 
 const started = performance.now();
-// Side by side with tap's own check: the store template and tsx's cache for this checkout (test/helpers/warm-up.ts).
-const warmUp = spawn(process.execPath, ['--import=tsx', '--liftoff-only', join(root, 'test', 'helpers', 'warm-up.ts')], { cwd: root, stdio: 'inherit' });
+await buildTests();
+// Side by side with tap's own check: the store template for this checkout (test/helpers/warm-up.ts).
+const warmUp = spawn(process.execPath, ['--liftoff-only', join(root, 'dist', 'test', 'helpers', 'warm-up.js')], { cwd: root, stdio: 'inherit' });
 const warmedUp = new Promise((resolve) => warmUp.once('exit', resolve));
 if (!(await tapBuildIsCurrent())) {
   console.error('tap: building the Test class for the configured plugins (once per install)');
@@ -55,7 +61,7 @@ if (!(await tapBuildIsCurrent())) {
 
 // A failed warm-up is not fatal: the test processes build the template themselves (and report what fails).
 await warmedUp;
-const child = spawn(process.execPath, [tapBin, ...process.argv.slice(2)], { cwd: root, stdio: 'inherit' });
+const child = spawn(process.execPath, [tapBin, ...process.argv.slice(2).map(compiledTestPath)], { cwd: root, stdio: 'inherit' });
 for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => child.kill(sig));
 child.on('exit', (code, signal) => {
   const cpu = childrenCpuMs();

@@ -125,8 +125,7 @@ t.test('a POOLGATE_CONFIG file with an unknown key, a bad value, bad JSON or no 
 });
 
 t.test('poolgate start refuses a bad env value before binding anything, and says which variable', async (t) => {
-  const script = `import(${JSON.stringify(join(root, 'src', 'cli.ts'))}).then((m) => m.main(['start']))`;
-  const res = await run(process.execPath, ['--import=tsx', '-e', script], {
+  const res = await run(process.execPath, [join(root, 'bin', 'poolgate.js'), 'start'], {
     cwd: root,
     env: { ...process.env, POOLGATE_CONTROL_PORT: 'seventy', POOLGATE_DATA_DIR: join(dir, 'data') },
   }).then(

@@ -10,11 +10,10 @@
 // arrival → end count does not.
 import t from 'tap';
 import { spawnListening } from './helpers/process.js';
-import { ensureBuiltDist } from './helpers/built-dist.js';
 import { join } from 'node:path';
 import type { ChildProcessWithoutNullStreams } from 'node:child_process';
 import { once } from 'node:events';
-import { fileURLToPath } from 'node:url';
+import { fromRoot } from '../src/config/paths.js';
 import { Redis } from 'ioredis';
 import { Pool } from 'undici';
 import { startTestService, type TestService } from './helpers/service.js';
@@ -25,8 +24,7 @@ import { needServer, REDIS_URL } from './helpers/servers.js';
 import { freePort, startRedisServer } from './helpers/redis-server.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
-ensureBuiltDist();
+const ROOT = fromRoot();
 /** A database index of its own, so this test's pool ids cannot meet another run's keys on the shared Redis. */
 const NODES_REDIS = `${REDIS_URL}/11`;
 

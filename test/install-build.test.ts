@@ -5,9 +5,10 @@ import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, statSync, readFileSync, mkdirSync, copyFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fromRoot } from '../src/config/paths.js';
 
 
-const root = join(import.meta.dirname, '..');
+const root = fromRoot();
 const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
 
 t.test('package.json: prepare builds, start does not', async (t) => {

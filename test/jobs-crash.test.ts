@@ -4,7 +4,6 @@
 // terminal job has its webhook delivery (pending in the outbox or already attempted).
 import t from 'tap';
 import { spawnListening } from './helpers/process.js';
-import { ensureBuiltDist } from './helpers/built-dist.js';
 import { spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -24,8 +23,6 @@ const BIN = join(ROOT, 'bin', 'poolgate.js');
 /** Jobs in flight at the SIGKILL: 1,000 in the soak run (test/soak/), 200 in the default suite. */
 const JOBS = soak(1000, 200);
 const TERMINAL = new Set(['completed', 'failed', 'expired']);
-
-ensureBuiltDist();
 
 const dataDir = mkdtempSync(join(tmpdir(), 'poolgate-jobs-crash-'));
 let origin: Origin;

@@ -6,9 +6,9 @@
 import t from 'tap';
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve, sep } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fromRoot } from '../src/config/paths.js';
 
-const root = join(dirname(fileURLToPath(import.meta.url)), '..', 'src');
+const root = fromRoot('src');
 
 /** Known back edges (from → to), removed from the graph before it is checked for cycles. */
 const KNOWN_BACK_EDGES: Record<string, string> = {

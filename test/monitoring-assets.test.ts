@@ -4,9 +4,10 @@ import t from 'tap';
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { fromRoot } from '../src/config/paths.js';
 import { PoolMetrics } from '../src/metrics/registry.js';
 
-const root = join(import.meta.dirname, '..');
+const root = fromRoot();
 const rules = join(root, 'examples', 'prometheus', 'poolgate-alerts.yml');
 const dashboard = join(root, 'examples', 'grafana', 'poolgate-dashboard.json');
 

@@ -7,9 +7,10 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fromRoot } from '../src/config/paths.js';
 import { freePort } from './helpers/redis-server.js';
 
-const root = join(import.meta.dirname, '..');
+const root = fromRoot();
 const readme = readFileSync(join(root, 'README.md'), 'utf8');
 
 /** The shell block after `<!-- walkthrough:NAME -->`. */

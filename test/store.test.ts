@@ -232,10 +232,10 @@ t.test('nothing written is lost on a clean restart of the embedded default', asy
 t.test('the data directory lock refuses a second process and clears a stale pid file', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'poolgate-lock-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  const lockModule = new URL('../src/store/data-dir-lock.ts', import.meta.url).href;
+  const lockModule = new URL('../src/store/data-dir-lock.js', import.meta.url).href;
   const child = spawn(
     process.execPath,
-    ['--import', 'tsx', '--input-type=module', '-e', `const m = await import(${JSON.stringify(lockModule)}); m.acquireDataDirLock(process.argv[1]); console.log('locked'); setInterval(() => {}, 1000);`, dir],
+    ['--input-type=module', '-e', `const m = await import(${JSON.stringify(lockModule)}); m.acquireDataDirLock(process.argv[1]); console.log('locked'); setInterval(() => {}, 1000);`, dir],
     { stdio: ['ignore', 'pipe', 'inherit'] },
   );
   t.teardown(() => child.kill('SIGKILL'));

@@ -8,7 +8,7 @@
 import t from 'tap';
 import { once } from 'node:events';
 import { createHash } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
+import { fromRoot } from '../src/config/paths.js';
 import { request } from 'undici';
 import { spawnListening, type Listening } from './helpers/process.js';
 import { freshPostgresDatabase } from './helpers/service.js';
@@ -18,7 +18,7 @@ import { REDIS_URL } from './helpers/servers.js';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const ROOT = fromRoot();
 const BIN = 'bin/poolgate.js';
 const TOPOLOGY_REDIS = `${REDIS_URL}/13`;
 

@@ -11,7 +11,6 @@ import { join } from 'node:path';
 import { startTestService, type TestService } from './helpers/service.js';
 import { startReceiver } from './helpers/receiver.js';
 import { needServer } from './helpers/servers.js';
-import { ensureBuiltDist } from './helpers/built-dist.js';
 import { fromRoot } from '../src/config/paths.js';
 import { enqueueJobEvent } from '../src/webhooks/outbox.js';
 import { retryDelayMs } from '../src/webhooks/backoff.js';
@@ -258,7 +257,6 @@ t.test('at-least-once: a worker killed mid-delivery leaves the row, and the next
   t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
   const workers: ChildProcess[] = [];
   t.teardown(() => workers.forEach((w) => w.exitCode === null && w.kill('SIGKILL')));
-  ensureBuiltDist();
   const startWorker = () => {
     const child = spawn(process.execPath, [fromRoot('bin', 'poolgate.js'), 'worker'], {
       cwd: process.cwd(),

@@ -17,7 +17,7 @@ export const OFFLOAD_AT_BYTES = 128 * 1024;
 let pool: Piscina | null = null;
 
 function workerPool(): Piscina {
-  // Under tsx (tests) this module is the .ts source; compiled it is .js: load the worker in the same form.
+  // Run from source under tsx (`npx tsx bench/…`) this module is the .ts file; compiled it is .js: load the worker in the same form.
   const ext = import.meta.url.endsWith('.ts') ? '.ts' : '.js';
   pool ??= new Piscina({
     filename: new URL(`./envelope-worker${ext}`, import.meta.url).href,

@@ -5,8 +5,9 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
-import { buildDashboard } from '../../scripts/build-dashboard.mjs';
+import { pathToFileURL } from 'node:url';
 import { reloadDashboardAssets } from '../../src/dashboard/serve.js';
+import { fromRoot } from '../../src/config/paths.js';
 
 export const CHROMIUM = process.env.POOLGATE_TEST_CHROMIUM ?? '/usr/bin/chromium';
 
@@ -20,7 +21,11 @@ export function needChromium(): false | string {
 let built: Promise<unknown> | null = null;
 /** The dashboard's bundles as `npm run build` makes them, so a test run without a build still serves them. */
 export function ensureDashboardBuilt(): Promise<unknown> {
-  built ??= buildDashboard().then(() => reloadDashboardAssets());
+  // Found from the package root: this module also runs compiled, from dist/test/helpers/.
+  const script = pathToFileURL(fromRoot('scripts', 'build-dashboard.mjs')).href;
+  built ??= (import(script) as Promise<typeof import('../../scripts/build-dashboard.mjs')>)
+    .then(({ buildDashboard }) => buildDashboard())
+    .then(() => reloadDashboardAssets());
   return built;
 }
 

@@ -1,12 +1,11 @@
-// Drives worker threads attached to a shared-memory governor for the tests: spawning them (through the tsx
-// bootstrap), command/reply plumbing, shared counters, and polling for a condition.
+// Drives worker threads attached to a shared-memory governor for the tests: spawning them, command/reply
+// plumbing, shared counters, and polling for a condition.
 import { Worker } from 'node:worker_threads';
 import type { Test } from 'tap';
 import type { SharedMemoryGovernor, SharedGovernorHandle } from '../../src/governor/shared-memory.js';
 import type { Command, LoadPlan, WorkerInput } from './shared-governor-worker.js';
 
-const BOOT = new URL('./ts-worker.mjs', import.meta.url);
-const WORKER = new URL('./shared-governor-worker.ts', import.meta.url).href;
+const WORKER = new URL('./shared-governor-worker.js', import.meta.url);
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export interface Reply {
@@ -21,8 +20,8 @@ export interface Reply {
 }
 
 export function spawn(handle: SharedGovernorHandle, mode: WorkerInput['mode'], shared: { holders: SharedArrayBuffer; checks: SharedArrayBuffer }, plan?: LoadPlan): Worker {
-  const input: WorkerInput = { script: WORKER, handle, mode, holders: shared.holders, checks: shared.checks, plan };
-  return new Worker(BOOT, { workerData: input });
+  const input: WorkerInput = { handle, mode, holders: shared.holders, checks: shared.checks, plan };
+  return new Worker(WORKER, { workerData: input });
 }
 
 export function counters() {

@@ -19,8 +19,6 @@ export interface LoadPlan {
 }
 
 export interface WorkerInput {
-  /** This module's URL, for the tsx bootstrap (ts-worker.mjs). */
-  script: string;
   handle: SharedGovernorHandle;
   mode: 'load' | 'commands';
   /** Int32 counters of slots held right now (per pool, per budget), checked against the limits by every thread. */

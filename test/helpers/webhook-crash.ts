@@ -15,7 +15,6 @@ import type { JobEvent } from '../../src/jobs/job-event.js';
 import { startTestService } from './service.js';
 import { startReceiver } from './receiver.js';
 import { spawnListening } from './process.js';
-import { ensureBuiltDist } from './built-dist.js';
 
 const ROOT = fromRoot();
 const BIN = join(ROOT, 'bin', 'poolgate.js');
@@ -29,7 +28,6 @@ async function until(what: string, fn: () => boolean | Promise<boolean>, timeout
 }
 
 export async function crashMidBurst(t: Test, events: number, destinations: number, drainTimeoutMs: number): Promise<void> {
-  ensureBuiltDist();
   const receiver = await startReceiver();
   t.teardown(() => receiver.close());
   const secretKey = randomBytes(32).toString('hex');

@@ -69,9 +69,9 @@ class Thread {
 
   constructor(start: WorkerStart, host: DataplaneThreadsOptions, onEnd: (t: Thread, code: number) => void) {
     this.governor = start.governor;
-    // Under tsx (tests) this module is the .ts source; compiled it is .js: start the worker in the same form.
+    // Run from source under tsx (`npx tsx bench/…`) this module is the .ts file; compiled it is .js: start the worker in the same form.
     this.worker = import.meta.url.endsWith('.ts')
-      ? // The tsx loader of the parent (tests) does not reach a worker's module loader: register it there first.
+      ? // The tsx loader of the parent does not reach a worker's module loader: register it there first.
         new Worker(`import('tsx/esm/api').then((tsx) => { tsx.register(); return import(${JSON.stringify(new URL('./worker.ts', import.meta.url).href)}); })`, { eval: true, workerData: start })
       : new Worker(new URL('./worker.js', import.meta.url), { workerData: start });
     this.worker.on('message', (m: FromWorker) => this.#onMessage(m, host));
