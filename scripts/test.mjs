@@ -49,7 +49,13 @@ function childrenCpuMs() {
 }
 
 const started = performance.now();
-await buildTests();
+try {
+  await buildTests();
+} catch {
+  // esbuild has printed what does not compile.
+  console.error('tests: test/ does not compile (see above)');
+  process.exit(1);
+}
 // Side by side with tap's own check: the store template for this checkout (test/helpers/warm-up.ts).
 const warmUp = spawn(process.execPath, ['--liftoff-only', join(root, 'dist', 'test', 'helpers', 'warm-up.js')], { cwd: root, stdio: 'inherit' });
 const warmedUp = new Promise((resolve) => warmUp.once('exit', resolve));

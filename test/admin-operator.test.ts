@@ -3,9 +3,21 @@
 // Control API (in the OpenAPI document; keys revoked, traffic refused, the subdomain not reused).
 import t from 'tap';
 import { request } from 'undici';
-import { runAdmin } from '../src/admin/commands.js';
+import { helpText, parseAdmin, runAdmin } from '../src/admin/commands.js';
 import { startTestService } from './helpers/service.js';
 import { startOrigin } from './helpers/origin.js';
+
+t.test('every admin command the help lists answers --help with its own usage (no store is needed for it)', async (t) => {
+  const names = [...helpText().matchAll(/poolgate admin ((?:[a-z]+ ?)+?) (?=-|\[|$)/gm)].map((m) => m[1]!.trim());
+  t.ok(names.includes('bootstrap') && names.includes('token create') && names.includes('pool create'), `commands listed: ${names.join(', ')}`);
+  for (const name of names) {
+    const inv = parseAdmin([...name.split(' '), '--help']);
+    t.ok('answer' in inv, `admin ${name} --help is answered by the parse`);
+    if (!('answer' in inv)) continue;
+    t.equal(inv.answer.code, 0, `admin ${name} --help exits 0`);
+    t.match(inv.answer.stdout, new RegExp(`^usage: poolgate admin ${name}\\b`), `admin ${name} --help prints its usage`);
+  }
+});
 
 t.test('admin: bootstrap, --team by name, pools and keys', async (t) => {
   const origin = await startOrigin();

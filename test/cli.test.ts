@@ -89,26 +89,6 @@ t.test('poolgate start, admin against it, then SIGTERM', async (t) => {
   t.equal(anon.statusCode, 401);
   await anon.body.dump();
 
-  const help = await run(['admin', '--help']);
-  t.equal(help.code, 0);
-  const commands = [...help.stdout.matchAll(/poolgate admin ((?:[a-z]+ ?)+?) (?=-|\[|$)/gm)].map((m) => m[1]!.trim());
-  t.ok(commands.includes('bootstrap') && commands.includes('token create'), `commands listed: ${commands.join(', ')}`);
-  // Independent invocations run side by side: each is a fresh node process.
-  const [helps, bad, unknown] = await Promise.all([
-    Promise.all(commands.map((cmd) => run(['admin', ...cmd.split(' '), '--help']))),
-    run(['admin', 'bootstrap', '--team', 'x', '--email', 'x@y.test', '--bogus']),
-    run(['admin', 'frobnicate']),
-  ]);
-  commands.forEach((cmd, i) => {
-    t.equal(helps[i]!.code, 0, `admin ${cmd} --help exits 0`);
-    t.match(helps[i]!.stdout, new RegExp(`^usage: poolgate admin ${cmd}\\b`), `admin ${cmd} --help prints its usage`);
-  });
-  t.equal(bad.code, 2, 'an unknown flag exits 2');
-  t.match(bad.stderr, /usage: poolgate admin bootstrap/);
-  t.equal(bad.stdout, '');
-  t.equal(unknown.code, 2, 'an unknown admin command exits 2');
-  t.match(unknown.stderr, /usage: poolgate admin/);
-
   const second = await run(['start']);
   t.not(second.code, 0, 'a second start on the same data dir refuses');
   t.match(second.stderr, /in use by poolgate process/);
@@ -183,11 +163,13 @@ t.test('admin help and command-line mistakes are answered without opening a stor
   ]);
   t.equal(help.code, 0);
   t.match(help.stdout, /^usage: poolgate admin <command>/);
+  t.match(help.stdout, /poolgate admin token create /, 'it lists the commands (each one’s --help: admin-operator.test.ts)');
   t.equal(cmdHelp.code, 0);
   t.match(cmdHelp.stdout, /^usage: poolgate admin pool create\b/);
   t.equal(unknown.code, 2);
   t.match(unknown.stderr, /unknown admin command: frobnicate/);
-  t.equal(bogus.code, 2);
-  t.match(bogus.stderr, /bogus/);
+  t.equal(bogus.code, 2, 'an unknown flag exits 2');
+  t.match(bogus.stderr, /bogus[\s\S]*usage: poolgate admin bootstrap/);
+  t.equal(bogus.stdout, '');
   t.notOk(existsSync(nowhere), 'the data dir was never created');
 });
