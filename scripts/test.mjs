@@ -15,6 +15,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { buildTests, compiledTestPath } from './build-tests.mjs';
+import { makeScratch, removeScratch } from './test-scratch.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const tapBin = join(root, 'node_modules', 'tap', 'dist', 'esm', 'run.mjs');
@@ -67,9 +68,13 @@ if (!(await tapBuildIsCurrent())) {
 
 // A failed warm-up is not fatal: the test processes build the template themselves (and report what fails).
 await warmedUp;
-const child = spawn(process.execPath, [tapBin, ...process.argv.slice(2).map(compiledTestPath)], { cwd: root, stdio: 'inherit' });
+// The test processes' TMPDIR: in memory where the machine has a tmpfs (scripts/test-scratch.mjs).
+const scratch = makeScratch();
+const env = scratch ? { ...process.env, TMPDIR: scratch } : process.env;
+const child = spawn(process.execPath, [tapBin, ...process.argv.slice(2).map(compiledTestPath)], { cwd: root, stdio: 'inherit', env });
 for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => child.kill(sig));
 child.on('exit', (code, signal) => {
+  removeScratch(scratch);
   const cpu = childrenCpuMs();
   const name = process.env.npm_lifecycle_event ? `npm ${process.env.npm_lifecycle_event === 'test' ? 'test' : `run ${process.env.npm_lifecycle_event}`}` : 'tests';
   console.log(`# ${name}: ${fmt(performance.now() - started)} wall${cpu === null ? '' : `, ${fmt(cpu)} CPU`}`);

@@ -3,8 +3,6 @@
 import Fastify, { type FastifyInstance, type FastifyError, type FastifyReply, type FastifyRequest } from 'fastify';
 import swagger from '@fastify/swagger';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { Ajv, type Options as AjvOptions } from 'ajv';
-import addFormatsModule from 'ajv-formats';
 import { ApiError } from './errors.js';
 import { httpStatus } from '../errors/catalogue.js';
 import { ActorCache, authenticateRequest } from './auth.js';
@@ -27,8 +25,7 @@ import { sessionRoutes, DashboardSession } from './session.js';
 import { liveRoutes, PoolLive, MinuteRollup } from './live.js';
 import { webhookActionRoutes, DeliveryAttempt } from './webhook-actions.js';
 import { dashboardRoutes } from '../dashboard/serve.js';
-
-const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv;
+import { SchemaCompilers } from './schema-compilers.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -37,15 +34,13 @@ declare module 'fastify' {
     /** The body may be absent (spec: "body optional"); the OpenAPI document then says requestBody is not required. */
     bodyOptional?: boolean;
   }
+  interface FastifyInstance {
+    /** The validators and serializers, compiled at each route's first request (compileAll: every one now). */
+    schemaCompilers: SchemaCompilers;
+  }
 }
 
 export type ControlApp = FastifyInstance;
-
-function makeAjv(opts: AjvOptions): Ajv {
-  const ajv = new Ajv({ allErrors: false, strict: false, ...opts });
-  addFormats(ajv);
-  return ajv;
-}
 
 function describeValidation(err: FastifyError): string {
   const first = err.validation?.[0];
@@ -72,16 +67,12 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   // Bodies are validated exactly (no coercion, no silent stripping); path and query strings are coerced.
-  const bodyAjv = makeAjv({ coerceTypes: false, removeAdditional: false, useDefaults: false });
-  const textAjv = makeAjv({ coerceTypes: true, removeAdditional: false, useDefaults: true });
-  for (const s of [...sharedSchemas, DashboardSession, PoolLive, MinuteRollup, DeliveryAttempt]) {
-    app.addSchema(s);
-    bodyAjv.addSchema(s);
-    textAjv.addSchema(s);
-  }
-  app.setValidatorCompiler(({ schema, httpPart }) =>
-    httpPart === 'body' ? bodyAjv.compile(schema) : textAjv.compile(schema),
-  );
+  const shared = [...sharedSchemas, DashboardSession, PoolLive, MinuteRollup, DeliveryAttempt];
+  for (const s of shared) app.addSchema(s);
+  const compilers = new SchemaCompilers(shared);
+  app.setValidatorCompiler(compilers.validator);
+  app.setSerializerCompiler(compilers.serializer);
+  app.decorate('schemaCompilers', compilers);
 
   // JSON bodies only; an empty body means "no body" (for endpoints whose body is optional).
   app.removeAllContentTypeParsers();
