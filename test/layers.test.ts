@@ -98,3 +98,14 @@ t.test('no cycle between top-level folders beyond the known back edges', async (
   for (const node of next.keys()) if (!state.has(node)) visit(node, []);
   t.same(cycles, [], 'no cycle');
 });
+
+t.test('a node without redisUrl does not load the Redis client (the roles import src/roles/redis.ts only with it)', async (t) => {
+  const { execFileSync } = await import('node:child_process');
+  const script = `import { createRequire } from 'node:module';
+    await import(${JSON.stringify(fromRoot('dist', 'src', 'service.js'))});
+    const loaded = Object.keys(createRequire(import.meta.url).cache);
+    process.stdout.write(JSON.stringify({ modules: loaded.length, ioredis: loaded.filter((f) => f.includes('/node_modules/ioredis/')).length }));`;
+  const out = JSON.parse(execFileSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8' }));
+  t.ok(out.modules > 100, `the service's CommonJS dependencies were loaded (${out.modules} modules)`);
+  t.equal(out.ioredis, 0, 'no module of ioredis');
+});

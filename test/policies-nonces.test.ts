@@ -2,7 +2,8 @@
 // expiring; full means "cannot check", never "forget a live nonce") and Redis (SET NX PX, with the Redis
 // governor), where every node sees every nonce.
 import t from 'tap';
-import { MemoryNonceStore, RedisNonceStore } from '../src/policies/nonce-store.js';
+import { MemoryNonceStore } from '../src/policies/nonce-store.js';
+import { RedisNonceStore } from '../src/policies/redis-nonce-store.js';
 import { needServer, REDIS_URL } from './helpers/servers.js';
 import { randomBytes } from 'node:crypto';
 

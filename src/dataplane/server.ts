@@ -61,7 +61,7 @@ export interface DataplaneOptions {
   jobs?: JobIntake | null;
   /** The resolver the SSRF guard re-checks origin and JWKS connections with (tests map names). */
   lookup?: Lookup;
-  /** Where HMAC nonces are remembered, instead of the store the config implies (threads share the main thread's). */
+  /** Where HMAC nonces are remembered: Redis's with redisUrl (the role passes it), the main thread's in a thread; default in memory. */
   nonces?: NonceStore;
 }
 
@@ -138,7 +138,7 @@ export class Dataplane {
     this.#release = releaseStage(opts.metrics ?? null, this.#accessLog);
     this.#route = routeStage(opts.config.poolDomain);
     this.policies = new Policies({
-      config: { redisUrl: opts.config.redisUrl, trustedProxies },
+      config: { trustedProxies },
       clock,
       targets,
       onRefusal: (pool, policy, reason) => opts.metrics?.policyRefused?.(pool, policy, reason),

@@ -1,7 +1,6 @@
 // The policies stage (stage 4): each pool's policies compiled once from its settings and run in a
 // fixed order (access proxy, IP allowlist, HMAC, JWT) after key auth and scope, before a slot is taken.
 // The data plane and the lock API both run it; each refusal is counted by pool, policy and reason.
-import type { Config } from '../config/schema.js';
 import type { KeyEntry, PoolEntry } from '../pool-request/snapshot.js';
 import type { PoolSettings } from '../store/pool-settings.js';
 import type { ConnectTargets } from '../security/ssrf-connect-guard.js';
@@ -11,7 +10,7 @@ import { clientAddress } from './client-address.js';
 import { hmacPolicy } from './hmac.js';
 import { ipAllowlistPolicy } from './ip-allowlist.js';
 import { jwksFetcher, jwtPolicy, type JwksFetch } from './jwt.js';
-import { MemoryNonceStore, RedisNonceStore, type NonceStore } from './nonce-store.js';
+import { MemoryNonceStore, type NonceStore } from './nonce-store.js';
 import { BodyLimit } from '../pool-request/body-limit.js';
 import { refuse, type Policy, type PolicyRefusal, type PolicyRequest, type Verdict } from './policy.js';
 
@@ -34,11 +33,11 @@ function policyKey(s: PoolSettings): string {
 }
 
 export interface PoliciesOptions {
-  config: Pick<Config, 'redisUrl'> & { trustedProxies?: readonly string[] };
+  config: { trustedProxies?: readonly string[] };
   clock?: () => number;
   /** Called once per refusal (the Prometheus counter). */
   onRefusal?: (pool: string, policy: string, reason: string) => void;
-  /** Replaces the nonce store the config implies (tests). */
+  /** Where HMAC nonces are remembered: Redis with redisUrl (the data plane role passes it), else in memory. */
   nonces?: NonceStore;
   /** The SSRF guard JWKS fetches connect through; absent: allowPrivateTargets off, system DNS. */
   targets?: ConnectTargets;
@@ -49,7 +48,6 @@ export class Policies {
   readonly #trusted: CidrList;
   readonly #clock: () => number;
   readonly #onRefusal: PoliciesOptions['onRefusal'];
-  readonly #nonceOpts: PoliciesOptions;
   #nonces: NonceStore | null;
   readonly #targets: ConnectTargets | undefined;
   #jwks: { fetch: JwksFetch; close(): Promise<void> } | null = null;
@@ -60,12 +58,11 @@ export class Policies {
     this.#clock = opts.clock ?? Date.now;
     this.#onRefusal = opts.onRefusal;
     this.#nonces = opts.nonces ?? null;
-    this.#nonceOpts = opts;
   }
 
-  /** Created on first use, so a node with no signed pools opens no Redis connection. */
+  /** The one passed in, or one in memory made at first use. */
   #nonceStore(): NonceStore {
-    this.#nonces ??= this.#nonceOpts.config.redisUrl ? new RedisNonceStore(this.#nonceOpts.config.redisUrl) : new MemoryNonceStore({ clock: this.#clock });
+    this.#nonces ??= new MemoryNonceStore({ clock: this.#clock });
     return this.#nonces;
   }
 

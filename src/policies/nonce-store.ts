@@ -1,6 +1,6 @@
 // Seen HMAC nonces, kept for as long as their signature could still be accepted. In the governor's
-// backend: in memory (one node; bounded, expiring) or Redis (SET NX PX; every node shares it).
-import { Redis } from 'ioredis';
+// backend: in memory (one node; bounded, expiring; here) or Redis (SET NX PX; every node shares it;
+// redis-nonce-store.ts, loaded only where redisUrl is set).
 
 /** `fresh`: first sighting (now remembered); `seen`: a replay; `full`: cannot remember more right now. */
 export type NonceClaim = 'fresh' | 'seen' | 'full';
@@ -52,26 +52,5 @@ export class MemoryNonceStore implements NonceStore {
 
   async close(): Promise<void> {
     this.#seen.clear();
-  }
-}
-
-export class RedisNonceStore implements NonceStore {
-  readonly #redis: Redis;
-
-  constructor(url: string) {
-    // One retry, then the claim fails and the caller answers 503 (a replay check that cannot run must not admit).
-    this.#redis = new Redis(url, { maxRetriesPerRequest: 1 });
-    this.#redis.on('error', () => {
-      /* reported per claim */
-    });
-  }
-
-  async claim(id: string, ttlMs: number): Promise<NonceClaim> {
-    const r = await this.#redis.set(`poolgate:nonce:${id}`, '1', 'PX', Math.max(1, Math.ceil(ttlMs)), 'NX');
-    return r === 'OK' ? 'fresh' : 'seen';
-  }
-
-  async close(): Promise<void> {
-    this.#redis.disconnect();
   }
 }

@@ -3,10 +3,8 @@
 import type { LiveSource } from '../control/context.js';
 import { PROCESS_TIME, SYSTEM_TIME } from '../governor/clock.js';
 import { MemoryGovernor } from '../governor/memory.js';
-import { RedisGovernor, redisGovernorFromConfig } from '../governor/redis.js';
 import { SharedMemoryGovernor } from '../governor/shared-memory.js';
 import { storeIntake } from '../jobs/job-intake.js';
-import { RedisLeaseRegistry } from '../lock/redis-leases.js';
 import { LockServer } from '../lock/server.js';
 import { LiveCounts } from '../metrics/live-counts.js';
 import { RequestMetrics } from '../dataplane/pool-metrics.js';
@@ -44,8 +42,9 @@ export async function startDataplaneRole(rc: RoleContext, live: { source: LiveSo
   if (threadCount > 1 && config.redisUrl) throw new Error('dataplaneThreads above 1 shares the limits in memory: it cannot be combined with redisUrl yet');
   const shared = threadCount > 1 ? new SharedMemoryGovernor(PROCESS_TIME) : null;
   // With threads, one nonce store for all of them (claims come to the main thread), so a replay to another thread is caught.
-  const nonces = shared ? new MemoryNonceStore() : undefined;
-  const governor = config.redisUrl ? await redisGovernorFromConfig(config, log, SYSTEM_TIME) : (shared ?? new MemoryGovernor(SYSTEM_TIME));
+  const redis = config.redisUrl ? await (await import('./redis.js')).startRedisNode(config.redisUrl, config, log) : null;
+  const nonces = shared ? new MemoryNonceStore() : redis?.nonces();
+  const governor = redis?.governor ?? shared ?? new MemoryGovernor(SYSTEM_TIME);
   const poolMetrics = new PoolMetrics();
   const rollups = new RollupBuffer({
     db: sql,
@@ -95,7 +94,7 @@ export async function startDataplaneRole(rc: RoleContext, live: { source: LiveSo
     sink = new RequestMetrics(poolMetrics, rollups, pool.snapshots, governor, liveCounts);
     live.source = { state: (poolId) => governor.state(poolId), lastMinute: (poolId) => liveCounts.lastMinute(poolId) };
     health.add(snapshotCheck('snapshot', pool.snapshots));
-    if (governor instanceof RedisGovernor) health.add(governorCheck(governor, config.governorFailurePolicy));
+    if (redis) health.add(governorCheck(redis.governor, config.governorFailurePolicy));
     ports.proxy = pool.port;
     // The lock API shares the data plane's snapshot, governor and access log.
     lockApi = await LockServer.start({
@@ -103,7 +102,7 @@ export async function startDataplaneRole(rc: RoleContext, live: { source: LiveSo
       port: config.lockPort,
       governor,
       // With Redis, leases live there: a slot taken on one node is renewed and released on any other.
-      leases: governor instanceof RedisGovernor ? new RedisLeaseRegistry(governor) : undefined,
+      leases: redis?.leases(),
       metrics: sink,
       snapshots: pool.snapshots,
       log,

@@ -7,7 +7,6 @@ import { SnapshotSource, poolLimits } from '../dataplane/snapshot-source.js';
 import { SYSTEM_TIME } from '../governor/clock.js';
 import type { Governor } from '../governor/governor.js';
 import { MemoryGovernor } from '../governor/memory.js';
-import { RedisGovernor, redisGovernorFromConfig } from '../governor/redis.js';
 import { JobRunner, type JobRunnerTuning } from '../jobs/runner.js';
 import { enqueueJobEvent } from '../webhooks/outbox.js';
 import { governorCheck, snapshotCheck } from './health-checks.js';
@@ -66,7 +65,8 @@ export async function startJobRunner(rc: RoleContext, dataplane: Dataplane | nul
 /** A worker-only process: its own snapshot, governor and database connections, followed from the store. */
 async function ownAdmission(rc: RoleContext): Promise<Admission> {
   const { config, sql, box, log, clock, health } = rc;
-  const own = config.redisUrl ? await redisGovernorFromConfig(config, log, SYSTEM_TIME) : new MemoryGovernor(SYSTEM_TIME);
+  const redis = config.redisUrl ? await (await import('./redis.js')).startRedisNode(config.redisUrl, config, log) : null;
+  const own = redis?.governor ?? new MemoryGovernor(SYSTEM_TIME);
   // Database pools' jobs need connections of their own when no data plane shares the process.
   const databases = new DbUpstreams({ allowInsecure: config.dbAllowInsecure, allowPrivate: config.allowPrivateTargets, log });
   const source = new SnapshotSource({
@@ -88,6 +88,6 @@ async function ownAdmission(rc: RoleContext): Promise<Admission> {
     throw err;
   }
   health.add(snapshotCheck('worker_snapshot', source));
-  if (own instanceof RedisGovernor) health.add(governorCheck(own, config.governorFailurePolicy));
+  if (redis) health.add(governorCheck(redis.governor, config.governorFailurePolicy));
   return { governor: own, snapshots: source, databases, stop };
 }

@@ -1,0 +1,25 @@
+// Seen HMAC nonces in Redis (SET NX PX), shared by every node: a replay to another node is caught.
+import { Redis } from 'ioredis';
+import type { NonceClaim, NonceStore } from './nonce-store.js';
+
+export class RedisNonceStore implements NonceStore {
+  readonly #redis: Redis;
+
+  constructor(url: string) {
+    // Connected at the first claim, so a node with no signed pools opens no connection. One retry, then the
+    // claim fails and the caller answers 503 (a replay check that cannot run must not admit).
+    this.#redis = new Redis(url, { maxRetriesPerRequest: 1, lazyConnect: true });
+    this.#redis.on('error', () => {
+      /* reported per claim */
+    });
+  }
+
+  async claim(id: string, ttlMs: number): Promise<NonceClaim> {
+    const r = await this.#redis.set(`poolgate:nonce:${id}`, '1', 'PX', Math.max(1, Math.ceil(ttlMs)), 'NX');
+    return r === 'OK' ? 'fresh' : 'seen';
+  }
+
+  async close(): Promise<void> {
+    this.#redis.disconnect();
+  }
+}
