@@ -1,6 +1,6 @@
 // The Control API's schema compilers: ajv for request bodies (exact: no coercion, no stripping) and for path and
 // query strings (coerced, defaults applied), fast-json-stringify for responses. Each route's schemas are compiled
-// at its first request, not at start-up: compiling all ~120 of them took ~0.3 s of CPU per start (about a
+// at its first request, not at start-up: compiling all of them took ~0.3 s of CPU per start (about a
 // tenth of a service's start), and a process serves a handful of routes for a long time or many for a short
 // one. compileAll() compiles what is left, so a test can prove every schema compiles.
 import { Ajv, type Options as AjvOptions, type ValidateFunction } from 'ajv';
