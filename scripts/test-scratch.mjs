@@ -1,4 +1,4 @@
-// The tests' scratch space: TMPDIR for the test processes, a directory of its own in /dev/shm when that is a
+// The tests' scratch space: TMPDIR for the test processes, a directory of its own in /dev/shm when that is a roomy
 // tmpfs, removed when the run ends. Every service a test starts keeps its store (a ~25 MB PGlite data dir of
 // ~480 files), its sockets and its files under os.tmpdir(). On ext4 a copy and removal of that data dir cost
 // ~0.38 s of system time (file creation and the journal, not the bytes) and each commit's fsync waits on the
@@ -10,6 +10,8 @@ import { join } from 'node:path';
 const SHM = '/dev/shm';
 const TMPFS_MAGIC = 0x01021994;
 const PREFIX = 'poolgate-test-';
+/** Less free than this (a container's default /dev/shm is 64 MiB) and the tests keep the usual TMPDIR. */
+const MIN_FREE = 2 * 1024 ** 3;
 
 function alive(pid) {
   try {
@@ -20,10 +22,12 @@ function alive(pid) {
   }
 }
 
-/** A fresh scratch dir in /dev/shm, or null where there is no tmpfs there (the tests then use the usual TMPDIR). */
+/** A fresh scratch dir in /dev/shm, or null where there is no roomy tmpfs there (the tests then use the usual TMPDIR). */
 export function makeScratch() {
   try {
-    if (!existsSync(SHM) || statfsSync(SHM).type !== TMPFS_MAGIC) return null;
+    if (!existsSync(SHM)) return null;
+    const fs = statfsSync(SHM);
+    if (fs.type !== TMPFS_MAGIC || fs.bavail * fs.bsize < MIN_FREE) return null;
     // Runs that were killed before they could remove theirs (the name holds the runner's pid).
     for (const name of readdirSync(SHM)) {
       const pid = Number(name.slice(PREFIX.length).split('-')[0]);
