@@ -29,6 +29,20 @@ export class SchemaCompilers {
   /** Compiles of schemas no request has needed yet. */
   readonly #pending = new Set<() => unknown>();
 
+  /** `make` run once, at the first call of what this returns (or at compileAll). */
+  #lazily<F>(make: () => F): () => F {
+    let made: F | null = null;
+    const get = (): F => {
+      if (made === null) {
+        made = make();
+        this.#pending.delete(get);
+      }
+      return made;
+    };
+    this.#pending.add(get);
+    return get;
+  }
+
   constructor(shared: readonly TSchema[]) {
     this.#bodyAjv = makeAjv({ coerceTypes: false, removeAdditional: false, useDefaults: false }, shared);
     this.#textAjv = makeAjv({ coerceTypes: true, removeAdditional: false, useDefaults: true }, shared);
@@ -38,13 +52,11 @@ export class SchemaCompilers {
   /** fastify's validatorCompiler. */
   readonly validator = ({ schema, httpPart }: RouteSchema): LazyValidator => {
     const ajv = httpPart === 'body' ? this.#bodyAjv : this.#textAjv;
-    let fn: ValidateFunction | null = null;
-    const compile = () => (fn ??= ajv.compile(schema as object));
-    this.#pending.add(compile);
+    const compiled = this.#lazily(() => ajv.compile(schema as object));
     const validate: LazyValidator = (data) => {
-      if (!fn) this.#pending.delete(compile);
-      const ok = compile()(data);
-      validate.errors = fn!.errors;
+      const fn = compiled();
+      const ok = fn(data) as boolean;
+      validate.errors = fn.errors;
       return ok;
     };
     return validate;
@@ -53,30 +65,19 @@ export class SchemaCompilers {
   /** fastify's serializerCompiler (what fastify's default does: a schema is not also passed as its own external). */
   readonly serializer = ({ schema }: RouteSchema): ((data: unknown) => string) => {
     const s = schema as TSchema;
-    let fn: ((data: unknown) => string) | null = null;
-    const compile = () => {
-      if (!fn) {
-        let external = this.#byId;
-        if (s.$id && s.$id in external) {
-          external = { ...external };
-          delete external[s.$id];
-        }
-        fn = fastJsonStringify(s as AnySchema, { schema: external }) as (data: unknown) => string;
+    const compiled = this.#lazily(() => {
+      let external = this.#byId;
+      if (s.$id && s.$id in external) {
+        external = { ...external };
+        delete external[s.$id];
       }
-      return fn;
-    };
-    this.#pending.add(compile);
-    return (data) => {
-      if (!fn) this.#pending.delete(compile);
-      return compile()(data);
-    };
+      return fastJsonStringify(s as AnySchema, { schema: external }) as (data: unknown) => string;
+    });
+    return (data) => compiled()(data);
   };
 
   /** Compiles every schema not compiled yet; throws what a schema that does not compile throws. */
   compileAll(): void {
-    for (const compile of this.#pending) {
-      compile();
-      this.#pending.delete(compile);
-    }
+    for (const compile of this.#pending) compile();
   }
 }

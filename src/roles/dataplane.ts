@@ -18,7 +18,7 @@ import { startMetricsServer, type MetricsServer } from '../metrics/server.js';
 import { policiesGate } from '../policies/index.js';
 import { MemoryNonceStore } from '../policies/nonce-store.js';
 import { governorCheck, snapshotCheck } from './health-checks.js';
-import { closes, stopInOrder, type RoleContext, type Running } from './role.js';
+import { closes, redisSide, stopInOrder, type RoleContext, type Running } from './role.js';
 import { startMysqlListener, startPgWireListener } from './wire-listeners.js';
 
 export interface DataplaneRole extends Running {
@@ -42,7 +42,7 @@ export async function startDataplaneRole(rc: RoleContext, live: { source: LiveSo
   if (threadCount > 1 && config.redisUrl) throw new Error('dataplaneThreads above 1 shares the limits in memory: it cannot be combined with redisUrl yet');
   const shared = threadCount > 1 ? new SharedMemoryGovernor(PROCESS_TIME) : null;
   // With threads, one nonce store for all of them (claims come to the main thread), so a replay to another thread is caught.
-  const redis = config.redisUrl ? await (await import('./redis.js')).startRedisNode(config.redisUrl, config, log) : null;
+  const redis = await redisSide(config, log);
   const nonces = shared ? new MemoryNonceStore() : redis?.nonces();
   const governor = redis?.governor ?? shared ?? new MemoryGovernor(SYSTEM_TIME);
   const poolMetrics = new PoolMetrics();

@@ -10,7 +10,7 @@ import { MemoryGovernor } from '../governor/memory.js';
 import { JobRunner, type JobRunnerTuning } from '../jobs/runner.js';
 import { enqueueJobEvent } from '../webhooks/outbox.js';
 import { governorCheck, snapshotCheck } from './health-checks.js';
-import type { RoleContext, Running } from './role.js';
+import { redisSide, type RoleContext, type Running } from './role.js';
 
 export interface JobRunnerRole extends Running {
   readonly runner: JobRunner;
@@ -65,7 +65,7 @@ export async function startJobRunner(rc: RoleContext, dataplane: Dataplane | nul
 /** A worker-only process: its own snapshot, governor and database connections, followed from the store. */
 async function ownAdmission(rc: RoleContext): Promise<Admission> {
   const { config, sql, box, log, clock, health } = rc;
-  const redis = config.redisUrl ? await (await import('./redis.js')).startRedisNode(config.redisUrl, config, log) : null;
+  const redis = await redisSide(config, log);
   const own = redis?.governor ?? new MemoryGovernor(SYSTEM_TIME);
   // Database pools' jobs need connections of their own when no data plane shares the process.
   const databases = new DbUpstreams({ allowInsecure: config.dbAllowInsecure, allowPrivate: config.allowPrivateTargets, log });

@@ -1,6 +1,6 @@
 // A node's Redis side, with redisUrl set: the governor every node shares, the lock API's leases in Redis and
-// the HMAC nonces. The roles import this module (with `import()`) only when redisUrl is set: ioredis and what
-// it brings cost ~0.15 s of CPU to load, which a node without Redis does not pay at start.
+// the HMAC nonces. Loaded only through redisSide() (role.ts), when redisUrl is set: ioredis and what it brings
+// cost ~0.15 s of CPU to load, which a node without Redis does not pay at start.
 import type { Config } from '../config/schema.js';
 import { SYSTEM_TIME } from '../governor/clock.js';
 import { redisGovernorFromConfig, type RedisGovernor } from '../governor/redis.js';
@@ -14,9 +14,9 @@ export interface RedisNode {
   nonces(): RedisNonceStore;
 }
 
-/** Connects the governor to `url` (config.redisUrl); the roles load this module with `import()`, only then. */
+/** Connects the governor to config.redisUrl (`url`). */
 export async function startRedisNode(url: string, config: Config, log: Logger): Promise<RedisNode> {
-  const governor = await redisGovernorFromConfig({ ...config, redisUrl: url }, log, SYSTEM_TIME);
+  const governor = await redisGovernorFromConfig(config, log, SYSTEM_TIME);
   return { governor, leases: () => new RedisLeaseRegistry(governor), nonces: () => new RedisNonceStore(url) };
 }
 

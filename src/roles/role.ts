@@ -6,6 +6,7 @@ import type { Logger } from '../log.js';
 import type { SecretBox } from '../security/secret-box.js';
 import type { Lookup } from '../security/targets.js';
 import type { Sql } from '../store/sql.js';
+import type { RedisNode } from './redis.js';
 
 /** A started part of the process. stop() ends it, letting its in-flight work finish first. */
 export interface Running {
@@ -52,4 +53,11 @@ export async function stopInOrder(parts: ReadonlyArray<Running | null>): Promise
 /** A part whose own method is close() (listeners, servers), as a Running; null stays null (not started). */
 export function closes(part: { close(): Promise<void> } | null): Running | null {
   return part && { stop: () => part.close() };
+}
+
+/** The node's Redis side (redis.ts) when redisUrl is set, imported only then; null without Redis. */
+export async function redisSide(config: Config, log: Logger): Promise<RedisNode | null> {
+  if (!config.redisUrl) return null;
+  const { startRedisNode } = await import('./redis.js');
+  return startRedisNode(config.redisUrl, config, log);
 }
