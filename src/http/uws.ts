@@ -39,3 +39,14 @@ export function loadUws(): typeof UwsTypes {
   loaded = mod;
   return mod;
 }
+
+/** Whether the native uWebSockets.js build loads here (tests of the `uws` option run only where it does). */
+export function uwsLoads(): boolean {
+  try {
+    loadUws();
+    return true;
+  } catch (err) {
+    if (err instanceof UwsUnavailableError) return false;
+    throw err;
+  }
+}
