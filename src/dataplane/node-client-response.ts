@@ -4,6 +4,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Reply } from '../pool-request/exchange.js';
 import { ClientState, type ClientSide } from '../pool-request/client-response.js';
+import { nodeRequestEnded } from './node-connection.js';
 
 export class NodeClientResponse extends ClientState implements ClientSide {
   readonly #req: IncomingMessage;
@@ -19,6 +20,7 @@ export class NodeClientResponse extends ClientState implements ClientSide {
     this.#res = res;
     this.#head = head;
     res.once('close', () => {
+      nodeRequestEnded(req.socket);
       if (this.isEnded && res.writableFinished) return;
       this.clientGone();
     });
