@@ -17,14 +17,17 @@ interface ProxySocket extends Socket {
 }
 
 /**
- * A request node:http read. true: it may begin now; false: an answer before it on the connection is not out yet,
+ * A request node:http read. 'now': it may begin; 'later': an answer before it on the connection is not out yet,
  * and it begins at `res`'s 'socket' event (node:http gives a response its socket once the answers before it have
  * finished; never, when one of them closed the connection).
  */
-export function nodeRequestArrived(req: IncomingMessage, res: ServerResponse): boolean {
+export function nodeRequestArrived(req: IncomingMessage, res: ServerResponse): 'now' | 'later' | 'never' {
   const socket = req.socket as ProxySocket;
+  // An answer before it closed the connection (a refusal, HTTP/1.0): node:http may already have let go of that
+  // answer and handed this one the closing socket. Nothing behind a close is served.
+  if (socket.destroyed || socket.writableEnded) return 'never';
   socket[OPEN] = (socket[OPEN] ?? 0) + 1;
-  return res.socket !== null;
+  return res.socket !== null ? 'now' : 'later';
 }
 
 /** The answer to a request of `socket` is over (finished or cut): a pending parse error answer may go out. */

@@ -325,8 +325,9 @@ export class Dataplane {
    * pipelined behind an answer that is not out yet begins once it is (src/dataplane/node-connection.ts).
    */
   #handleNode(req: IncomingMessage, res: ServerResponse, expectContinue: boolean): void {
-    if (nodeRequestArrived(req, res)) this.#serveNode(req, res, expectContinue);
-    else res.once('socket', () => this.#serveNode(req, res, expectContinue));
+    const when = nodeRequestArrived(req, res);
+    if (when === 'now') this.#serveNode(req, res, expectContinue);
+    else if (when === 'later') res.once('socket', () => this.#serveNode(req, res, expectContinue));
   }
 
   #serveNode(req: IncomingMessage, res: ServerResponse, expectContinue: boolean): void {
@@ -397,6 +398,8 @@ export class Dataplane {
 
   /** A stage's refusal. It leaves any request body unread: that connection is closed rather than the body parsed. */
   #stop(ex: Exchange, client: ClientSide, r: Reply): void {
+    // uWS would parse what follows the unread body as a request of its own: answered on the next turn instead.
+    if (ex.body !== null && this.#app !== null) return this.#refuseFraming(ex, client, r);
     client.sendReply(r, null, ex.body !== null);
     this.#settle(ex, { outcome: r.error, status: r.status });
   }
