@@ -142,6 +142,8 @@ export function forward(deps: ForwardDeps, ex: Exchange, client: ClientResponse,
 }
 
 const CONNECT_REFUSED = reply(400, 'bad_request', 'the request cannot be forwarded: CONNECT is not supported');
+/** Bytes of an answer drained for a client that left before the origin finished; past them the connection is cut. */
+const DRAIN_LIMIT = 1024 * 1024;
 const ABORTED = Object.assign(new Error('request aborted by the proxy'), { code: 'UND_ERR_ABORTED' });
 
 /**
@@ -157,8 +159,15 @@ class Forwarding implements Dispatcher.DispatchHandler {
   readonly #body: RequestBody | null;
   readonly #end: ForwardEnd;
   readonly #started = performance.now();
-  /** waiting: no response yet; streaming: the body is going to the client; done: resolved. */
-  #state: 'waiting' | 'streaming' | 'done' = 'waiting';
+  /**
+   * waiting: no response yet; streaming: the body is going to the client; draining: the client left and the
+   * origin's answer is read and dropped, so that the slot is freed when the origin is done with the request;
+   * done: resolved.
+   */
+  #state: 'waiting' | 'streaming' | 'draining' | 'done' = 'waiting';
+  /** The client left before the response: it is drained (not sent) once it starts. */
+  #orphaned = false;
+  #drained = 0;
   #controller: Dispatcher.DispatchController | null = null;
   #timer: NodeJS.Timeout | null = null;
   #upstream: Outcome | null = null;
@@ -229,7 +238,10 @@ class Forwarding implements Dispatcher.DispatchHandler {
       headers,
     };
     this.#upstream = upstream;
-    if (!client.open) return this.#cut({ outcome: 'client_aborted', status: 0, upstream: { ...upstream, dropped: true } });
+    if (!client.open) {
+      this.#state = 'draining';
+      return;
+    }
     const head = clientResponseHeaders(headers);
     for (const h of governorHeaders(this.#deps.governor, ex.pool!.id, ex.queuedMs)) head.push(h);
     client.writeHead(status, head);
@@ -246,6 +258,11 @@ class Forwarding implements Dispatcher.DispatchHandler {
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.#state === 'draining') {
+      this.#drained += chunk.length;
+      if (this.#drained > DRAIN_LIMIT) this.#cut(this.#orphanSettlement());
+      return;
+    }
     if (this.#state !== 'streaming') return;
     const client = this.#client;
     if (!client.open) return;
@@ -284,6 +301,8 @@ class Forwarding implements Dispatcher.DispatchHandler {
   }
 
   onResponseEnd(): void {
+    // The origin is done with it and the connection goes back to the pool clean: now the slot is free.
+    if (this.#state === 'draining') return this.#finish(this.#orphanSettlement());
     if (this.#state !== 'streaming') return;
     if (this.#total === null || this.#total === 0) {
       this.#client.end();
@@ -304,6 +323,7 @@ class Forwarding implements Dispatcher.DispatchHandler {
   onResponseError(_controller: Dispatcher.DispatchController | null, err: Error): void {
     if (this.#state === 'done') return;
     this.#clearTimer();
+    if (this.#state === 'draining' || this.#orphaned) return this.#finish(this.#orphanSettlement());
     const client = this.#client;
     if (this.#state === 'streaming') {
       // Aborting for a client that left also errors the body: that is still the client's doing.
@@ -324,13 +344,31 @@ class Forwarding implements Dispatcher.DispatchHandler {
   #onDeadline(): void {
     this.#timer = null;
     if (this.#state !== 'waiting') return;
+    if (this.#orphaned) return this.#cut(this.#orphanSettlement());
     this.#failBeforeResponse(UPSTREAM_TIMEOUT, undefined, true);
   }
 
+  /**
+   * The client left. The origin is still serving the request, whatever happens to the connection (most servers do
+   * not stop a handler when its client goes), so the slot stays taken until the origin is done: its answer is
+   * drained (up to DRAIN_LIMIT bytes, within the request timeout) and the connection returned to the pool. Cutting
+   * the connection instead would free the slot while the origin may not have noticed yet (issue 25 item 8: the
+   * origin saw max_concurrent + 1). A request whose body had not all arrived cannot complete: it is cut.
+   */
   #onClientGone(): void {
-    if (this.#state === 'done') return;
+    if (this.#state === 'done' || this.#state === 'draining') return;
+    const body = this.#body;
+    if ((body !== null && !body.complete) || this.#controller === null) return this.#cut(this.#orphanSettlement());
+    this.#orphaned = true;
+    if (this.#state === 'streaming') {
+      this.#state = 'draining';
+      this.#controller.resume();
+    }
+  }
+
+  #orphanSettlement(): Settlement {
     const upstream = this.#upstream;
-    this.#cut(upstream ? { outcome: 'client_aborted', status: 0, upstream: { ...upstream, dropped: true } } : { outcome: 'client_aborted', status: 0 });
+    return upstream ? { outcome: 'client_aborted', status: 0, upstream: { ...upstream, dropped: true } } : { outcome: 'client_aborted', status: 0 };
   }
 
   /**
