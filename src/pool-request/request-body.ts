@@ -13,6 +13,8 @@ export class BodyTimeoutError extends Error {
   static readonly reply = reply(408, 'request_timeout', 'the request body stopped arriving (POOLGATE_PROXY_BODY_TIMEOUT_MS)');
 }
 
+const swallow = (): void => {};
+
 export class RequestBody extends Readable {
   readonly #client: ClientResponse;
   readonly #limit: BodyLimit | null;
@@ -37,6 +39,8 @@ export class RequestBody extends Readable {
     this.#limit = limit;
     this.#idleMs = idleMs;
     this.#kept = keep ? [] : null;
+    // Whoever reads the body learns of its end from `errored` or its own listener; none may be attached yet.
+    this.on('error', swallow);
     onData((chunk, isLast) => this.#onChunk(chunk, isLast));
   }
 
