@@ -1,7 +1,7 @@
 # poolgate: every role in one process (`poolgate start`), embedded store in the /data volume.
 # Build: docker build -t poolgate .   Run: docker run -p 7070-7072:7070-7072 -v poolgate-data:/data poolgate
 
-FROM node:20-bookworm-slim AS build
+FROM node:24-bookworm-slim AS build
 # Toolchain only for native modules without a prebuilt binary for this architecture; not in the final image.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 make g++ \
@@ -10,16 +10,18 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 # npm ci runs the prepare script, which skips the build here (no sources yet); it is built below once they are copied.
 COPY scripts/prepare.mjs ./scripts/prepare.mjs
-RUN npm ci
+# The image's own Node.js 24 runs poolgate: skip the node-linux-* packages that bring Node 24 to hosts whose system
+# Node is older (their optional dependencies are only that).
+RUN npm ci --omit=optional
 COPY tsconfig.json ./
 COPY bin ./bin
 COPY config ./config
 COPY src ./src
 COPY dashboard ./dashboard
 COPY scripts ./scripts
-RUN npm run build && npm prune --omit=dev
+RUN npm run build && npm prune --omit=dev --omit=optional
 
-FROM node:20-bookworm-slim
+FROM node:24-bookworm-slim
 ENV NODE_ENV=production \
     POOLGATE_HOST=0.0.0.0 \
     POOLGATE_DATA_DIR=/data

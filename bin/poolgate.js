@@ -2,6 +2,16 @@
 // Entry for `npx poolgate`: runs the compiled CLI (built once at install by the `prepare` script; `npm run build`
 // rebuilds it; npm start never builds, so a second start cannot rewrite a running instance's files). The V8 flag gives the
 // young generation room for a proxy's short-lived buffers: see docs/decisions/runtime.md.
+// Node.js 24 (docs/decisions/runtime.md). On a host whose system Node is older, `npm ci` installs Node 24 as
+// node_modules/.bin/node, which npm scripts and npx put first on PATH; a shell that runs this file directly does not.
+const major = Number(process.versions.node.split('.')[0]);
+if (major < 24) {
+  console.error(
+    `poolgate needs Node.js 24 or later; this is ${process.version} (${process.execPath}). ` +
+      'Run it through npm or npx (npm start, npx poolgate …), which use the Node 24 that npm ci installed in node_modules/.bin, or install Node.js 24.',
+  );
+  process.exit(1);
+}
 import('../dist/src/cli.js').then((m) => m.main(process.argv.slice(2))).catch((err) => {
   if (err && err.code === 'ERR_MODULE_NOT_FOUND' && String(err.message).includes('dist/src/cli.js')) {
     console.error('poolgate is not built: run `npm run build` (npm install/ci build it unless the sources were absent).');

@@ -34,7 +34,7 @@ export async function buildTests() {
     outbase: root,
     format: 'esm',
     platform: 'node',
-    target: 'node20',
+    target: 'node24',
     // Stack traces name the .ts file and line (tap runs tests with --enable-source-maps).
     sourcemap: 'linked',
     logLevel: 'warning',

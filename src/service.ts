@@ -6,6 +6,7 @@ import type { ControlApp } from './control/app.js';
 import type { LiveSource } from './control/context.js';
 import { startAdminSocket } from './admin/socket.js';
 import { loadUws } from './http/uws.js';
+import { proxyHttpParser } from './dataplane/http-parser.js';
 import { createLogger, type LogFormat, type Logger } from './log.js';
 import type { Dataplane } from './dataplane/server.js';
 import type { DataplaneThreads } from './dataplane/threads/host.js';
@@ -71,8 +72,8 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
   if (roles.length < 3 && !config.databaseUrl) {
     throw new Error('running roles in separate processes needs a shared store: set DATABASE_URL (PostgreSQL)');
   }
-  // Refuse early, before anything binds, when the native uWS build is missing.
-  if (roles.includes('dataplane')) loadUws();
+  // Refuse early, before anything binds, when uWS was asked for and its native build is missing.
+  if (roles.includes('dataplane') && proxyHttpParser(config) === 'uws') loadUws();
 
   const store = await openServiceStore(config);
   const { sql, box } = store;

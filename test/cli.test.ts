@@ -122,7 +122,7 @@ t.test('admin commands on a stopped embedded store run directly, and what they w
 t.test('refusals name what is wrong and exit non-zero', async (t) => {
   const [control, fallback, port, unknown, help, flag, version] = await Promise.all([
     run(['control']),
-    run(['start'], { UWS_USE_FALLBACK: '1' }),
+    run(['start'], { UWS_USE_FALLBACK: '1', POOLGATE_PROXY_HTTP_PARSER: 'uws' }),
     run(['start'], { POOLGATE_CONTROL_PORT: 'abc' }),
     run(['launch']),
     run(['--help']),
@@ -137,7 +137,7 @@ t.test('refusals name what is wrong and exit non-zero', async (t) => {
   t.not(control.code, 0, 'control without DATABASE_URL exits non-zero');
   t.match(control.stderr, /DATABASE_URL/);
 
-  t.not(fallback.code, 0, 'start on the uWS fallback exits non-zero');
+  t.not(fallback.code, 0, 'start with proxyHttpParser=uws on the uWS fallback exits non-zero');
   t.match(fallback.stderr, /UWS_USE_FALLBACK/);
   t.notOk(existsSync(join(dataDir, 'poolgate.pid')), 'it refused before locking the data dir');
 

@@ -203,7 +203,7 @@ export const ConfigSchema = Type.Object(
       default: 'auto',
       env: 'POOLGATE_PROXY_HTTP_PARSER',
       description:
-        "The proxy port's HTTP/1.1 server. 'node' (node:http's llhttp): answers pipelined, HTTP/1.0 and malformed requests as RFC 9112 asks and authenticates before 100 Continue. 'uws' (uWebSockets.js 20.30): less CPU per request, but closes pipelined requests unanswered and does not answer HTTP/1.0 or malformed ones, so only behind a strict HTTP proxy. 'auto': node with one data plane thread, uws with several (node:http on Node 20 cannot share one port between threads). See docs/decisions/http-front-door.md.",
+        "The proxy port's HTTP/1.1 server. 'node' (node:http's llhttp, the default): answers pipelined, HTTP/1.0 and malformed requests as RFC 9112 asks and authenticates before 100 Continue; several data plane threads share one port through SO_REUSEPORT. 'uws' (uWebSockets.js 20.30): only where its native build loads (Node 20 on linux; start-up is refused otherwise), closes pipelined requests unanswered and does not answer HTTP/1.0 or malformed ones, so only behind a strict HTTP proxy. 'auto' is 'node'. See docs/decisions/http-front-door.md.",
     }),
     proxyBodyLimit: Type.Integer({
       minimum: 0,

@@ -27,11 +27,17 @@ export function nodeRequestArrived(req: IncomingMessage, res: ServerResponse): '
   // answer and handed this one the closing socket. Nothing behind a close is served.
   if (socket.destroyed || socket.writableEnded) return 'never';
   socket[OPEN] = (socket[OPEN] ?? 0) + 1;
+  res.once('close', requestEnded);
   return res.socket !== null ? 'now' : 'later';
 }
 
-/** The answer to a request of `socket` is over (finished or cut): a pending parse error answer may go out. */
-export function nodeRequestEnded(socket: Socket): void {
+/** A response's 'close' (one function for all of them): its answer is over, finished or cut. */
+function requestEnded(this: ServerResponse): void {
+  nodeRequestEnded(this.req.socket);
+}
+
+/** The answer to a request of `socket` is over: a pending parse error answer may go out. */
+function nodeRequestEnded(socket: Socket): void {
   const s = socket as ProxySocket;
   const open = (s[OPEN] ?? 1) - 1;
   s[OPEN] = open;

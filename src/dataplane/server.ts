@@ -16,7 +16,7 @@ import { BodyLimit, bodyLimitStage } from '../pool-request/body-limit.js';
 import { admit, queueWaitStage } from '../pool-request/admit.js';
 import { authenticateStage } from '../pool-request/authenticate.js';
 import { ClientResponse, type ClientSide } from '../pool-request/client-response.js';
-import { NodeClientResponse } from './node-client-response.js';
+import { NodeClientResponse } from '../pool-request/node-client-response.js';
 import type { Duplex } from 'node:stream';
 import { createServer, type IncomingMessage, type Server as NodeServer, type ServerResponse } from 'node:http';
 import { readRequestHeaders, reply, type BodySource, type Exchange, type Reply, type Stage } from '../pool-request/exchange.js';
@@ -40,6 +40,7 @@ import { SqlOverHttp, sqlTargetStage } from '../db/sql-over-http.js';
 import type { DbUpstreams } from '../db/upstream.js';
 import { errorBody } from '../errors/catalogue.js';
 import { proxyHttpParser, UWS_LIMITS } from './http-parser.js';
+import { dataplaneThreadCount } from './threads/host.js';
 
 export interface DataplaneOptions {
   config: Config;
@@ -257,7 +258,9 @@ export class Dataplane {
     if (node !== null) {
       return new Promise((resolve, reject) => {
         node.once('error', reject);
-        node.listen(port, host, () => {
+        // Threads sharing the proxy port each bind it with SO_REUSEPORT; the kernel spreads connections over them.
+        const reusePort = dataplaneThreadCount(this.#opts.config) > 1 && this.#opts.config.dataplaneThreadPorts === 'shared';
+        node.listen({ port, host, reusePort }, () => {
           node.off('error', reject);
           this.#port = (node.address() as { port: number }).port;
           resolve();

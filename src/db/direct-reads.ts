@@ -73,8 +73,9 @@ export function directReads(socket: Socket, onChunk: ChunkSink): Socket {
     handle,
     readable: true,
     writable: true,
-    onread: { buffer: slabs.next, callback: (n: number, into: Buffer) => onChunk(slabs.take(into, n)) },
-  } as ConstructorParameters<typeof Socket>[0]);
+    onread: { buffer: slabs.next, callback: (n: number, into: Buffer) => (onChunk(slabs.take(into, n)), true) },
+    // `handle` is the internal stream handle Socket takes (the typings describe only a bound socket's).
+  } as unknown as ConstructorParameters<typeof Socket>[0]);
   return moved;
 }
 

@@ -32,9 +32,21 @@ export function loadUws(): typeof UwsTypes {
   if (!native) {
     throw new UwsUnavailableError(
       `uWebSockets.js has no native build for this platform (${process.platform}-${process.arch}, Node ABI ${process.versions.modules}); ` +
-        'poolgate refuses to run on its slow pure-JS fallback. Use Node.js 20 on linux x64/arm64.',
+        'poolgate refuses to run on its slow pure-JS fallback. The build poolgate installs (20.30) has native binaries for Node.js 20 only: ' +
+        'leave proxyHttpParser at node (the default), or run that option on Node.js 20.',
     );
   }
   loaded = mod;
   return mod;
+}
+
+/** Whether the native uWebSockets.js build loads here (tests of the `uws` option run only where it does). */
+export function uwsLoads(): boolean {
+  try {
+    loadUws();
+    return true;
+  } catch (err) {
+    if (err instanceof UwsUnavailableError) return false;
+    throw err;
+  }
 }

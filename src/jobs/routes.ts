@@ -1,17 +1,17 @@
-// Job polling routes on a uWS listener (the lock/pool API host): registerJobRoutes adds
-// /pools/:pool/jobs/:id and /pools/:pool/jobs/:id/result beside whatever else the listener serves.
-import type { HttpRequest, HttpResponse, TemplatedApp } from 'uWebSockets.js';
-import { ClientResponse } from '../pool-request/client-response.js';
-import { readRequestHeaders } from '../pool-request/exchange.js';
+// Job polling on the lock API's listener (the lock/pool API host): /pools/{pool}/jobs/{id} and
+// /pools/{pool}/jobs/{id}/result, beside the lock routes (src/lock/server.ts routes a request here first).
+import type { IncomingMessage } from 'node:http';
+import type { ClientSide } from '../pool-request/client-response.js';
+import { peerAddress, readNodeHeaders } from '../pool-request/exchange.js';
 import type { Logger } from '../log.js';
-import { answerJobPoll, matchJobRoute, type JobPollDeps, type JobRoute, type PollAnswer, type PollRequest } from './poll.js';
+import { answerJobPoll, type JobPollDeps, type JobRoute, type PollAnswer, type PollRequest } from './poll.js';
 
 export interface JobRouteDeps extends JobPollDeps {
   log: Logger;
 }
 
 /** Writes a poll answer (a stored result can be megabytes: the rest goes out as the socket drains). */
-export function sendPollAnswer(client: ClientResponse, head: boolean, a: PollAnswer): void {
+export function sendPollAnswer(client: ClientSide, head: boolean, a: PollAnswer): void {
   if (!client.open || client.started) return;
   client.writeHead(a.status, a.headers);
   if (head) {
@@ -24,8 +24,8 @@ export function sendPollAnswer(client: ClientResponse, head: boolean, a: PollAns
   client.onWritable((offset) => client.tryEnd(a.body.subarray(offset - start), a.body.length)[0]);
 }
 
-/** Answers a poll request already read from uWS; resolves when the answer was written. */
-export async function servePoll(deps: JobRouteDeps, client: ClientResponse, route: JobRoute, req: PollRequest): Promise<void> {
+/** Answers a poll request; resolves when the answer was written. */
+export async function servePoll(deps: JobRouteDeps, client: ClientSide, route: JobRoute, req: PollRequest): Promise<void> {
   let answer: PollAnswer;
   try {
     answer = await answerJobPoll(deps, route, req);
@@ -36,29 +36,12 @@ export async function servePoll(deps: JobRouteDeps, client: ClientResponse, rout
   sendPollAnswer(client, req.method === 'HEAD', answer);
 }
 
-/** Reads what a poll needs from a uWS request (valid only synchronously inside the handler). */
-export function readPollRequest(res: HttpResponse, req: HttpRequest): PollRequest {
-  const headers = readRequestHeaders(req);
+/** What a poll needs from a node:http request (the path without its query). */
+export function readPollRequest(req: IncomingMessage, path: string): PollRequest {
   return {
-    method: req.getCaseSensitiveMethod(),
-    path: req.getUrl(),
-    headers,
-    clientAddress: Buffer.from(res.getRemoteAddressAsText()).toString(),
+    method: req.method ?? 'GET',
+    path,
+    headers: readNodeHeaders(req.rawHeaders),
+    clientAddress: peerAddress(req.socket.remoteAddress),
   };
-}
-
-/** Registers the two job routes on a uWS app (more specific than its `/*` handler, so they win). */
-export function registerJobRoutes(app: TemplatedApp, deps: JobRouteDeps): void {
-  const handler = (res: HttpResponse, req: HttpRequest) => {
-    const r = readPollRequest(res, req);
-    const client = new ClientResponse(res, r.method === 'HEAD');
-    const route = matchJobRoute(r.path);
-    if (!route) {
-      sendPollAnswer(client, r.method === 'HEAD', { status: 404, headers: [['content-type', 'application/json']], body: Buffer.from('{"error":"not_found","message":"no such route"}') });
-      return;
-    }
-    void servePoll(deps, client, route, r);
-  };
-  app.any('/pools/:pool/jobs/:id', handler);
-  app.any('/pools/:pool/jobs/:id/result', handler);
 }

@@ -1,35 +1,29 @@
-// Reads a small request body off uWS into one Buffer, refusing it as soon as it passes the limit.
-import type { HttpResponse } from 'uWebSockets.js';
+// Reads a small request body off node:http into one Buffer, refusing it as soon as it passes the limit.
+import type { IncomingMessage } from 'node:http';
 import type { BodyLimit } from '../pool-request/body-limit.js';
-import type { ClientSide as ClientResponse } from '../pool-request/client-response.js';
+import type { ClientSide } from '../pool-request/client-response.js';
 
 export type BodyResult = { ok: true; body: Buffer } | { ok: false; reason: 'too_large' | 'aborted' };
 
-/** Must be called synchronously in the uWS handler (uWS delivers the body only to a handler set there). */
-export function readBody(res: HttpResponse, client: ClientResponse, limit: BodyLimit): Promise<BodyResult> {
+export function readBody(req: IncomingMessage, client: ClientSide, limit: BodyLimit): Promise<BodyResult> {
   return new Promise((resolve) => {
     const chunks: Buffer[] = [];
     let size = 0;
     let done = false;
-    client.onAbort(() => {
+    const finish = (r: BodyResult) => {
       if (done) return;
       done = true;
-      resolve({ ok: false, reason: 'aborted' });
-    });
-    res.onData((chunk, isLast) => {
-      if (done) return;
+      req.off('data', onData);
+      resolve(r);
+    };
+    const onData = (chunk: Buffer) => {
       size += chunk.byteLength;
-      if (limit.over(size)) {
-        done = true;
-        resolve({ ok: false, reason: 'too_large' });
-        return;
-      }
-      // uWS neuters the ArrayBuffer when this callback returns: copy it.
-      if (chunk.byteLength > 0) chunks.push(Buffer.from(chunk.slice(0)));
-      if (isLast) {
-        done = true;
-        resolve({ ok: true, body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks) });
-      }
-    });
+      // The rest is never read: the 413 closes the connection.
+      if (limit.over(size)) return finish({ ok: false, reason: 'too_large' });
+      chunks.push(chunk);
+    };
+    client.onAbort(() => finish({ ok: false, reason: 'aborted' }));
+    req.on('data', onData);
+    req.once('end', () => finish({ ok: true, body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks) }));
   });
 }

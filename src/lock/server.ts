@@ -1,16 +1,16 @@
-// The lock API listener (uWS, on config.lockPort): acquire, renew and release a pool's concurrency slot
+// The lock API listener (node:http, on config.lockPort): acquire, renew and release a pool's concurrency slot
 // without proxying. It runs the data plane's stages 1–5 and 7 with the caller in between: the pool from
 // the path, pool-key auth, (policies), the governor's admit, and the release with the caller's outcome.
-import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket } from 'uWebSockets.js';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Governor } from '../governor/governor.js';
-import { loadUws } from '../http/uws.js';
 import type { Logger } from '../log.js';
 import type { AccessLog } from '../pool-request/access-log.js';
 import { governorHeaders, refusalReply } from '../pool-request/refusal.js';
 import { authenticateStage } from '../pool-request/authenticate.js';
 import { BodyLimit } from '../pool-request/body-limit.js';
-import { ClientResponse } from '../pool-request/client-response.js';
-import { readRequestHeaders, type Exchange, type Stage, type OutcomeName } from '../pool-request/exchange.js';
+import type { ClientSide } from '../pool-request/client-response.js';
+import { NodeClientResponse } from '../pool-request/node-client-response.js';
+import { peerAddress, readNodeHeaders, type Exchange, type Stage, type OutcomeName } from '../pool-request/exchange.js';
 import type { PoolEntry, SnapshotFeed } from '../pool-request/snapshot.js';
 import { acquireWait } from './acquire-wait.js';
 import { readBody } from './body.js';
@@ -21,7 +21,8 @@ import { parseJsonObject, parseOutcome } from './outcome.js';
 import { sendError, sendJson } from './respond.js';
 import type { HttpCode } from '../errors/catalogue.js';
 import { matchLockRoute, type LockRoute } from './routes.js';
-import { registerJobRoutes, type JobRouteDeps } from '../jobs/routes.js';
+import { readPollRequest, servePoll, type JobRouteDeps } from '../jobs/routes.js';
+import { matchJobRoute } from '../jobs/poll.js';
 import type { PoliciesGate } from '../policies/index.js';
 
 /** Largest acquire body (spec: "not shown"); `{"waitMs":…}` needs under 30 bytes. */
@@ -62,7 +63,7 @@ function leaseTerms(pool: PoolEntry): LeaseTerms {
 interface LockCall {
   ex: Exchange;
   route: LockRoute;
-  client: ClientResponse;
+  client: ClientSide;
   head: boolean;
   /** The governor's answer to an acquire, once it came. */
   governed?: LockAcquireRecord['admission'];
@@ -72,9 +73,8 @@ export class LockServer {
   readonly leases: LeaseRegistry;
   readonly #opts: LockServerOptions;
   readonly #clock: () => number;
-  readonly #app: TemplatedApp;
+  readonly #server: Server;
   readonly #stages: readonly Stage[];
-  #listenSocket: us_listen_socket | null = null;
   #port = 0;
   #closing: Promise<void> | null = null;
 
@@ -85,9 +85,8 @@ export class LockServer {
     // Stage 4 (policies) runs in #acquire on the body read whole; a stage added here runs for every endpoint.
     // Method scope (stage 3) is not applied: the lock API forwards nothing (docs/decisions/lock.md).
     this.#stages = [authenticateStage(this.#clock)];
-    this.#app = loadUws().App();
-    if (opts.jobs) registerJobRoutes(this.#app, opts.jobs);
-    this.#app.any('/*', (res, req) => this.#handle(res, req));
+    // No request timeout: an acquire may wait in the governor's queue as long as it asked (its own deadline).
+    this.#server = createServer({ headersTimeout: 10_000, requestTimeout: 0, keepAliveTimeout: 10_000 }, (req, res) => this.#handle(req, res));
   }
 
   static async start(opts: LockServerOptions): Promise<LockServer> {
@@ -101,31 +100,40 @@ export class LockServer {
   }
 
   #listen(): Promise<void> {
-    const uws = loadUws();
     const { host, port } = this.#opts;
+    const server = this.#server;
     return new Promise((resolve, reject) => {
-      this.#app.listen(host, port, (socket) => {
-        if (!socket) return reject(new Error(`lock API cannot listen on ${host}:${port}`));
-        this.#listenSocket = socket;
-        this.#port = uws.us_socket_local_port(socket);
+      const failed = (err: Error) => reject(new Error(`lock API cannot listen on ${host}:${port}: ${err.message}`));
+      server.once('error', failed);
+      server.listen(port, host, () => {
+        server.off('error', failed);
+        this.#port = (server.address() as { port: number }).port;
         resolve();
       });
     });
   }
 
-  #handle(res: HttpResponse, req: HttpRequest): void {
-    // Everything from req is read here, synchronously: it is invalid after the handler returns.
-    const method = req.getCaseSensitiveMethod();
+  #handle(req: IncomingMessage, res: ServerResponse): void {
+    const method = req.method ?? 'GET';
     const head = method === 'HEAD';
-    const client = new ClientResponse(res, head);
-    const route = matchLockRoute(req.getUrl());
-    const headers = readRequestHeaders(req);
+    const client = new NodeClientResponse(req, res, head);
+    const url = req.url ?? '';
+    const q = url.indexOf('?');
+    const path = q === -1 ? url : url.slice(0, q);
+    const jobs = this.#opts.jobs;
+    const job = jobs ? matchJobRoute(path) : null;
+    if (jobs && job) {
+      void servePoll(jobs, client, job, readPollRequest(req, path));
+      return;
+    }
+    const route = matchLockRoute(path);
+    const headers = readNodeHeaders(req.rawHeaders);
     const ex: Exchange = {
       method,
-      path: req.getUrl(),
-      query: req.getQuery() ?? '',
+      path,
+      query: q === -1 ? '' : url.slice(q + 1),
       headers,
-      clientAddress: Buffer.from(res.getRemoteAddressAsText()).toString(),
+      clientAddress: peerAddress(req.socket.remoteAddress),
       snapshot: this.#opts.snapshots.current,
       startedAt: performance.now(),
       pool: null,
@@ -153,7 +161,7 @@ export class LockServer {
       return;
     }
     // Bodies are small: read them whole before any other decision, so every answer leaves the connection in step.
-    readBody(res, client, limit).then(
+    readBody(req, client, limit).then(
       (b) => {
         if (b.ok) this.#run(call, client, head, method, b.body);
         else if (b.reason === 'too_large') this.#tooLarge(call, client, limit);
@@ -163,14 +171,14 @@ export class LockServer {
     );
   }
 
-  #tooLarge(call: LockCall | null, client: ClientResponse, limit: BodyLimit): void {
+  #tooLarge(call: LockCall | null, client: ClientSide, limit: BodyLimit): void {
     // The rest of the body is unread: close that connection rather than parse it.
     client.sendReply(limit.reply, null, true);
     if (call?.route.action === 'acquire' && call.ex.method === 'POST') this.#log(call, 'payload_too_large', 413);
   }
 
   /** Runs one call; a bug costs this call (500), never the process. */
-  #run(call: LockCall | null, client: ClientResponse, head: boolean, method: string, body: Buffer): void {
+  #run(call: LockCall | null, client: ClientSide, head: boolean, method: string, body: Buffer): void {
     try {
       if (call === null) {
         sendError(client, head, 404, 'not_found', 'no lock API endpoint at this path');
@@ -328,10 +336,10 @@ export class LockServer {
   /** Stops listening, frees every held lease, and drops open connections. */
   close(): Promise<void> {
     this.#closing ??= (async () => {
-      if (this.#listenSocket) loadUws().us_listen_socket_close(this.#listenSocket);
-      this.#listenSocket = null;
+      const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
       await this.leases.close();
-      (this.#app as TemplatedApp & { close(): void }).close();
+      this.#server.closeAllConnections();
+      await closed;
     })();
     return this.#closing;
   }

@@ -17,7 +17,7 @@ function statusLine(status: number): string {
 
 /**
  * The client side of one request as the stages use it: implemented over uWS (ClientResponse) and over node:http
- * (NodeClientResponse, src/dataplane/node-client-response.ts) for the `node` proxy parser.
+ * (NodeClientResponse, src/pool-request/node-client-response.ts) for the `node` proxy parser.
  */
 export interface ClientSide {
   readonly open: boolean;

@@ -99,6 +99,22 @@ export function readRequestHeaders(req: HttpRequest): Record<string, string> {
   return headers;
 }
 
+/** readRequestHeaders for node:http: the same record from `req.rawHeaders` (names as sent, values in order). */
+export function readNodeHeaders(raw: readonly string[]): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (let i = 0; i < raw.length; i += 2) {
+    const k = raw[i]!.toLowerCase();
+    headers[k] = Object.hasOwn(headers, k) ? `${headers[k]}, ${raw[i + 1]}` : raw[i + 1]!;
+  }
+  return headers;
+}
+
+/** The peer's address as the stages compare it: an IPv4 client on a dual-stack socket without its `::ffff:` prefix. */
+export function peerAddress(address: string | undefined): string {
+  if (address === undefined) return '';
+  return address.startsWith('::ffff:') ? address.slice(7) : address;
+}
+
 /** A header by a name that is not fixed in the code (a policy's configured header): own properties only. */
 export function headerValue(headers: Readonly<Record<string, string>>, name: string): string | undefined {
   return Object.hasOwn(headers, name) ? headers[name] : undefined;

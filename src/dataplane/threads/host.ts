@@ -1,6 +1,7 @@
 // The multi-threaded data plane host (dataplaneThreads above 1): N worker threads each run the pool
 // listener; the main thread keeps the store, the snapshot source and the authoritative shared governor,
 // pushes every snapshot and key update to the threads, stores their async jobs and counts their requests.
+import { createServer as createNetServer } from 'node:net';
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import type { Config } from '../../config/schema.js';
@@ -12,7 +13,6 @@ import type { Dataplane } from '../server.js';
 import type { SharedGovernorHandle, SharedMemoryGovernor } from '../../governor/shared-memory.js';
 import type { FromWorker, ToWorker, WorkerStart } from './messages.js';
 import { proxyHttpParser, UWS_LIMITS } from '../http-parser.js';
-import { loadUws } from '../../http/uws.js';
 
 /** How many pool listener threads the config asks for (0: one per CPU). */
 export function dataplaneThreadCount(config: Pick<Config, 'dataplaneThreads'>): number {
@@ -39,19 +39,16 @@ export interface DataplaneThreadsOptions {
 const SHARED_PORT_HELP = 'the data plane threads cannot all listen on one port: set dataplaneThreadPorts=each (one port per thread, behind a balancer) or dataplaneThreads=1';
 
 /**
- * A free port for the shared listener. uWS sets SO_REUSEPORT only when it binds a given port, never on a
- * port-0 bind, so every thread must bind the same fixed port: this finds one (bind 0, read, close).
+ * A free port for the shared listener: every thread must bind the same port with SO_REUSEPORT, so a port-0 bind
+ * by each would give each its own. This finds one (bind 0, read, close); a race for it is retried by start().
  */
 function freePort(host: string): Promise<number> {
-  const uws = loadUws();
-  const app = uws.App();
   return new Promise((resolve, reject) => {
-    app.listen(host, 0, (socket) => {
-      if (!socket) return reject(new Error(`cannot find a free port on ${host}`));
-      const port = uws.us_socket_local_port(socket);
-      uws.us_listen_socket_close(socket);
-      (app as typeof app & { close(): void }).close();
-      resolve(port);
+    const probe = createNetServer();
+    probe.once('error', reject);
+    probe.listen(0, host, () => {
+      const { port } = probe.address() as { port: number };
+      probe.close(() => resolve(port));
     });
   });
 }
@@ -183,10 +180,6 @@ export class DataplaneThreads {
       return t.listening();
     };
     try {
-      // node:http on Node 20 cannot share one port between threads (no SO_REUSEPORT before Node 22.12).
-      if (config.dataplaneThreadPorts === 'shared' && config.proxyHttpParser === 'node') {
-        throw new Error(`proxyHttpParser=node: ${SHARED_PORT_HELP}`);
-      }
       if (proxyHttpParser(config) === 'uws') opts.log.warn({ proxyHttpParser: 'uws' }, UWS_LIMITS);
       if (config.dataplaneThreadPorts === 'shared') {
         for (let attempt = 1; ; attempt++) {

@@ -2,9 +2,8 @@
 // ClientResponse, so the stages do not know which parser took the request. node:http answers pipelined
 // requests in order, HTTP/1.0, and malformed requests itself (docs/decisions/http-front-door.md).
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Reply } from '../pool-request/exchange.js';
-import { ClientState, type ClientSide } from '../pool-request/client-response.js';
-import { nodeRequestEnded } from './node-connection.js';
+import type { Reply } from './exchange.js';
+import { ClientState, type ClientSide } from './client-response.js';
 
 export class NodeClientResponse extends ClientState implements ClientSide {
   readonly #req: IncomingMessage;
@@ -20,7 +19,6 @@ export class NodeClientResponse extends ClientState implements ClientSide {
     this.#res = res;
     this.#head = head;
     res.once('close', () => {
-      nodeRequestEnded(req.socket);
       if (this.isEnded && res.writableFinished) return;
       this.clientGone();
     });
