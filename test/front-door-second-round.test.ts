@@ -117,6 +117,8 @@ function send(text: string | Buffer, opts: { port?: number; keepOpenMs?: number 
         setTimeout(() => finish(sock.destroyed || sock.readableEnded), 50);
       }
     });
+    // No answer within 5 s counts as none (a test must fail, not hang, without the code it covers).
+    setTimeout(() => finish(false), 5000);
     sock.on('end', () => finish(true));
     sock.on('close', () => finish(true));
     sock.on('error', () => {});
