@@ -11,9 +11,12 @@ import { errorBody, httpStatus, type HttpCode } from '../errors/catalogue.js';
 const OPEN = Symbol('requests read on this connection and not yet answered');
 const FAILED = Symbol('the answer to a malformed request, sent once the ones before it are out');
 
+const LAST = Symbol('the response to the last request read on this connection');
+
 interface ProxySocket extends Socket {
   [OPEN]?: number;
   [FAILED]?: string;
+  [LAST]?: ServerResponse;
 }
 
 /**
@@ -27,6 +30,7 @@ export function nodeRequestArrived(req: IncomingMessage, res: ServerResponse): '
   // answer and handed this one the closing socket. Nothing behind a close is served.
   if (socket.destroyed || socket.writableEnded) return 'never';
   socket[OPEN] = (socket[OPEN] ?? 0) + 1;
+  socket[LAST] = res;
   res.once('close', requestEnded);
   return res.socket !== null ? 'now' : 'later';
 }
@@ -62,6 +66,14 @@ export function onNodeClientError(err: Error & { code?: string }, socket: Socket
     return;
   }
   s[FAILED] = err.code === 'HPE_HEADER_OVERFLOW' ? HEADERS_TOO_LARGE : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? HEADERS_TIMEOUT : MALFORMED;
+  const last = s[LAST];
+  if (last !== undefined && !last.req.complete) {
+    // The malformed bytes are in the body of a request being served (a broken chunk): it can never complete, so
+    // nothing is waited for. Answered at once and closed, as node:http does, unless an answer is already going out.
+    if (s[OPEN] === 1 && !last.headersSent) s.write(s[FAILED], 'latin1');
+    socket.destroy();
+    return;
+  }
   // Nothing more is parsed on this connection (llhttp stays in its error state).
   socket.pause();
   if ((s[OPEN] ?? 0) === 0) sendFailure(s);

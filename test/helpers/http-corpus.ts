@@ -161,6 +161,13 @@ export const CORPUS: CorpusCase[] = [
     reaches: one,
   })),
   {
+    name: 'chunked POST whose chunk size is malformed',
+    bytes: (h, p, k) => `POST ${p} HTTP/1.1\r\n${H(h, k)}Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\nzz\r\n`,
+    statuses: [400],
+    closes: true,
+    reaches: none,
+  },
+  {
     name: 'two Host headers',
     bytes: (h, p, k) => `GET ${p} HTTP/1.1\r\n${H(h, k)}Host: ${h}\r\n\r\n`,
     statuses: [400],
