@@ -7,11 +7,11 @@ import { createInterface } from 'node:readline';
 /**
  * @param {string} file  module to run with node
  * @param {string[]} args
- * @param {{ env?: Record<string,string>, nodeArgs?: string[] }} [opts]
+ * @param {{ env?: Record<string,string>, nodeArgs?: string[], node?: string }} [opts]  node: the node binary (default: this one)
  * @returns {Promise<{ port: number, pid: number, stop(): Promise<void> }>}
  */
 export async function startChild(file, args = [], opts = {}) {
-  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), file, ...args], {
+  const child = spawn(opts.node ?? process.execPath, [...(opts.nodeArgs ?? []), file, ...args], {
     env: { ...process.env, ...opts.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
