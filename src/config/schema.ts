@@ -212,6 +212,14 @@ export const ConfigSchema = Type.Object(
       env: 'POOLGATE_PROXY_BODY_LIMIT',
       description: 'Largest request body in bytes the data plane forwards to an origin; larger bodies get 413. 0 means no limit.',
     }),
+    proxyBodyTimeoutMs: Type.Integer({
+      minimum: 0,
+      maximum: 3_600_000,
+      default: 10_000,
+      env: 'POOLGATE_PROXY_BODY_TIMEOUT_MS',
+      description:
+        'How long the data plane waits for the next byte of a request body before it answers 408 and closes the connection (like nginx client_body_timeout). The first 64 KiB of a body are read before the request takes a slot; 0 turns the timeout off.',
+    }),
     accessLogFile: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
       default: null,
       env: 'POOLGATE_ACCESS_LOG_FILE',
