@@ -1,7 +1,9 @@
 // The Redis governor (many nodes): slots are leases in a sorted set per pool scored by deadline, decided by
 // Lua scripts (EVALSHA); waiters queue FIFO per node and are woken by pub/sub, with a timed retry behind it.
 import { randomBytes } from 'node:crypto';
-import { Redis, type RedisOptions } from 'ioredis';
+import type { RedisOptions } from 'ioredis';
+import { describeTarget, type RedisTarget } from '../config/redis-target.js';
+import { connectRedis, isCluster, type RedisClient } from './redis-connect.js';
 import { abortableOf, abortedAlready, waitSignal, type Admission, type AdmitRequest, type BudgetLimits, type Governor, type Outcome, type Permit, type PoolLimits, type PoolState, type RefusalReason } from './governor.js';
 import { EMPTY_STATE, nextAdaptive, sanitizeLimits } from './pool-limits.js';
 import { BudgetShare } from './budget-share.js';
@@ -25,8 +27,10 @@ export type FailurePolicy = 'closed' | 'open';
 
 /** Time and randomness default to the system's; tests pass fake ones. */
 export interface RedisGovernorOptions extends Partial<GovernorTime> {
-  /** redis://… ; ignored when `redis` is given. */
+  /** redis://… ; ignored when `target` is given. */
   url?: string;
+  /** One server, a Sentinel-watched primary or a Cluster (src/config/redis-target.ts). */
+  target?: RedisTarget;
   /** Extra ioredis options (tests: db index). */
   redisOptions?: RedisOptions;
   /** Prefix of every key and of the wake-up channel (no `{`: the hash tag must be the first braces). */
@@ -280,10 +284,14 @@ interface ReleaseCall {
  */
 export class RedisGovernor implements Governor {
   readonly nodeId = randomBytes(8).toString('hex');
-  readonly redis: Redis;
+  readonly redis: RedisClient;
+  /** A Cluster: wake-ups go by sharded pub/sub on a channel per hash tag (in the tag's own slot). */
+  readonly #cluster: boolean;
+  /** The tags whose wake-up channel the subscriber has asked for (Cluster). */
+  readonly #subscribed = new Set<string>();
   /** Scripts loaded with SCRIPTS on connect (useScripts). */
   readonly #extraScripts: Script[] = [];
-  readonly #sub: Redis;
+  readonly #sub: RedisClient;
   readonly #prefix: string;
   readonly #channel: string;
   readonly #termMs: number;
@@ -345,9 +353,14 @@ export class RedisGovernor implements Governor {
       retryStrategy: (n: number) => Math.min(50 * n, 1000),
       ...opts.redisOptions,
     };
-    this.redis = opts.url ? new Redis(opts.url, base) : new Redis(base);
-    this.#sub = this.redis.duplicate({ enableOfflineQueue: true, maxRetriesPerRequest: null, enableAutoPipelining: false });
-    this.#sub.on('message', (_channel: string, tag: string) => this.#wake(tag));
+    const target: RedisTarget = opts.target ?? { kind: 'single', url: opts.url ?? 'redis://127.0.0.1:6379' };
+    this.redis = connectRedis(target, base);
+    this.#cluster = isCluster(this.redis);
+    // The subscriber waits for its connection (its subscriptions are made once and followed across reconnects
+    // and failovers by ioredis); on a Cluster it keeps one sharded subscriber per primary.
+    const subOptions: RedisOptions = { ...base, enableOfflineQueue: true, maxRetriesPerRequest: null, enableAutoPipelining: false };
+    this.#sub = connectRedis(target, subOptions, { shardedSubscribers: true });
+    this.#sub.on(this.#cluster ? 'smessage' : 'message', (_channel: string, tag: string) => this.#wake(tag));
     this.#sub.on('error', () => {});
     this.#ready = new Promise<void>((resolve) => {
       this.#markReady = resolve;
@@ -355,7 +368,7 @@ export class RedisGovernor implements Governor {
     this.redis.on('ready', () => this.#connected());
     this.redis.on('close', () => this.#disconnected());
     this.redis.on('error', (err: unknown) => this.#onConnection(false, err));
-    void this.#sub.subscribe(this.#channel).catch(() => {});
+    if (!this.#cluster) void this.#sub.subscribe(this.#channel).catch(() => {});
     this.#refreshTimer = setInterval(() => this.#refreshAll(), Math.max(10, Math.floor(this.#termMs / 3)));
     this.#refreshTimer.unref();
   }
@@ -427,6 +440,7 @@ export class RedisGovernor implements Governor {
       pools.map((p) => ({ ...p, maxConcurrent: Math.max(1, Math.floor(p.maxConcurrent / this.#divisor)) })),
       budgets.map((b) => ({ ...b, originMaxConcurrent: b.originMaxConcurrent === null ? null : Math.max(1, Math.floor(b.originMaxConcurrent / this.#divisor)) })),
     );
+    this.#subscribeTags();
     for (const v of this.#views.values()) this.#publish(v);
     // Raised limits admit waiters at once.
     for (const g of this.#groups.values()) this.#pump(g);
@@ -548,7 +562,7 @@ export class RedisGovernor implements Governor {
     for (const sc of scripts) {
       if (this.#extraScripts.includes(sc)) continue;
       this.#extraScripts.push(sc);
-      if (this.connected) this.redis.script('LOAD', sc.source).catch(() => {});
+      if (this.connected) this.#loadScripts([sc]).catch(() => {});
     }
   }
 
@@ -848,7 +862,7 @@ export class RedisGovernor implements Governor {
   /** One RELEASE call for the leases of one pool's keys released in this turn. */
   #sendReleases(keys: PoolKeys, calls: ReleaseCall[]): void {
     const g = this.#groups.get(keys.tag);
-    const args = [this.#channel, keys.tag, g !== undefined && g.budgetMax !== null ? '1' : '0'];
+    const args = [...this.#wakeArgs(keys.tag), g !== undefined && g.budgetMax !== null ? '1' : '0'];
     for (const c of calls) args.push(c.leaseId);
     this.#eval(RELEASE, [keys.slots, keys.line], args).then(
       (r) => {
@@ -873,6 +887,33 @@ export class RedisGovernor implements Governor {
         }
       },
     );
+  }
+
+  /**
+   * RELEASE's wake-up: the publish command, its channel and message. One server: PUBLISH on one channel every
+   * node listens to, the tag as message. Cluster: SPUBLISH on the tag's own channel, which hashes to the
+   * slot of the keys the script touches (a plain PUBLISH would be broadcast to every node of the cluster).
+   */
+  #wakeArgs(tag: string): [string, string, string] {
+    return this.#cluster ? ['SPUBLISH', this.#tagChannel(tag), tag] : ['PUBLISH', this.#channel, tag];
+  }
+
+  #tagChannel(tag: string): string {
+    return `${this.#prefix}${tag}:freed`;
+  }
+
+  /** Cluster: listens on the wake-up channel of every tag this node has pools in (once per tag). */
+  #subscribeTags(): void {
+    if (!this.#cluster) return;
+    const tags = [...this.#groups.keys()].filter((t) => !this.#subscribed.has(t));
+    if (tags.length === 0) return;
+    for (const t of tags) this.#subscribed.add(t);
+    // Each channel on its own: sharded channels of different slots cannot share one SSUBSCRIBE.
+    for (const t of tags) {
+      this.#sub.ssubscribe(this.#tagChannel(t)).catch(() => {
+        this.#subscribed.delete(t);
+      });
+    }
   }
 
   /** A wake-up (pub/sub) for a tag: pump that group's waiters. */
@@ -939,19 +980,27 @@ export class RedisGovernor implements Governor {
   }
 
   #eval(s: Script, keys: string[], args: string[]): Promise<unknown> {
-    return this.redis.evalsha(s.sha, keys.length, ...keys, ...args).catch(async (err: unknown) => {
+    return this.redis.evalsha(s.sha, keys.length, ...keys, ...args).catch((err: unknown) => {
       if (!(err instanceof Error) || !err.message.startsWith('NOSCRIPT')) throw err;
-      // Redis restarted (or flushed its scripts): load it again, then call by hash as before.
-      await this.redis.script('LOAD', s.source);
-      return this.redis.evalsha(s.sha, keys.length, ...keys, ...args);
+      // This server does not know it (a restart, a promoted replica, a Cluster node not loaded yet): EVAL runs
+      // it on the node of its keys and leaves it cached there, so later calls go by hash again.
+      return this.redis.eval(s.source, keys.length, ...keys, ...args);
     });
+  }
+
+  /** Loads the scripts on the server (every primary of a Cluster), so a first call is not a second trip. */
+  async #loadScripts(scripts: readonly Script[]): Promise<void> {
+    const targets = isCluster(this.redis) ? this.redis.nodes('master') : [this.redis];
+    await Promise.all(targets.flatMap((r) => scripts.map((s) => r.script('LOAD', s.source))));
   }
 
   async #connected(): Promise<void> {
     try {
-      await Promise.all([...SCRIPTS, ...this.#extraScripts].map((s) => this.redis.script('LOAD', s.source)));
+      await this.#loadScripts([...SCRIPTS, ...this.#extraScripts]);
     } catch {
-      return; // dropped again; the next ready event retries
+      // One server: dropped again, the next ready event retries. A Cluster may be ready with one primary
+      // away: its scripts load by EVAL at their first call there.
+      if (!this.#cluster) return;
     }
     this.#up = true;
     this.#markReady();
@@ -981,6 +1030,11 @@ export class RedisGovernor implements Governor {
 
   #refreshAll(): void {
     if (!this.connected) return;
+    // Releases that failed on a Cluster whose other primaries stayed up (no reconnect to resend them then).
+    for (const [id, u] of this.#unsent) {
+      this.#unsent.delete(id);
+      this.#sendRelease(u.keys, u.leaseId);
+    }
     for (const [slots, set] of this.#held) {
       if (set.size === 0) continue;
       const ids: string[] = [];
@@ -1027,7 +1081,7 @@ export class RedisGovernor implements Governor {
     const sends: Promise<unknown>[] = [];
     if (this.connected) {
       for (const set of this.#held.values()) {
-        for (const p of set) sends.push(this.#eval(RELEASE, [p.keys.slots, p.keys.line], [this.#channel, p.keys.tag, '0', p.leaseId]).catch(() => {}));
+        for (const p of set) sends.push(this.#eval(RELEASE, [p.keys.slots, p.keys.line], [...this.#wakeArgs(p.keys.tag), '0', p.leaseId]).catch(() => {}));
       }
     }
     this.#held.clear();
@@ -1040,22 +1094,23 @@ export class RedisGovernor implements Governor {
 
 /** The data plane's Redis governor from the service config; waits briefly for Redis, then starts anyway (fail policy applies). */
 export async function redisGovernorFromConfig(
-  config: { redisUrl: string | null; governorFailurePolicy: FailurePolicy; governorFailOpenDivisor: number; governorLeaseTermMs: number },
+  target: RedisTarget,
+  config: { governorFailurePolicy: FailurePolicy; governorFailOpenDivisor: number; governorLeaseTermMs: number },
   log: { warn(obj: object, msg: string): void; info(obj: object, msg: string): void },
   time: Readonly<GovernorTime> = SYSTEM_TIME,
 ): Promise<RedisGovernor> {
   let wasUp = false;
   const gov = new RedisGovernor({
     ...time,
-    url: config.redisUrl ?? undefined,
+    target,
     failurePolicy: config.governorFailurePolicy,
     failOpenDivisor: config.governorFailOpenDivisor,
     termMs: config.governorLeaseTermMs,
     onConnection: (up, err) => {
       if (up === wasUp) return;
       wasUp = up;
-      if (up) log.info({}, 'redis governor connected');
-      else log.warn({ err, policy: config.governorFailurePolicy }, 'redis governor lost its connection; reconnecting');
+      if (up) log.info({ redis: describeTarget(target) }, 'redis governor connected');
+      else log.warn({ err, redis: describeTarget(target), policy: config.governorFailurePolicy }, 'redis governor lost its connection; reconnecting');
     },
   });
   await gov.ready().catch((err: unknown) => log.warn({ err }, 'redis governor: Redis not reachable at start; admissions follow the failure policy until it is'));
