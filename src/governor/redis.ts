@@ -20,6 +20,14 @@ import { TurnBatch } from './turn-batch.js';
 
 /** How long a published RPM gate lives in Redis unless published again (a stopped learner cannot hold it). */
 const RPM_TTL_MS = 600_000;
+/**
+ * Releases this node made in the last this many ms are sent again after a failover: a replica promoted a
+ * moment after the release may have missed it (replication is asynchronous), and the lease would hold a slot
+ * until its term ran out. ZREM of a lease id is idempotent and ids are never reused.
+ */
+const REPLAY_MS = 2000;
+/** Releases kept for a replay at most (a bound on memory, far above what 2 s of a busy node release). */
+const REPLAY_MAX = 50_000;
 /** Callers in one acquire or release script call at most: a script blocks Redis while it runs. */
 const MAX_BATCH = 128;
 
@@ -312,6 +320,12 @@ export class RedisGovernor implements Governor {
   readonly #held = new Map<string, Set<RedisPermit>>();
   /** Releases that could not reach Redis; sent again once it is back. */
   readonly #unsent = new Map<string, { keys: PoolKeys; leaseId: string }>();
+  /** Releases Redis acknowledged, oldest first, for the replay after a failover (REPLAY_MS). */
+  #recent: { keys: PoolKeys; leaseId: string; at: number }[] = [];
+  /** Set when Redis (one Cluster primary, or the server) went away: releases acknowledged since this are replayed. */
+  #replayFrom: number | null = null;
+  /** A retry of unsent releases and the replay, while some are pending (a Cluster has no reconnect to trigger it). */
+  #resendTimer: NodeJS.Timeout | null = null;
   readonly #refreshTimer: NodeJS.Timeout;
   /** This turn's acquires by pool and releases by pool keys; sent at the end of the turn (#sendTurn). */
   readonly #acquires = new TurnBatch<PoolView, AcquireCall>((v, calls) => this.#sendAcquires(v, calls), MAX_BATCH);
@@ -354,7 +368,9 @@ export class RedisGovernor implements Governor {
       ...opts.redisOptions,
     };
     const target: RedisTarget = opts.target ?? { kind: 'single', url: opts.url ?? 'redis://127.0.0.1:6379' };
-    this.redis = connectRedis(target, base);
+    // On a Cluster, a command for a primary that is gone fails at once too (ioredis would retry it for up to
+    // 16 × 100 ms): the policy answers, and the slot map is read again every second until a replica took over.
+    this.redis = connectRedis(target, base, { retryDelayOnFailover: 0, retryDelayOnClusterDown: 0 });
     this.#cluster = isCluster(this.redis);
     // The subscriber waits for its connection (its subscriptions are made once and followed across reconnects
     // and failovers by ioredis); on a Cluster it keeps one sharded subscriber per primary.
@@ -671,6 +687,7 @@ export class RedisGovernor implements Governor {
       w.attempting = false;
       // The answer is unknown: the lease may exist. Release it once Redis is back; refuse or fall back.
       this.#unsent.set(leaseId, { keys, leaseId });
+      this.#lost();
       this.#failWaiter(w);
       return true;
     }
@@ -867,6 +884,7 @@ export class RedisGovernor implements Governor {
     this.#eval(RELEASE, [keys.slots, keys.line], args).then(
       (r) => {
         const reply = r as number[];
+        this.#remember(keys, calls);
         for (let i = 0; i < calls.length; i++) {
           const c = calls[i]!;
           if (c.v) {
@@ -885,6 +903,7 @@ export class RedisGovernor implements Governor {
           if (c.fail) c.fail(err);
           else this.#unsent.set(c.leaseId, { keys, leaseId: c.leaseId });
         }
+        this.#lost();
       },
     );
   }
@@ -913,6 +932,49 @@ export class RedisGovernor implements Governor {
       this.#sub.ssubscribe(this.#tagChannel(t)).catch(() => {
         this.#subscribed.delete(t);
       });
+    }
+  }
+
+  #remember(keys: PoolKeys, calls: ReleaseCall[]): void {
+    const at = this.now();
+    for (const c of calls) this.#recent.push({ keys, leaseId: c.leaseId, at });
+    // Drop what is older than the replay window (and keep the list bounded).
+    let drop = 0;
+    while (drop < this.#recent.length && (this.#recent[drop]!.at < at - REPLAY_MS || this.#recent.length - drop > REPLAY_MAX)) drop++;
+    if (drop > 64 || drop === this.#recent.length) this.#recent = this.#recent.slice(drop);
+  }
+
+  /**
+   * Redis went away under this node (the connection, or a command on a Cluster primary): releases it
+   * acknowledged just before may not have reached the replica that takes over; they are sent again once
+   * Redis answers (#resend).
+   */
+  #lost(): void {
+    const from = this.now() - REPLAY_MS;
+    if (this.#replayFrom === null || from < this.#replayFrom) this.#replayFrom = from;
+    if (this.#cluster) this.#scheduleResend();
+  }
+
+  #scheduleResend(): void {
+    if (this.#resendTimer !== null || this.#closed) return;
+    this.#resendTimer = setTimeout(() => {
+      this.#resendTimer = null;
+      this.#resend();
+    }, 250);
+    this.#resendTimer.unref();
+  }
+
+  /** Sends the releases that could not be sent, and replays the recent ones after a failover. */
+  #resend(): void {
+    if (!this.connected) return;
+    if (this.#replayFrom !== null) {
+      const from = this.#replayFrom;
+      this.#replayFrom = null;
+      for (const r of this.#recent) if (r.at >= from && !this.#unsent.has(r.leaseId)) this.#unsent.set(r.leaseId, { keys: r.keys, leaseId: r.leaseId });
+    }
+    for (const [id, u] of this.#unsent) {
+      this.#unsent.delete(id);
+      this.#sendRelease(u.keys, u.leaseId);
     }
   }
 
@@ -1008,16 +1070,13 @@ export class RedisGovernor implements Governor {
     // Leases this node still holds are written back (Redis may have restarted empty), releases that could not
     // be sent are sent, then waiters get a try.
     this.#refreshAll();
-    for (const [id, u] of this.#unsent) {
-      this.#unsent.delete(id);
-      this.#sendRelease(u.keys, u.leaseId);
-    }
     for (const g of this.#groups.values()) this.#pump(g);
   }
 
   #disconnected(): void {
     if (!this.#up) return;
     this.#up = false;
+    this.#lost();
     this.#onConnection(false);
     // Nobody can be admitted through Redis now: waiters are refused (closed) or moved to the local limit (open).
     for (const v of this.#views.values()) {
@@ -1031,10 +1090,7 @@ export class RedisGovernor implements Governor {
   #refreshAll(): void {
     if (!this.connected) return;
     // Releases that failed on a Cluster whose other primaries stayed up (no reconnect to resend them then).
-    for (const [id, u] of this.#unsent) {
-      this.#unsent.delete(id);
-      this.#sendRelease(u.keys, u.leaseId);
-    }
+    this.#resend();
     for (const [slots, set] of this.#held) {
       if (set.size === 0) continue;
       const ids: string[] = [];
@@ -1071,6 +1127,7 @@ export class RedisGovernor implements Governor {
     if (this.#closed) return;
     this.#closed = true;
     clearInterval(this.#refreshTimer);
+    if (this.#resendTimer !== null) clearTimeout(this.#resendTimer);
     for (const g of this.#groups.values()) if (g.timer !== null) this.#timers.clearTimeout(g.timer);
     for (const v of this.#views.values()) this.#refuseAll(v, 'unavailable');
     await this.#fallback?.close();
