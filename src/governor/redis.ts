@@ -26,6 +26,8 @@ const RPM_TTL_MS = 600_000;
  * until its term ran out. ZREM of a lease id is idempotent and ids are never reused.
  */
 const REPLAY_MS = 2000;
+/** Cluster: how long a group's primary counts as unreachable after a command to it failed (then it is tried again). */
+const SLOT_DOWN_MS = 250;
 /** Releases kept for a replay at most (a bound on memory, far above what 2 s of a busy node release). */
 const REPLAY_MAX = 50_000;
 /** Callers in one acquire or release script call at most: a script blocks Redis while it runs. */
@@ -261,6 +263,12 @@ class Group {
   pumping = false;
   dirty = false;
   timer: unknown = null;
+  /**
+   * Cluster: until this time (the governor's clock) the group's primary is taken as unreachable, as the whole
+   * server is while disconnected: callers get the failure policy at once instead of each waiting for a
+   * command to fail first.
+   */
+  downUntil = 0;
   constructor(readonly tag: string, readonly budgetMax: number | null) {}
 }
 
@@ -605,7 +613,7 @@ export class RedisGovernor implements Governor {
     const v = this.#views.get(req.poolId);
     if (v === undefined || !v.active || this.#closed) return { ok: false, reason: 'unavailable', queuedMs: 0 };
     if (abortedAlready(req)) return { ok: false, reason: 'aborted', queuedMs: 0 };
-    if (!this.connected) {
+    if (!this.connected || (v.group !== null && v.group.downUntil > this.now())) {
       if (this.#fallback && keepAlive) return this.#fallback.acquire(req);
       return this.#down();
     }
@@ -689,6 +697,7 @@ export class RedisGovernor implements Governor {
       this.#unsent.set(leaseId, { keys, leaseId });
       this.#lost();
       this.#failWaiter(w);
+      if (this.#cluster && v.group !== null) this.#slotDown(v.group);
       return true;
     }
     w.attempting = false;
@@ -953,6 +962,21 @@ export class RedisGovernor implements Governor {
     const from = this.now() - REPLAY_MS;
     if (this.#replayFrom === null || from < this.#replayFrom) this.#replayFrom = from;
     if (this.#cluster) this.#scheduleResend();
+  }
+
+  /**
+   * Cluster: a command to this group's primary failed. Its waiters get the failure policy now (as every waiter
+   * does when a single server's connection drops), and so do newcomers for SLOT_DOWN_MS.
+   */
+  #slotDown(g: Group): void {
+    g.downUntil = this.now() + SLOT_DOWN_MS;
+    for (const m of g.members) {
+      for (let w = m.queue.peek(); w !== null; w = m.queue.peek()) {
+        if (w.attempting) break;
+        m.queue.remove(w);
+        this.#failWaiter(w);
+      }
+    }
   }
 
   #scheduleResend(): void {

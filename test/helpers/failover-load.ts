@@ -129,6 +129,8 @@ export interface FailoverFigures {
   refusedBy: Record<string, number>;
   /** From the kill until the answer of the last refused request (0 when nothing was refused), seconds. */
   refusingS: number;
+  /** Median time a refused request waited for its answer, ms. */
+  refusedP50Ms: number;
   /** From the kill until the start of the first request admitted after the last refused one (admissions resumed), seconds. */
   resumeS: number;
 }
@@ -146,6 +148,7 @@ export function figures(samples: Sample[], killAt: number): FailoverFigures {
     refused: refusedSamples.length,
     refusedBy,
     refusingS: Math.max(0, lastRefusal - killAt) / 1000,
+    refusedP50Ms: refusedSamples.length ? Math.round(refusedSamples.map((s) => s.end - s.start).sort((a, b) => a - b)[Math.floor(refusedSamples.length / 2)]!) : 0,
     resumeS: firstOk ? Math.max(0, firstOk.start - killAt) / 1000 : NaN,
   };
 }
