@@ -162,6 +162,34 @@ export class RedisPermit implements Permit {
 }
 
 /**
+ * A slot the fail-open fallback granted while Redis (or the pool's Cluster primary) was away. It is written
+ * to Redis as a lease once Redis answers again (with the write-back of live leases), so that the admissions
+ * after the failover count it; its release then removes that lease too.
+ */
+class FallbackPermit implements Permit {
+  #released = false;
+  /** Its lease is in Redis (written back): the release must remove it. */
+  written = false;
+  constructor(
+    readonly gov: RedisGovernor,
+    readonly inner: Permit,
+    readonly keys: PoolKeys,
+    readonly leaseId: string,
+  ) {}
+
+  get poolId(): number {
+    return this.inner.poolId;
+  }
+
+  release(outcome?: Outcome): void {
+    if (this.#released) return;
+    this.#released = true;
+    this.inner.release(outcome);
+    this.gov.releaseFallback(this);
+  }
+}
+
+/**
  * This node's view of one pool: its limits, last known pool-wide count, and its local FIFO. The scripts
  * decide and count; the rest of the admission rules (the queue's refusals, the retry hint, what remains)
  * read this view as their slot counts.
@@ -326,6 +354,8 @@ export class RedisGovernor implements Governor {
   readonly #groups = new Map<string, Group>();
   /** Leases this node keeps alive, by slots key. */
   readonly #held = new Map<string, Set<RedisPermit>>();
+  /** The fail-open fallback's slots in use, by slots key: written to Redis as leases once it answers. */
+  readonly #fallbackHeld = new Map<string, Set<FallbackPermit>>();
   /** Releases that could not reach Redis; sent again once it is back. */
   readonly #unsent = new Map<string, { keys: PoolKeys; leaseId: string }>();
   /** Releases Redis acknowledged, oldest first, for the replay after a failover (REPLAY_MS). */
@@ -614,7 +644,7 @@ export class RedisGovernor implements Governor {
     if (v === undefined || !v.active || this.#closed) return { ok: false, reason: 'unavailable', queuedMs: 0 };
     if (abortedAlready(req)) return { ok: false, reason: 'aborted', queuedMs: 0 };
     if (!this.connected || (v.group !== null && v.group.downUntil > this.now())) {
-      if (this.#fallback && keepAlive) return this.#fallback.acquire(req);
+      if (this.#fallback && keepAlive) return this.#viaFallback(v, this.#fallback.acquire(req));
       return this.#down();
     }
     const waitMs = Math.min(req.waitMs, v.queueTimeoutMs);
@@ -790,12 +820,33 @@ export class RedisGovernor implements Governor {
     if (this.#fallback && w.keepAlive) {
       const wait = Math.max(0, w.view.limits.queueTimeoutMs - (this.now() - w.enqueuedAt));
       const settle = (a: Admission) => this.#settle(w, a);
-      const r = this.#fallback.acquire({ poolId: w.view.limits.poolId, waitMs: wait, abortable: w.signal && abortableOf(w.signal) });
+      const r = this.#viaFallback(w.view, this.#fallback.acquire({ poolId: w.view.limits.poolId, waitMs: wait, abortable: w.signal && abortableOf(w.signal) }));
       if (r instanceof Promise) void r.then(settle);
       else settle(r);
       return;
     }
     this.#settle(w, this.#down());
+  }
+
+  /** Wraps the fallback's grants so they are written back to Redis once it answers (FallbackPermit). */
+  #viaFallback(v: PoolView, r: Admission | Promise<Admission>): Admission | Promise<Admission> {
+    const wrap = (a: Admission): Admission => {
+      if (!a.ok) return a;
+      const p = new FallbackPermit(this, a.permit, v.keys, `${this.nodeId}:f${++this.#seq}`);
+      let set = this.#fallbackHeld.get(v.keys.slots);
+      if (!set) this.#fallbackHeld.set(v.keys.slots, (set = new Set()));
+      set.add(p);
+      if (this.#cluster) this.#scheduleResend();
+      return { ...a, permit: p };
+    };
+    return r instanceof Promise ? r.then(wrap) : wrap(r);
+  }
+
+  releaseFallback(p: FallbackPermit): void {
+    const set = this.#fallbackHeld.get(p.keys.slots);
+    set?.delete(p);
+    if (set?.size === 0) this.#fallbackHeld.delete(p.keys.slots);
+    if (p.written && !this.#closed) this.#sendRelease(p.keys, p.leaseId);
   }
 
   #leaveLine(v: PoolView): void {
@@ -983,7 +1034,8 @@ export class RedisGovernor implements Governor {
     if (this.#resendTimer !== null || this.#closed) return;
     this.#resendTimer = setTimeout(() => {
       this.#resendTimer = null;
-      this.#resend();
+      // Also writes back this node's leases and its fallback's slots on the primary that took over.
+      this.#refreshAll();
     }, 250);
     this.#resendTimer.unref();
   }
@@ -1115,13 +1167,29 @@ export class RedisGovernor implements Governor {
     if (!this.connected) return;
     // Releases that failed on a Cluster whose other primaries stayed up (no reconnect to resend them then).
     this.#resend();
-    for (const [slots, set] of this.#held) {
-      if (set.size === 0) continue;
+    const slotsKeys = new Set([...this.#held.keys(), ...this.#fallbackHeld.keys()]);
+    for (const slots of slotsKeys) {
       const ids: string[] = [];
-      for (const p of set) ids.push(p.leaseId);
-      this.#eval(REFRESH, [slots], [String(this.#termMs), ...ids]).catch(() => {});
+      for (const p of this.#held.get(slots) ?? []) ids.push(p.leaseId);
+      // The fallback's slots still in use become leases (written once; then refreshed like the others).
+      const fallback = [...(this.#fallbackHeld.get(slots) ?? [])];
+      for (const p of fallback) ids.push(p.leaseId);
+      if (ids.length === 0) continue;
+      this.#eval(REFRESH, [slots], [String(this.#termMs), ...ids]).then(
+        () => {
+          for (const p of fallback) {
+            // Released while the write was on its way: its lease goes too.
+            if (!p.written && !this.#fallbackHeld.get(slots)?.has(p)) this.#sendRelease(p.keys, p.leaseId);
+            p.written = true;
+          }
+        },
+        () => {
+          if (this.#cluster) this.#lost();
+        },
+      );
     }
   }
+
 
   /**
    * What this node's learners of a pool know (diagnostics and tests); null for an unknown pool. The gate
@@ -1164,8 +1232,12 @@ export class RedisGovernor implements Governor {
       for (const set of this.#held.values()) {
         for (const p of set) sends.push(this.#eval(RELEASE, [p.keys.slots, p.keys.line], [...this.#wakeArgs(p.keys.tag), '0', p.leaseId]).catch(() => {}));
       }
+      for (const set of this.#fallbackHeld.values()) {
+        for (const p of set) if (p.written) sends.push(this.#eval(RELEASE, [p.keys.slots, p.keys.line], [...this.#wakeArgs(p.keys.tag), '0', p.leaseId]).catch(() => {}));
+      }
     }
     this.#held.clear();
+    this.#fallbackHeld.clear();
     this.#sendTurn();
     await Promise.all(sends);
     this.#sub.disconnect();
