@@ -26,9 +26,10 @@ export function connectRedis(target: RedisTarget, options: RedisOptions = {}, cl
         sentinelPassword: target.sentinelPassword,
         db: target.db,
         ...(target.tls ? { tls: {}, sentinelTLS: {}, enableTLSForSentinelMode: true } : {}),
-        // Sentinel tells every client the moment it promotes a replica (+switch-master): the client reconnects
-        // then, not when its own connection to the dead primary finally times out.
-        failoverDetector: true,
+        // A primary demoted while our connection to it stays up answers writes with READONLY: reconnect, and
+        // the sentinels name the new one. (ioredis's failoverDetector is not used: with it, a +switch-master
+        // that arrived while the client was still retrying ended the client for good, in our failover tests.)
+        reconnectOnError: (err: Error) => err.message.startsWith('READONLY'),
         // A sentinel that does not answer is skipped at once (the next one is asked).
         sentinelRetryStrategy: (n: number) => Math.min(100 * n, 1000),
       });

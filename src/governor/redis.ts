@@ -422,6 +422,14 @@ export class RedisGovernor implements Governor {
     this.redis.on('ready', () => this.#connected());
     this.redis.on('close', () => this.#disconnected());
     this.redis.on('error', (err: unknown) => this.#onConnection(false, err));
+    // ioredis gives up a connection only on our say-so (retryStrategy always answers); should it end anyway,
+    // it is opened again: a node must not stay on its failure policy for good.
+    this.redis.on('end', () => {
+      if (this.#closed) return;
+      setTimeout(() => {
+        if (!this.#closed && this.redis.status === 'end') this.redis.connect().catch(() => {});
+      }, 1000).unref();
+    });
     if (!this.#cluster) void this.#sub.subscribe(this.#channel).catch(() => {});
     this.#refreshTimer = setInterval(() => this.#refreshAll(), Math.max(10, Math.floor(this.#termMs / 3)));
     this.#refreshTimer.unref();
