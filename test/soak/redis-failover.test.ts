@@ -1,17 +1,3 @@
-// Issue 27 item 2, soak version: the failover scenario (test/helpers/redis-failover.ts) on Sentinel and on a
-// three-primary Cluster with replicas, with more traffic for longer on each side of the SIGKILL. The figures
-// (one JSON comment per topology) go to bench/RESULTS.md.
-import t from 'tap';
-import { needServer } from '../helpers/servers.js';
-import { failoverScenario } from '../helpers/redis-failover.js';
-
-const skip = (await needServer('postgres')) || (await needServer('redis'));
-const LONG = { preMs: 5000, postMs: 10_000, paceMs: 5, holdMs: 40, max: 8 };
-
-t.test('Sentinel: the primary SIGKILLed under load', { skip }, async (t) => {
-  await failoverScenario(t, 'sentinel', LONG);
-});
-
-t.test("Cluster: the primary of the pools' slot SIGKILLed under load", { skip }, async (t) => {
-  await failoverScenario(t, 'cluster', LONG);
-});
+// The full run of test/redis-failover.test.ts: the Sentinel failover with 5 s of traffic before the kill and 10 s after.
+process.env.POOLGATE_SOAK = '1';
+await import('../redis-failover.test.js');
