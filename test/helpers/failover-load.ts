@@ -16,6 +16,8 @@ import { selfSignedCert } from './origin.js';
 export interface Node {
   child: ChildProcessWithoutNullStreams;
   proxy: number;
+  /** Its /metrics and /readyz port. */
+  metrics: number;
 }
 
 export async function startNode(env: Record<string, string>): Promise<Node> {
@@ -26,7 +28,7 @@ export async function startNode(env: Record<string, string>): Promise<Node> {
     name: 'dataplane',
   });
   child.stdout.resume();
-  return { child, proxy: listening.proxy as number };
+  return { child, proxy: listening.proxy as number, metrics: listening.metrics as number };
 }
 
 export async function stopNode(n: Node): Promise<void> {
@@ -88,8 +90,9 @@ export interface Sample {
  * Paced traffic: one request every `paceMs` to `sub`, alternating over `nodes`, each holding the origin
  * `holdMs`, until stop() (which resolves once every request has its answer).
  */
-export function pacedLoad(nodes: Node[], sub: string, opts: { paceMs: number; holdMs: number; t0: number }) {
-  const clients = nodes.map((n) => new Pool(`http://127.0.0.1:${n.proxy}`, { connections: 64 }));
+export function pacedLoad(nodes: Node[] | string, sub: string, opts: { paceMs: number; holdMs: number; t0: number }) {
+  const urls = typeof nodes === 'string' ? [nodes] : nodes.map((n) => `http://127.0.0.1:${n.proxy}`);
+  const clients = urls.map((u) => new Pool(u, { connections: 64 }));
   const samples: Sample[] = [];
   const inflight = new Set<Promise<void>>();
   let i = 0;
@@ -101,7 +104,13 @@ export function pacedLoad(nodes: Node[], sub: string, opts: { paceMs: number; ho
       const res = await clients[node]!.request({ path: `/${sub}/delay/${opts.holdMs}`, method: 'GET', headers: { host: `${sub}.pools.localhost` } });
       status = res.statusCode;
       const text = await res.body.text();
-      if (status !== 200) error = (JSON.parse(text) as { error?: string }).error ?? text.slice(0, 60);
+      if (status !== 200) {
+        try {
+          error = (JSON.parse(text) as { error?: string }).error ?? text.slice(0, 60);
+        } catch {
+          error = 'not poolgate'; // the balancer's own page (502 when a node died mid-request)
+        }
+      }
     } catch (err) {
       error = (err as Error).message;
     }
