@@ -67,11 +67,12 @@ export async function startSentinelTopology(master = 'poolgate-ha'): Promise<Sen
   };
   try {
     const pPort = await freePort();
-    const primary = { port: pPort, proc: spawnRedis(['--port', String(pPort), ...BASE]) };
+    // Their own dir: a replica's first sync writes an RDB file there (not in the repository).
+    const primary = { port: pPort, proc: spawnRedis(['--port', String(pPort), ...BASE, '--dir', dir]) };
     procs.push(primary.proc);
     await waitUntil(() => probe(pPort, async (r) => (await r.ping()) === 'PONG'), 'the primary');
     const rPort = await freePort();
-    const replica = { port: rPort, proc: spawnRedis(['--port', String(rPort), ...BASE, '--replicaof', '127.0.0.1', String(pPort)]) };
+    const replica = { port: rPort, proc: spawnRedis(['--port', String(rPort), ...BASE, '--dir', dir, '--replicaof', '127.0.0.1', String(pPort)]) };
     procs.push(replica.proc);
     await waitUntil(() => probe(rPort, async (r) => (await r.info('replication')).includes('master_link_status:up')), 'the replica in sync');
     const sentinels: RedisProc[] = [];
