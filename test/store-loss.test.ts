@@ -47,6 +47,7 @@ t.test('the store lost and back under load', { skip }, async (t) => {
     }
   })();
 
+  const killedAt = performance.now();
   pg.kill();
   const down = await when(async () => (await control()).status === 503, 10_000);
   t.ok(down, 'the Control API answers 503 while the store is away');
@@ -58,8 +59,10 @@ t.test('the store lost and back under load', { skip }, async (t) => {
   const during = statuses.length;
   t.ok(statuses.length > 0 && statuses.every((s) => s === 200), `pool traffic kept flowing from the snapshot (${statuses.length} requests, all 200)`);
 
+  const startedAt = performance.now();
   pg.start();
   const back = await when(async () => (await control()).status === 200, 20_000);
+  t.comment(JSON.stringify({ controlDownAfterMs: down && Math.round(down - killedAt), pgStartMs: Math.round(performance.now() - startedAt), controlBackAfterStartMs: back && Math.round(back - startedAt), poolRequests: statuses.length, poolNon200: statuses.filter((x) => x !== 200).length }));
   t.ok(back, 'the Control API answers again by itself once the store is back');
   running = false;
   await load;
