@@ -65,6 +65,8 @@ export async function startSentinelTopology(master = 'poolgate-ha'): Promise<Sen
     for (const p of procs) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
     rmSync(dir, { recursive: true, force: true });
   };
+  // Also when the test process ends without its teardown (process.exit): no orphaned servers.
+  process.once('exit', stop);
   try {
     const pPort = await freePort();
     // Their own dir: a replica's first sync writes an RDB file there (not in the repository).
@@ -153,6 +155,7 @@ export async function startClusterTopology(): Promise<ClusterTopology> {
     for (const n of nodes) if (n.proc.exitCode === null && n.proc.signalCode === null) n.proc.kill('SIGKILL');
     rmSync(dir, { recursive: true, force: true });
   };
+  process.once('exit', stop);
   try {
     for (let i = 0; i < 6; i++) {
       const port = await freePort();
