@@ -80,7 +80,34 @@ export const ConfigSchema = Type.Object(
     redisUrl: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
       default: null,
       env: 'REDIS_URL',
-      description: 'Redis for the shared governor; null uses the in-memory governor.',
+      description:
+        "Redis for the shared governor, the lock API's leases and the HMAC nonces: redis:// or rediss:// for one server, or redis+sentinel://[:password@]host:port[,host:port…]/<master name>[/<db>] for a primary watched by Sentinel; null (with redisSentinels and redisClusterNodes unset) uses the in-memory governor. See docs/high-availability.md.",
+    }),
+    redisSentinels: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
+      default: null,
+      env: 'REDIS_SENTINELS',
+      description: 'Redis Sentinel instead of redisUrl: the sentinels as host:port,host:port… (any of them answers where the primary is); needs redisSentinelMaster.',
+    }),
+    redisSentinelMaster: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
+      default: null,
+      env: 'REDIS_SENTINEL_MASTER',
+      description: 'The name the sentinels of redisSentinels monitor the primary by (`sentinel monitor <name> …`).',
+    }),
+    redisClusterNodes: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
+      default: null,
+      env: 'REDIS_CLUSTER_NODES',
+      description:
+        'Redis Cluster instead of redisUrl: seed nodes as host:port,host:port… (the rest of the cluster is discovered). Every script keeps to one hash slot; wake-ups use sharded pub/sub (Redis 7).',
+    }),
+    redisPassword: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
+      default: null,
+      env: 'REDIS_PASSWORD',
+      description: 'Password of the Redis data nodes for redisSentinels and redisClusterNodes (and a redis+sentinel:// URL without one).',
+    }),
+    redisTls: Type.Boolean({
+      default: false,
+      env: 'REDIS_TLS',
+      description: 'TLS to the Redis nodes (and sentinels) of redisSentinels and redisClusterNodes; a URL says it by its scheme (rediss://, rediss+sentinel://).',
     }),
     governorFailurePolicy: Type.Union([Type.Literal('closed'), Type.Literal('open')], {
       default: 'closed',
