@@ -19,9 +19,10 @@ import { ClientResponse, type ClientSide } from '../pool-request/client-response
 import { NodeClientResponse } from '../pool-request/node-client-response.js';
 import type { Duplex } from 'node:stream';
 import { createServer, type IncomingMessage, type Server as NodeServer, type ServerResponse } from 'node:http';
-import { readRequestHeaders, reply, type BodySource, type Exchange, type Reply, type Stage } from '../pool-request/exchange.js';
+import { newExchange, peerAddress, readNodeHeaders, readRequestHeaders, reply, type BodySource, type Exchange, type Reply, type Stage } from '../pool-request/exchange.js';
 import { forward, Upstreams, type ForwardDeps } from './forward.js';
 import { releaseStage, type DataplaneMetrics, type Settlement } from '../pool-request/release.js';
+import { requestFailed } from '../pool-request/request-failed.js';
 import { BodyTimeoutError, RequestBody } from '../pool-request/request-body.js';
 import { BodyTooLargeError } from '../pool-request/body-limit.js';
 import { nodeRequestArrived, onNodeClientError } from './node-connection.js';
@@ -286,41 +287,19 @@ export class Dataplane {
     const method = req.getCaseSensitiveMethod();
     const client = new ClientResponse(res, method === 'HEAD');
     const headers = readRequestHeaders(req);
-    const ex = this.#exchange(method, req.getUrl(), req.getQuery() ?? '', headers, Buffer.from(res.getRemoteAddressAsText()).toString());
+    const ex = newExchange(method, req.getUrl(), req.getQuery() ?? '', headers, Buffer.from(res.getRemoteAddressAsText()).toString(), this.snapshots.current);
     this.#inFlight++;
     try {
       this.#begin((h) => res.onData(h), ex, client);
     } catch (err) {
       // A bug must cost one request, not the process (an exception escaping a uWS handler is fatal).
-      this.#opts.log.error({ err }, 'data plane request handler failed');
-      client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
-      this.#settle(ex, { outcome: 'internal_error', status: 500 });
+      this.#failed(ex, client, 'data plane request handler failed', err);
     }
   }
 
-  /** A new exchange, always built in this one place so that both parsers' exchanges share one object shape. */
-  #exchange(method: string, path: string, query: string, headers: Record<string, string>, clientAddress: string): Exchange {
-    return {
-      method,
-      path,
-      query,
-      headers,
-      clientAddress,
-      snapshot: this.snapshots.current,
-      startedAt: performance.now(),
-      pool: null,
-      key: null,
-      keyInAuthorization: false,
-      admission: null,
-      permit: null,
-      waited: false,
-      queuedMs: 0,
-      upstreamMs: null,
-      settled: false,
-      body: null,
-      verdict: null,
-      waitMs: 0,
-    };
+  /** A bug or an unexpected failure: this request gets 500 and is settled (src/pool-request/request-failed.ts). */
+  #failed(ex: Exchange, client: ClientSide, what: string, err: unknown): void {
+    requestFailed(this.#opts.log, what, err, client, (st) => this.#settle(ex, st));
   }
 
   /**
@@ -337,16 +316,11 @@ export class Dataplane {
     const method = req.method ?? 'GET';
     const client = new NodeClientResponse(req, res, method === 'HEAD');
     const raw = req.rawHeaders;
-    const headers: Record<string, string> = {};
-    for (let i = 0; i < raw.length; i += 2) {
-      const k = raw[i]!.toLowerCase();
-      headers[k] = Object.hasOwn(headers, k) ? `${headers[k]}, ${raw[i + 1]}` : raw[i + 1]!;
-    }
+    const headers = readNodeHeaders(raw);
     const url = req.url ?? '';
     const q = url.indexOf('?');
-    let address = req.socket.remoteAddress ?? '';
-    if (address.startsWith('::ffff:')) address = address.slice(7);
-    const ex = this.#exchange(method, q === -1 ? url : url.slice(0, q), q === -1 ? '' : url.slice(q + 1), headers, address);
+    const address = peerAddress(req.socket.remoteAddress);
+    const ex = newExchange(method, q === -1 ? url : url.slice(0, q), q === -1 ? '' : url.slice(q + 1), headers, address, this.snapshots.current);
     this.#inFlight++;
     try {
       if (req.httpVersionMajor !== 1) return this.#stopNode(ex, client, VERSION_NOT_SUPPORTED);
@@ -362,9 +336,7 @@ export class Dataplane {
       };
       this.#begin(onBody, ex, client);
     } catch (err) {
-      this.#opts.log.error({ err }, 'data plane request handler failed');
-      client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
-      this.#settle(ex, { outcome: 'internal_error', status: 500 });
+      this.#failed(ex, client, 'data plane request handler failed', err);
     }
   }
 
@@ -454,9 +426,7 @@ export class Dataplane {
       try {
         this.#admitStage(ex, client, body, ex.waitMs, asyncPool);
       } catch (err) {
-        this.#opts.log.error({ err }, 'data plane request handler failed');
-        client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
-        this.#settle(ex, { outcome: 'internal_error', status: 500 });
+        this.#failed(ex, client, 'data plane request handler failed', err);
       }
     });
   }
@@ -493,9 +463,7 @@ export class Dataplane {
       })
       .catch((err: unknown) => {
         deciding = false;
-        this.#opts.log.error({ err }, 'data plane policies stage failed');
-        if (client.open) client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
-        this.#settle(ex, { outcome: 'internal_error', status: 500 });
+        this.#failed(ex, client, 'data plane policies stage failed', err);
       });
   }
 
@@ -508,9 +476,7 @@ export class Dataplane {
         try {
           this.#admitted(ex, client, body, x);
         } catch (err) {
-          this.#opts.log.error({ err }, 'data plane request handler failed');
-          client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
-          this.#settle(ex, { outcome: 'internal_error', status: 500 });
+          this.#failed(ex, client, 'data plane request handler failed', err);
         }
       };
       a.then(after, (err: unknown) => {
@@ -565,9 +531,7 @@ export class Dataplane {
     acceptJob(this.#opts.jobs!, ex, client, body, reason).then(
       (s) => this.#settle(ex, s),
       (err: unknown) => {
-        this.#opts.log.error({ err }, 'accepting an async job failed');
-        client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
-        this.#settle(ex, { outcome: 'internal_error', status: 500 });
+        this.#failed(ex, client, 'accepting an async job failed', err);
       },
     );
   }

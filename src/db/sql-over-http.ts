@@ -10,6 +10,7 @@ import { BodyLimit } from '../pool-request/body-limit.js';
 import type { ClientSide as ClientResponse } from '../pool-request/client-response.js';
 import { reply, type Exchange, type Reply, type Stage } from '../pool-request/exchange.js';
 import type { Settlement } from '../pool-request/release.js';
+import { requestFailed } from '../pool-request/request-failed.js';
 import type { PoolEntry, Snapshot } from '../pool-request/snapshot.js';
 import { asyncEligible, asyncRequested, JOB_TOO_LARGE, spillAndAnswer, type JobIntake } from '../jobs/job-intake.js';
 import type { JobReason } from '../jobs/job-event.js';
@@ -210,9 +211,7 @@ export class SqlOverHttp {
       (err: unknown) => {
         if (done) return;
         done = true;
-        this.#opts.log.error({ err }, 'data plane policies stage failed');
-        client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
-        settle({ outcome: 'internal_error', status: 500 });
+        requestFailed(this.#opts.log, 'data plane policies stage failed', err, client, settle);
       },
     );
     if (onData === null) return proceed();
@@ -257,9 +256,7 @@ export class SqlOverHttp {
       if (reason) return this.#toJob(ex, client, text, reason, settle);
       this.#admitted(ex, client, req, x).then(settle, (err: unknown) => {
         // #admitted resolves on every failure it knows; this is a bug, but the slot must still come back.
-        this.#opts.log.error({ err }, 'SQL over HTTP failed unexpectedly');
-        client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
-        settle({ outcome: 'internal_error', status: 500 });
+        requestFailed(this.#opts.log, 'SQL over HTTP failed unexpectedly', err, client, settle);
       });
     };
     if (a instanceof Promise) {
@@ -279,9 +276,7 @@ export class SqlOverHttp {
   #toJob(ex: Exchange, client: ClientResponse, text: string, reason: JobReason, settle: (s: Settlement) => void): void {
     ex.admission = null;
     spillAndAnswer(this.#opts.jobs!, ex, client, Buffer.from(text, 'utf8'), reason).then(settle, (err: unknown) => {
-      this.#opts.log.error({ err }, 'accepting an async job failed');
-      client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
-      settle({ outcome: 'internal_error', status: 500 });
+      requestFailed(this.#opts.log, 'accepting an async job failed', err, client, settle);
     });
   }
 

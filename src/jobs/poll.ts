@@ -1,7 +1,7 @@
 // Polling a job with pool auth: GET /pools/{pool}/jobs/{id} (status, and the result once completed) and
 // GET /pools/{pool}/jobs/{id}/result (the stored response as it came from the origin).
 import { authenticateStage } from '../pool-request/authenticate.js';
-import type { Exchange } from '../pool-request/exchange.js';
+import { newExchange } from '../pool-request/exchange.js';
 import { clientResponseHeaders } from '../pool-request/headers.js';
 import type { Snapshot } from '../pool-request/snapshot.js';
 import type { PoliciesGate } from '../policies/index.js';
@@ -106,27 +106,8 @@ export async function answerJobPoll(deps: JobPollDeps, route: JobRoute, req: Pol
   const snapshot = deps.snapshot();
   const pool = snapshot.pools.get(route.pool);
   if (!pool) return error(404, 'not_found', 'no such pool');
-  const ex: Exchange = {
-    method: req.method,
-    path: req.path,
-    query: '',
-    headers: req.headers,
-    clientAddress: req.clientAddress,
-    snapshot,
-    startedAt: performance.now(),
-    pool,
-    key: null,
-    keyInAuthorization: false,
-    admission: null,
-    permit: null,
-    waited: false,
-    queuedMs: 0,
-    upstreamMs: null,
-    settled: false,
-    body: null,
-    verdict: null,
-    waitMs: 0,
-  };
+  const ex = newExchange(req.method, req.path, '', req.headers, req.clientAddress, snapshot);
+  ex.pool = pool;
   const refused = authenticateStage(deps.clock)(ex);
   if (refused) return error(refused.status, refused.error, refused.message);
   if (deps.policies) {

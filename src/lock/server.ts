@@ -10,7 +10,7 @@ import { authenticateStage } from '../pool-request/authenticate.js';
 import { BodyLimit } from '../pool-request/body-limit.js';
 import type { ClientSide } from '../pool-request/client-response.js';
 import { NodeClientResponse } from '../pool-request/node-client-response.js';
-import { peerAddress, readNodeHeaders, type Exchange, type Stage, type OutcomeName } from '../pool-request/exchange.js';
+import { newExchange, peerAddress, readNodeHeaders, type Exchange, type Stage, type OutcomeName } from '../pool-request/exchange.js';
 import type { PoolEntry, SnapshotFeed } from '../pool-request/snapshot.js';
 import { acquireWait } from './acquire-wait.js';
 import { readBody } from './body.js';
@@ -128,27 +128,7 @@ export class LockServer {
     }
     const route = matchLockRoute(path);
     const headers = readNodeHeaders(req.rawHeaders);
-    const ex: Exchange = {
-      method,
-      path,
-      query: q === -1 ? '' : url.slice(q + 1),
-      headers,
-      clientAddress: peerAddress(req.socket.remoteAddress),
-      snapshot: this.#opts.snapshots.current,
-      startedAt: performance.now(),
-      pool: null,
-      key: null,
-      keyInAuthorization: false,
-      admission: null,
-      permit: null,
-      waited: false,
-      queuedMs: 0,
-      upstreamMs: null,
-      settled: false,
-      body: null,
-      verdict: null,
-      waitMs: 0,
-    };
+    const ex = newExchange(method, path, q === -1 ? '' : url.slice(q + 1), headers, peerAddress(req.socket.remoteAddress), this.#opts.snapshots.current);
     const call: LockCall | null = route ? { ex, route, client, head } : null;
     const bodyPresent = headers['transfer-encoding'] !== undefined || (headers['content-length'] !== undefined && headers['content-length'] !== '0');
     const limit = route?.action === 'release' ? RELEASE_BODY : ACQUIRE_BODY;

@@ -79,6 +79,41 @@ export interface Exchange {
 }
 
 /**
+ * A new exchange: every listener (the proxy port's doors, the lock API, job polling) builds its exchanges here,
+ * so they share one object shape (V8 keeps one hidden class for the stages' reads).
+ */
+export function newExchange(
+  method: string,
+  path: string,
+  query: string,
+  headers: Record<string, string>,
+  clientAddress: string,
+  snapshot: Snapshot,
+): Exchange {
+  return {
+    method,
+    path,
+    query,
+    headers,
+    clientAddress,
+    snapshot,
+    startedAt: performance.now(),
+    pool: null,
+    key: null,
+    keyInAuthorization: false,
+    admission: null,
+    permit: null,
+    waited: false,
+    queuedMs: 0,
+    upstreamMs: null,
+    settled: false,
+    body: null,
+    verdict: null,
+    waitMs: 0,
+  };
+}
+
+/**
  * One stage of a chain (docs/architecture.md): null lets the request go on to the next stage, a Reply stops
  * it (the chain answers and settles it). A stage is built once, with the chain, and is called synchronously;
  * what it learns it writes on the Exchange. Stages never throw to refuse.
