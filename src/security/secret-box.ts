@@ -53,12 +53,21 @@ export function parseMasterKey(text: string): Buffer {
   return key;
 }
 
-/** The configured key, or the one generated into the data dir (mode 0600) on first start. */
-export function loadMasterKey(secretKey: string | null, dataDir: string): Buffer {
+/** The key a command that must not create one did not find: nothing was written. */
+export class MasterKeyNotFoundError extends Error {
+  override name = 'MasterKeyNotFoundError';
+}
+
+/**
+ * The configured key, or the one generated into the data dir (mode 0600) on first start. create false (admin
+ * commands other than bootstrap): a missing key file is refused, since a new key could open none of the store's secrets.
+ */
+export function loadMasterKey(secretKey: string | null, dataDir: string, opts: { create?: boolean } = {}): Buffer {
   if (secretKey) return parseMasterKey(secretKey);
   const dir = resolve(dataDir);
   const file = join(dir, 'secret.key');
   if (existsSync(file)) return parseMasterKey(readFileSync(file, 'utf8'));
+  if (opts.create === false) throw new MasterKeyNotFoundError(`no master key: POOLGATE_SECRET_KEY is not set and ${file} does not exist`);
   mkdirSync(dir, { recursive: true });
   writeFileSync(file, randomBytes(32).toString('hex') + '\n', { mode: 0o600, flag: 'wx' });
   chmodSync(file, 0o600);
