@@ -131,6 +131,7 @@ t.test('README walk-through: demo origin, npm start, bootstrap, pool, key, reque
   const delivered = values.find((v) => Array.isArray(v.data) && v.data[0]?.result);
   t.match(delivered?.data?.[0], { result: 'success', http_status: 200 }, `the job was delivered to the demo origin through POOLGATE_WEBHOOK_CA_FILE: ${out2}`);
   t.match(out2, /^postgres says 42$/m, 'psql ran a query through the PostgreSQL wire port');
+  t.match(out2, /^work_mem 1MB$/m, 'a setting outside the kept list, given at login, is applied (issue 26 item 9)');
   t.match(out2, /^mariadb says 42$/m, 'the mariadb client ran a query through the MySQL wire port');
   t.match(values.at(-1), { columns: [{ name: 'n' }], rows: [[42]] }, 'SQL over HTTP on the PostgreSQL pool');
 });
