@@ -46,10 +46,15 @@ export class SecretBox {
   }
 }
 
+const MAKE_ONE = 'make one with `openssl rand -hex 32` (or `node -e "console.log(crypto.randomBytes(32).toString(\'hex\'))"`)';
+
 export function parseMasterKey(text: string): Buffer {
   const t = text.trim();
   const key = /^[0-9a-fA-F]{64}$/.test(t) ? Buffer.from(t, 'hex') : Buffer.from(t, 'base64');
-  if (key.length !== 32) throw new Error('POOLGATE_SECRET_KEY must be 32 bytes, as 64 hex digits or base64');
+  if (key.length !== 32) throw new Error(`POOLGATE_SECRET_KEY must be 32 bytes, as 64 hex digits or base64: ${MAKE_ONE}`);
+  // A key typed or copied from an example (all zeros, one repeated byte, 0123…) is no secret. 32 random bytes
+  // hold ~30 distinct values; fewer than 16 happens by chance with odds below 1e-20.
+  if (new Set(key).size < 16) throw new Error(`POOLGATE_SECRET_KEY is a well-known or patterned key (${new Set(key).size} distinct bytes), not a secret: ${MAKE_ONE}`);
   return key;
 }
 
