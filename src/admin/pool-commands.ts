@@ -1,6 +1,8 @@
 // `poolgate admin pool show|set`: the operator's view and edit of one pool's settings and policies
 // (the same validation and single-transaction write as PATCH /api/v1/pools/{pool}/settings).
 import type { TSchema } from '@sinclair/typebox';
+import { findPool } from '../store/pools.js';
+import { poolLimitView } from '../control/live.js';
 import { AdminUsageError, intOption, need, teamOf, type Command } from './command.js';
 import { PoolSettingsSchema, SettingsError } from '../store/pool-settings.js';
 import { patchPoolSettings, readPoolSettings, type SettingsPatch } from '../store/pool-settings-store.js';
@@ -62,15 +64,17 @@ const flagHelp = [
 
 export const poolCommands: Record<string, Command> = {
   'pool show': {
-    usage: 'admin pool show <subdomain> --team TEAM   (max_concurrent, require_key, async columns and every setting in force)',
+    usage: 'admin pool show <subdomain> --team TEAM   (max_concurrent, require_key, async columns, every setting in force, and the effective limit with the adaptive limit\'s last adjustments)',
     options: { team: { type: 'string' }, pool: { type: 'string' } },
     positional: 'pool',
     async run(v, deps) {
       const team = await teamOf(deps, need(v, 'team'));
       const subdomain = need(v, 'pool');
       const view = await readPoolSettings(deps.sql, team.id, subdomain);
-      if (!view) throw new AdminUsageError(`pool ${JSON.stringify(subdomain)} not found in team ${team.slug}`);
-      return view;
+      const pool = await findPool(deps.sql, team.id, subdomain);
+      if (!view || !pool) throw new AdminUsageError(`pool ${JSON.stringify(subdomain)} not found in team ${team.slug}`);
+      // Why the effective limit is what it is: only a running data plane knows (reporting false otherwise).
+      return { ...view, limit: poolLimitView(pool, deps.live?.source ?? null) };
     },
   },
 
