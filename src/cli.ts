@@ -142,8 +142,10 @@ async function demoOrigin(config: Config, argv: string[]): Promise<void> {
   const origin = await startDemoOrigin({ host: values.host ?? '127.0.0.1', port, dir: values.dir ?? join(config.dataDir, 'demo-origin') });
   process.stdout.write(JSON.stringify({ event: 'listening', url: origin.url, caFile: origin.caFile }) + '\n');
   process.stderr.write(
-    `poolgate demo origin at ${origin.url}. Start poolgate trusting its certificate and allowing loopback targets:\n` +
-    `  POOLGATE_ALLOW_PRIVATE_TARGETS=true POOLGATE_ORIGIN_CA_FILE=${origin.caFile} npm start\n`,
+    `poolgate demo origin at ${origin.url}. Start poolgate trusting its certificate (for pool traffic and webhook\n` +
+    `deliveries) and allowing loopback targets and local databases without TLS:\n` +
+    `  POOLGATE_ALLOW_PRIVATE_TARGETS=true POOLGATE_DB_ALLOW_INSECURE=true \\\n` +
+    `    POOLGATE_ORIGIN_CA_FILE=${origin.caFile} POOLGATE_WEBHOOK_CA_FILE=${origin.caFile} npm start\n`,
   );
   const stop = () => void origin.close().then(() => process.exit(0));
   process.on('SIGTERM', stop);
