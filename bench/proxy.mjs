@@ -1,22 +1,32 @@
-// Proxy benchmark: one https origin (uWS SSLApp, self-signed cert made now, a small fixed JSON body) behind
-// (a) nothing, (b) poolgate, (c) nginx with limit_conn, (d) fastify + @fastify/http-proxy, each driven
-// side by side in one run by autocannon and (when installed) wrk over plain http.
-// Usage: npm run bench:proxy   (env BENCH_DURATION seconds, default 8; BENCH_WARMUP, default 2;
+// Proxy benchmark, three modes (--mode=…, or BENCH_MODE):
+//  matrix (default): one https origin (uWS SSLApp, self-signed cert made now, a small fixed JSON body) behind
+//    (a) nothing, (b) poolgate, (c) nginx with limit_conn, (d) fastify + @fastify/http-proxy, (e) the Node floor
+//    (node:http + undici, nothing else), each driven side by side in one run by autocannon and (when installed) wrk.
+//  saturation (issue 29): poolgate, the Node floor and nginx at saturation, proxy pinned to one core, load and origin
+//    on the others; ≥ 3 alternated rounds, medians; rps and CPU per request as ratios to the Node floor
+//    (bench/lib/proxy-saturation.mjs).
+//  tail (issue 29): paced open-loop load (latency from each request's scheduled start) through `poolgate
+//    demo-origin` to nginx, the Node floor and poolgate one after the other (bench/lib/proxy-tail.mjs).
+// Every mode writes bench/out/proxy-*.json; with --write-results it also rewrites its own marked section of
+// bench/RESULTS.md (bench:proxy, bench:proxy-saturation, bench:proxy-tail), nothing else there.
+// Usage: npm run bench:proxy [-- --mode=saturation|tail] [-- --write-results]
+// Matrix env: BENCH_DURATION seconds, default 8; BENCH_WARMUP, default 2;
 // BENCH_CONNECTIONS, default "50,100"; BENCH_CPU_PROF=<dir> runs poolgate with --cpu-prof into dir; BENCH_NODE_ARGS
 // adds node flags to poolgate's command line (e.g. --perf-basic-prof; --trace-gc with BENCH_CHILD_STDOUT=<file>, which
 // appends poolgate's stdout there; BENCH_CHILD_STDERR likewise); BENCH_PACED_SERIES=<prefix> writes each paced request's
 // start and latency (bench/lib/paced.mjs);
-// BENCH_LABEL names the run in the JSON; BENCH_TARGETS=direct,poolgate,nginx,node_peer picks targets;
-// BENCH_NO_SECTION=1 leaves RESULTS.md alone; BENCH_ROUNDS=N measures every target N times, interleaved, and reports medians; BENCH_THREADS=N adds poolgate with N data plane threads,
-// default 2, 0 for none). Writes bench/out/proxy-*.json and the "## Proxy" section.
-import { execFileSync } from 'node:child_process';
+// BENCH_LABEL names the run in the JSON; BENCH_TARGETS=direct,poolgate,nginx,node_peer,node_floor picks targets;
+// BENCH_ROUNDS=N measures every target N times, interleaved, and reports medians; BENCH_THREADS=N adds poolgate with N data plane threads,
+// default 2, 0 for none. The other modes' knobs are in their files.
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { request } from 'undici';
-import { apiCaller, root, startPoolgate } from './lib/poolgate.mjs';
+import { root } from './lib/poolgate.mjs';
 import { measure } from './lib/load.mjs';
-import { machine, writeJson, writeSection, RESULTS_PATH } from './lib/results.mjs';
+import { machine, provenance, writeJson, writeMarkedSection, WRITE_RESULTS } from './lib/results.mjs';
+import { probe, selfSignedCert, startNodeFloor, startPoolgateTarget } from './lib/proxy-targets.mjs';
+import { saturation } from './lib/proxy-saturation.mjs';
+import { tail } from './lib/proxy-tail.mjs';
 import { startChild } from './lib/child.mjs';
 import { startNginx } from './lib/nginx.mjs';
 import { ensureTool, wrkSpread } from './lib/wrk.mjs';
@@ -51,73 +61,6 @@ const settings = {
 };
 const log = (msg) => process.stderr.write(`bench:proxy: ${msg}\n`);
 
-function selfSignedCert(dir) {
-  const keyFile = join(dir, 'key.pem');
-  const certFile = join(dir, 'cert.pem');
-  execFileSync(
-    'openssl',
-    ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', keyFile, '-out', certFile,
-      '-days', '1', '-subj', `/CN=${settings.origin_host}`, '-addext', `subjectAltName=IP:${settings.origin_host},DNS:localhost`],
-    { stdio: 'ignore' },
-  );
-  return { keyFile, certFile };
-}
-
-/**
- * poolgate with every role in one process on its embedded store: team bootstrapped with the admin CLI, then
- * through the Control API a pool, a key, and settings that keep it from queueing (max_concurrent raised,
- * adaptive concurrency off so the limit stays put).
- */
-async function startPoolgateTarget(origin, caFile, dir, bin, threads = 1) {
-  const env = {
-    POOLGATE_DATAPLANE_THREADS: String(threads),
-    POOLGATE_DATAPLANE_THREAD_PORTS: 'shared',
-    POOLGATE_ORIGIN_CA_FILE: caFile,
-    POOLGATE_ALLOW_PRIVATE_TARGETS: 'true',
-    POOLGATE_LOG_LEVEL: 'warn',
-    POOLGATE_ACCESS_LOG_FILE: join(dir, 'poolgate-access.log'),
-  };
-  const nodeArgs = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
-  // e.g. --perf-basic-prof, for `perf record` with JavaScript symbols.
-  if (process.env.BENCH_NODE_ARGS) nodeArgs.push(...process.env.BENCH_NODE_ARGS.split(' ').filter(Boolean));
-  const svc = await startPoolgate(env, { nodeArgs, bin });
-  const stop = () => svc.stop();
-  try {
-    const boot = await svc.admin(['bootstrap', '--team', 'Bench', '--email', 'bench@bench.test', '--plan', 'business']);
-    const call = apiCaller(svc.controlUrl, boot.token);
-    const pool = await call('POST', '/api/v1/pools', { origin, name: 'bench-proxy' }, 201);
-    const minted = await call('POST', `/api/v1/pools/${pool.subdomain}/keys`, { label: 'bench' }, 201);
-    await call('PATCH', `/api/v1/pools/${pool.subdomain}/settings`, { max_concurrent: settings.pool_max_concurrent, settings: { adaptive: false } }, 200);
-    const url = `http://127.0.0.1:${svc.listening.proxy}/`;
-    const urls = [...new Set(svc.listening.proxyThreads ?? [svc.listening.proxy])].map((port) => `http://127.0.0.1:${port}/`);
-    const headers = { host: `${pool.subdomain}.pools.localhost`, 'x-service-key': minted.key };
-    // Ready when the key works and the raised limit is in the governor (a 10-slot pool would queue at 50), in every thread.
-    for (const u of urls) {
-      for (let i = 0; ; i++) {
-        const res = await get(u, headers);
-        if (res.status === 200 && res.headers['x-service-effective-limit'] === String(settings.pool_max_concurrent)) break;
-        if (i > 50) throw new Error(`poolgate probe of ${headers.host} at ${u} → ${res.status} limit ${res.headers['x-service-effective-limit']} ${res.body}`);
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    }
-    return { url, urls: urls.length > 1 ? urls : undefined, headers, pid: svc.pid, stop };
-  } catch (err) {
-    await stop();
-    throw err;
-  }
-}
-
-/** One GET (undici: fetch would drop the Host header that names the pool). */
-async function get(url, headers) {
-  const res = await request(url, { headers });
-  return { status: res.statusCode, headers: res.headers, body: await res.body.text() };
-}
-
-async function probe(t) {
-  const res = await get(t.url, t.headers);
-  if (res.status !== 200 || !res.body.includes('"origin"')) throw new Error(`${t.name}: probe answered ${res.status} ${res.body.slice(0, 200)}`);
-}
-
 const ratio = (a, b) => (a && b ? Math.round((a / b) * 100) / 100 : null);
 /** ", proxy CPU x µs/request (user u, sys s)" for a row that has it. */
 const cpuLog = (r) => (r.cpu_us ? `, proxy CPU ${r.cpu_us.total} µs/request (user ${r.cpu_us.user}, sys ${r.cpu_us.system})` : '');
@@ -144,6 +87,8 @@ function ratiosOf(rows, connectionCounts) {
         threads_p99_minus_direct_ms: diff(th?.latency_ms.p99, get('direct')?.latency_ms.p99),
         poolgate_over_nginx_rps: rpsRatio('nginx'),
         poolgate_over_node_peer_rps: rpsRatio('node_peer'),
+        poolgate_over_node_floor_rps: rpsRatio('node_floor'),
+        poolgate_over_node_floor_cpu: tool === 'paced' ? null : ratio(pg_.cpu_us?.total, get('node_floor')?.cpu_us?.total),
         poolgate_p50_minus_direct_ms: diff(pg_.latency_ms.p50, get('direct')?.latency_ms.p50),
         poolgate_p99_minus_direct_ms: diff(pg_.latency_ms.p99, get('direct')?.latency_ms.p99),
         nginx_p50_minus_direct_ms: diff(get('nginx')?.latency_ms.p50, get('direct')?.latency_ms.p50),
@@ -166,7 +111,7 @@ async function main() {
   const stops = [];
   const rows = [];
   try {
-    const { keyFile, certFile } = selfSignedCert(dir);
+    const { keyFile, certFile } = selfSignedCert(dir, settings.origin_host);
     const origin = await startChild(join(root, 'bench/lib/tls-origin.mjs'), [settings.origin_host, keyFile, certFile]);
     stops.push(() => origin.stop());
     const originUrl = `https://${settings.origin_host}:${origin.port}`;
@@ -175,19 +120,19 @@ async function main() {
     // The direct target is the origin itself over TLS (neither autocannon nor wrk verifies its certificate).
     const targets = [{ name: 'direct (origin, https)', key: 'direct', url: `${originUrl}/`, headers: {} }];
 
-    const poolgate = await startPoolgateTarget(originUrl, certFile, dir);
+    const poolgate = await startPoolgateTarget(originUrl, certFile, dir, { maxConcurrent: settings.pool_max_concurrent });
     stops.push(() => poolgate.stop());
     targets.push({ name: 'poolgate', key: 'poolgate', url: poolgate.url, headers: poolgate.headers, pid: poolgate.pid });
     log(`poolgate pid ${poolgate.pid} on ${poolgate.url}`);
     if (settings.dataplane_threads > 1) {
-      const threaded = await startPoolgateTarget(originUrl, certFile, dir, undefined, settings.dataplane_threads);
+      const threaded = await startPoolgateTarget(originUrl, certFile, dir, { threads: settings.dataplane_threads, maxConcurrent: settings.pool_max_concurrent });
       stops.push(() => threaded.stop());
       targets.push({ name: `poolgate, ${settings.dataplane_threads} threads (one port)`, key: 'poolgate_threads', url: threaded.url, urls: threaded.urls, headers: threaded.headers, pid: threaded.pid });
       log(`poolgate (${settings.dataplane_threads} threads) pid ${threaded.pid} on ${threaded.url}`);
     }
     // BENCH_BEFORE_ROOT=<dir with another build>: that build too, side by side (a fix's before and after).
     if (process.env.BENCH_BEFORE_ROOT) {
-      const before = await startPoolgateTarget(originUrl, certFile, dir, join(process.env.BENCH_BEFORE_ROOT, 'bin', 'poolgate.js'));
+      const before = await startPoolgateTarget(originUrl, certFile, dir, { bin: join(process.env.BENCH_BEFORE_ROOT, 'bin', 'poolgate.js'), maxConcurrent: settings.pool_max_concurrent });
       stops.push(() => before.stop());
       targets.push({ name: `poolgate before (${process.env.BENCH_BEFORE_LABEL ?? process.env.BENCH_BEFORE_ROOT})`, key: 'poolgate_before', url: before.url, headers: before.headers, pid: before.pid });
     }
@@ -201,6 +146,10 @@ async function main() {
     const peer = await startChild(join(root, 'bench/lib/node-peer.mjs'), [originUrl, certFile]);
     stops.push(() => peer.stop());
     targets.push({ name: 'fastify + @fastify/http-proxy', key: 'node_peer', url: `http://127.0.0.1:${peer.port}/`, headers: {}, pid: peer.pid });
+
+    const floor = await startNodeFloor(originUrl, certFile);
+    stops.push(() => floor.stop());
+    targets.push({ name: 'Node floor (node:http + undici)', key: 'node_floor', url: `http://127.0.0.1:${floor.port}/`, headers: {}, pid: floor.pid });
 
     for (const t of targets) {
       if (t.key !== 'direct') await probe(t);
@@ -252,12 +201,13 @@ async function main() {
   const stamp = when.toISOString().replace(/[:.]/g, '-');
   const jsonPath = writeJson(`proxy-${stamp}.json`, report);
   writeJson('proxy-latest.json', report);
-  if (process.env.BENCH_NO_SECTION) {
-    log(`wrote ${jsonPath} (BENCH_NO_SECTION: RESULTS.md untouched)`);
+  report.command = commandLine();
+  if (!WRITE_RESULTS || process.env.BENCH_NO_SECTION) {
+    log(`wrote ${jsonPath} (RESULTS.md untouched: pass --write-results to rewrite its bench:proxy section)`);
     return;
   }
-  writeSection('## Proxy', proxySection(report, readFileSync(RESULTS_PATH, 'utf8')));
-  log(`wrote ${jsonPath} and the "## Proxy" section of ${RESULTS_PATH}`);
+  writeMarkedSection('proxy', proxySection(report), 'Proxy');
+  log(`wrote ${jsonPath} and the bench:proxy section of bench/RESULTS.md`);
 }
 
 /** One row per target, tool and connection count: the median of each figure over the rounds, errors added up. */
@@ -289,8 +239,8 @@ function medianRows(rows) {
   }));
 }
 
-/** The section text. A "### Profile" subsection written by hand below the tables is kept across runs. */
-export function proxySection(report, current) {
+/** The section text (between the bench:proxy markers; the hand-written subsections below them stay). */
+export function proxySection(report) {
   const { machine: m, settings: s, notes } = report;
   const rows = report.median_rows ?? report.rows;
   const ratios = ratiosOf(rows, s.connections);
@@ -305,24 +255,18 @@ export function proxySection(report, current) {
     ),
   ];
   const ratioTable = [
-    '| tool | connections | poolgate / nginx rps (target ≥ 0.5) | poolgate / Node.js peer rps (target ≥ 1.5) | poolgate − direct p50 ms | poolgate − direct p99 ms (target < 1 at 50) | nginx − direct p50 ms | nginx − direct p99 ms | poolgate / before rps | N threads / nginx rps | N threads / Node.js peer rps | N threads / 1 thread rps | N threads − direct p99 ms |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+    '| tool | connections | poolgate / nginx rps (target ≥ 0.5) | poolgate / Node.js peer rps (target ≥ 1.5) | poolgate / Node floor rps (target ≥ 0.9) | poolgate / Node floor CPU per request (unpinned here; `--mode=saturation` pins) | poolgate − direct p50 ms | poolgate − direct p99 ms (target < 1 at 50) | nginx − direct p50 ms | nginx − direct p99 ms | poolgate / before rps | N threads / nginx rps | N threads / Node.js peer rps | N threads / 1 thread rps | N threads − direct p99 ms |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
     ...ratios.map(
       (r) =>
-        `| ${r.tool} | ${r.connections} | ${f(r.poolgate_over_nginx_rps)} | ${f(r.poolgate_over_node_peer_rps)} | ${f(r.poolgate_p50_minus_direct_ms)} | ` +
+        `| ${r.tool} | ${r.connections} | ${f(r.poolgate_over_nginx_rps)} | ${f(r.poolgate_over_node_peer_rps)} | ${f(r.poolgate_over_node_floor_rps)} | ${f(r.poolgate_over_node_floor_cpu)} | ${f(r.poolgate_p50_minus_direct_ms)} | ` +
         `${f(r.poolgate_p99_minus_direct_ms)} | ${f(r.nginx_p50_minus_direct_ms)} | ${f(r.nginx_p99_minus_direct_ms)} | ${f(r.poolgate_over_before_rps)} | ` +
         `${f(r.threads_over_nginx_rps)} | ${f(r.threads_over_node_peer_rps)} | ${f(r.threads_over_one_thread_rps)} | ${f(r.threads_p99_minus_direct_ms)} |`,
     ),
   ];
-  const start = current.indexOf('\n### Profile');
-  let kept = '';
-  if (start >= 0 && current.lastIndexOf('\n## Proxy', start) >= 0) {
-    const next = current.indexOf('\n## ', start + 1);
-    kept = current.slice(start + 1, next < 0 ? undefined : next).trimEnd();
-  }
   return [
-    '`npm run bench:proxy` (bench/proxy.mjs): one https origin (uWS SSLApp on 127.0.0.2, self-signed certificate',
-    'made at run time, a 46-byte JSON body) measured directly and behind three proxies, each in its own process,',
+    '`npm run bench:proxy` (bench/proxy.mjs): one https origin (bench/lib/tls-origin.mjs on 127.0.0.2: uWS SSLApp where its native build',
+    'loads, else node:https; self-signed certificate made at run time, a 46-byte JSON body) measured directly and behind four proxies, each in its own process,',
     'one after the other in the same run with the same load generators. Clients speak plain http/1.1 keep-alive',
     'to the proxies; the proxies speak https with keep-alive to the origin.',
     '',
@@ -330,6 +274,7 @@ export function proxySection(report, current) {
     `  (\`PATCH …/settings\`: max_concurrent ${s.pool_max_concurrent}, adaptive off, so nothing queues); key sent as X-Service-Key; access log to a file`,
     '- nginx: `worker_processes auto`, `limit_conn` on the server, `keepalive 128` upstream, `proxy_ssl_verify on`, access log to a file',
     '- Node.js peer: fastify 5 + @fastify/http-proxy (undici, 128 keep-alive connections), logger off',
+    '- Node floor: node:http + one undici Pool (128 keep-alive connections), status, content-type and body passed back, nothing else (bench/lib/node-floor.mjs)',
     ...(rows.some((r) => r.target === 'poolgate_threads')
       ? [
           '- poolgate, N threads: the same, with `POOLGATE_DATAPLANE_THREADS=N` (every thread on the one proxy port; the kernel spreads the connections)',
@@ -339,31 +284,50 @@ export function proxySection(report, current) {
       ? ['- poolgate before: the same commit with the hot-path fixes of this round undone (BENCH_BEFORE_ROOT), set up the same way']
       : []),
     '',
-    `- date: ${report.date.slice(0, 16).replace('T', ' ')} UTC`,
-    `- machine: ${m.nproc} CPUs (${m.cpu}), ${m.memory_gib} GiB, ${m.platform}, Node.js ${m.node}; load generator, origin and proxy all on this machine; load average ${m.loadavg_1m} at the start${m.loadavg_1m_end === undefined ? '' : `, ${m.loadavg_1m_end} at the end`}`,
+    provenance(m, report.date, report.command ?? 'npm run bench:proxy -- --write-results'),
+    '- load generator, origin and proxy all on this machine',
     `- settings: ${s.duration_s} s per row after a ${s.warmup_s} s autocannon warm-up; wrk \`-t2 --latency\`; no pipelining` +
       (s.rounds > 1 ? `; ${s.rounds} rounds over every target, interleaved: each figure is the median of the rounds (rps of each round in the JSON), errors added up` : ''),
     '- proxy CPU: user and system CPU time of the proxy process (all its threads; nginx: master and workers) during the row, per request answered; steadier than rps on a shared machine',
     ...(s.paced_rate
-      ? [`- paced rows: open loop, ${s.paced_rate} requests/s started on a 1 ms tick over ${s.connections[0]} undici keep-alive connections (all opened before the clock starts), latency in µs resolution — the added-latency figure (closed-loop p99 at ${s.connections[0]} connections is mostly the queue in front of a saturated server)`]
+      ? [`- paced rows: open loop, ${s.paced_rate} requests/s started on a 1 ms tick over ${s.connections[0]} undici keep-alive connections (all opened before the clock starts), latency from each request's scheduled start, in µs resolution — the added-latency figure (closed-loop p99 at ${s.connections[0]} connections is mostly the queue in front of a saturated server)`]
       : []),
     '',
     ...table,
     '',
     ...ratioTable,
     ...(notes.length ? ['', 'Notes:', '', ...notes.map((n) => `- ${n}`)] : []),
-    ...(kept ? ['', kept] : []),
   ].join('\n');
 }
 
-// BENCH_SECTION_FROM=<report.json> rewrites the section from a saved run without measuring again.
+/** How this run was asked for, to put in its section: the BENCH_* settings and the flags. */
+function commandLine() {
+  const env = Object.entries(process.env)
+    .filter(([k]) => k.startsWith('BENCH_') && k !== 'BENCH_SECTION_FROM')
+    .map(([k, v]) => `${k}=${v}`);
+  const args = process.argv.slice(2);
+  return [...env, 'npm run bench:proxy', ...(args.length ? ['--', ...args] : [])].join(' ');
+}
+
+// --mode=matrix (default: every target × tool × connection count), saturation or tail (issue 29).
+const modeArg = process.argv.find((a) => a.startsWith('--mode='))?.slice('--mode='.length) ?? process.env.BENCH_MODE ?? 'matrix';
+const MODES = {
+  matrix: main,
+  saturation: () => saturation({ log, command: commandLine() }),
+  tail: () => tail({ log, command: commandLine() }),
+};
+if (!MODES[modeArg]) {
+  process.stderr.write(`bench:proxy: unknown --mode=${modeArg}: one of ${Object.keys(MODES).join(', ')}\n`);
+  process.exit(2);
+}
+// BENCH_SECTION_FROM=<report.json> rewrites the matrix section from a saved run without measuring again.
 const run = process.env.BENCH_SECTION_FROM
   ? async () => {
       const report = JSON.parse(readFileSync(process.env.BENCH_SECTION_FROM, 'utf8'));
-      writeSection('## Proxy', proxySection(report, readFileSync(RESULTS_PATH, 'utf8')));
-      log(`wrote the "## Proxy" section of ${RESULTS_PATH} from ${process.env.BENCH_SECTION_FROM}`);
+      writeMarkedSection('proxy', proxySection(report), 'Proxy');
+      log(`wrote the bench:proxy section of bench/RESULTS.md from ${process.env.BENCH_SECTION_FROM}`);
     }
-  : main;
+  : MODES[modeArg];
 
 run().catch((err) => {
   process.stderr.write(`bench:proxy failed: ${err.stack ?? err}\n`);

@@ -7,20 +7,24 @@
 //     lost), and a steady rate of job completions, each enqueued with enqueueJobEvent in its own transaction
 //     as the jobs runner does (completion → arrival p50/p99). Both against the issue-18 targets, with the CPU
 //     time per delivery of poolgate and of the receiver.
-// Usage: npm run bench:webhooks  (env BENCH_EVENTS burst events, default 20000; BENCH_RATE steady events/s,
-// default 1000; BENCH_STEADY_S, default 10; BENCH_SKIP_ENVELOPES=1 skips part 1 and writes no RESULTS.md;
-// BENCH_CPU_PROF=dir writes poolgate's .cpuprofile there; POOLGATE_TEST_PG_URL). Writes
-// bench/out/webhooks-*.json and the "## Webhook deliveries" section of bench/RESULTS.md.
+//     Each run has its floor, measured right after it in the same run (issue 28 item 5: absolute rates do not
+//     carry between machines): undici POSTing the same signed bodies to the same receiver with nothing else
+//     (bench/lib/webhook-floor.mjs), and the target is a ratio to it: poolgate CPU per delivery ≤ 1.5× the floor's.
+// Usage: npm run bench:webhooks [-- --write-results]  (env BENCH_EVENTS burst events, default 20000; BENCH_RATE steady
+// events/s, default 1000; BENCH_STEADY_S, default 10; BENCH_SKIP_ENVELOPES=1 skips part 1 (and writes no RESULTS.md);
+// BENCH_FLOOR=0 skips the floor; BENCH_CPU_PROF=dir writes poolgate's .cpuprofile there; POOLGATE_TEST_PG_URL).
+// Writes bench/out/webhooks-*.json; with --write-results also the text between the bench:webhooks markers of
+// bench/RESULTS.md.
 import { execFileSync, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:https';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import pg from 'pg';
 import { api, startPoolgate } from './lib/poolgate.mjs';
-import { machine, writeJson, writeSection } from './lib/results.mjs';
+import { machine, provenance, writeJson, writeMarkedSection, WRITE_RESULTS } from './lib/results.mjs';
 import { cpuMeter } from './lib/cpu.mjs';
 
 const { enqueueJobEvent } = await import('../dist/src/webhooks/outbox.js');
@@ -48,8 +52,9 @@ const log = (msg) => process.stderr.write(`bench:webhooks: ${msg}\n`);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const pct = (sorted, p) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] : NaN);
 const r1 = (x) => Math.round(x * 10) / 10;
-/** Issue 18's targets. */
-const TARGET = { burst_per_second: 5000, steady_p99_ms: 100 };
+/** Issue 18's targets, and issue 28's ratio to the floor measured in the same run. */
+const TARGET = { burst_per_second: 5000, steady_p99_ms: 100, cpu_over_floor: 1.5 };
+const FLOOR = process.env.BENCH_FLOOR !== '0';
 
 function bigEvent(bytes) {
   return {
@@ -146,8 +151,53 @@ async function startReceiver(cert) {
   };
 }
 
+/** The floor process (bench/lib/webhook-floor.mjs): prepare → ready, go → done. */
+async function startFloor(caFile) {
+  const child = fork(new URL('./lib/webhook-floor.mjs', import.meta.url), [caFile], { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
+  const next = (key) => new Promise((resolve, reject) => {
+    const onExit = (code) => reject(new Error(`webhook floor exited (${code})`));
+    child.once('exit', onExit);
+    const onMessage = (m) => {
+      if (m.error) reject(new Error(`webhook floor: ${m.error}`));
+      else if (!(key in m)) return;
+      else resolve(m[key]);
+      child.off('message', onMessage);
+      child.off('exit', onExit);
+    };
+    child.on('message', onMessage);
+  });
+  await next('started');
+  return {
+    pid: child.pid,
+    /** Bodies made, connections not yet open: the clock starts at run(). */
+    async prepare(p) {
+      const ready = next('ready');
+      child.send({ prepare: p });
+      await ready;
+    },
+    async run() {
+      const done = next('done');
+      child.send({ go: true });
+      return done;
+    },
+    close: () => new Promise((r) => { if (child.exitCode !== null) return r(); child.once('exit', r); child.send('stop'); }),
+  };
+}
+
+/** poolgate's run against its floor: CPU per delivery (issue 28's target ≤ 1.5×) and deliveries/s as ratios. */
+function againstFloor(row, floorRow, { rates }) {
+  if (!floorRow) return;
+  const ratio = (a, b) => (typeof a === 'number' && typeof b === 'number' && b > 0 ? Math.round((a / b) * 100) / 100 : null);
+  row.cpu_over_floor = ratio(row.poolgate_cpu_us_per_delivery, floorRow.floor_cpu_us_per_delivery);
+  // At a steady rate both send what the schedule offers: only the burst's rates compare.
+  row.per_second_over_floor = rates ? ratio(row.per_second, floorRow.per_second) : null;
+  row.cpu_over_floor_met = row.cpu_over_floor !== null && row.cpu_over_floor <= TARGET.cpu_over_floor;
+  log(`${row.run}: poolgate CPU per delivery ${row.cpu_over_floor}× the floor's (target ≤ ${TARGET.cpu_over_floor}), deliveries/s ${row.per_second_over_floor}× the floor's`);
+}
+
 async function main() {
   const m = machine();
+  const command = [...Object.entries(process.env).filter(([k]) => k.startsWith('BENCH_')).map(([k, v]) => `${k}=${v}`), 'npm run bench:webhooks', ...(process.argv.length > 2 ? ['--', ...process.argv.slice(2)] : [])].join(' ');
   const envelopes = process.env.BENCH_SKIP_ENVELOPES ? null : await envelopeBench();
 
   const dbName = `poolgate_bench_${randomBytes(4).toString('hex')}`;
@@ -159,6 +209,7 @@ async function main() {
   dbUrl.pathname = `/${dbName}`;
   const cert = selfSigned();
   const receiver = await startReceiver(cert);
+  const floor = FLOOR ? await startFloor(cert.certFile) : null;
   const svc = await startPoolgate({
     DATABASE_URL: dbUrl.toString(),
     POOLGATE_ALLOW_PRIVATE_TARGETS: 'true',
@@ -179,11 +230,51 @@ async function main() {
     const pool = { id: rows[0].id, host: 'bench.pools.localhost' };
     /** The path each destination id must be delivered to. */
     const pathOf = new Map();
+    /** Each destination as the floor needs it: id, URL and signing secret. */
+    const destinations = [];
     for (let i = 0; i < settings.destinations; i++) {
       const res = await api(svc.controlUrl, boot.token, 'POST', '/api/v1/webhooks', { name: `dest-${i}`, url: `${receiver.url}/d${i}`, pool_ids: [pool.id] });
       if (res.status !== 201) throw new Error(`create webhook: ${res.status} ${JSON.stringify(res.body)}`);
       pathOf.set(String(res.body.data.id), `/d${i}`);
+      destinations.push({ id: res.body.data.id, url: `${receiver.url}/d${i}`, secret: res.body.data.signing_secret });
     }
+    /**
+     * The floor for one run: the same number of signed POSTs (same bodies, same destinations, same limits) by
+     * undici alone, with the CPU time per delivery of the floor process and the receiver; `rate` paces it.
+     */
+    let floorRuns = 0;
+    const floorRun = async (run, events, rate) => {
+      if (!floor) return null;
+      // Quiet first: deliveries of poolgate's run still arriving (an enqueue that committed late) would be
+      // counted in the receiver's CPU time.
+      for (let last = -1, i = 0; i < 100 && receiver.count !== last; i++) {
+        last = receiver.count;
+        await sleep(300);
+      }
+      const tag = `floor${++floorRuns}`;
+      await floor.prepare({ tag, events, destinations, concurrency: settings.concurrency, perDestination: settings.per_destination_ceiling, eventType: EVENT_TYPE.completed, pool, rate });
+      const before = receiver.count;
+      const mine = () => [...receiver.arrivals.keys()].filter((k) => k.startsWith(`${tag}_`)).length;
+      const floorCpu = cpuMeter(floor.pid);
+      const recvCpu = cpuMeter(receiver.pid);
+      const r = await floor.run();
+      // The receiver reports arrivals every 10 ms: wait until it has counted them all.
+      for (let i = 0; i < 200 && receiver.count - before < r.deliveries; i++) await sleep(10);
+      const arrived = mine();
+      const row = {
+        run: `floor (undici alone), ${run}`,
+        deliveries: arrived,
+        expected: r.deliveries,
+        failed: r.failed,
+        per_second: r1(r.deliveries / (r.elapsed_ms / 1000)),
+        p50_ms: r.p50_ms,
+        p99_ms: r.p99_ms,
+        floor_cpu_us_per_delivery: floorCpu.per(r.deliveries)?.total ?? null,
+        receiver_cpu_us_per_delivery: recvCpu.per(receiver.count - before)?.total ?? null,
+      };
+      log(JSON.stringify(row));
+      return row;
+    };
     const event = (jobId) => ({ jobId, poolId: pool.id, poolHost: pool.host, status: 'completed', reason: 'busy', createdAt: Date.now(), completedAt: Date.now(),
       detail: { kind: 'http', status: 200, headers: { 'content-type': 'application/json' }, body: '{"result":"ok"}' } });
     const enqueuedAt = new Map();
@@ -282,6 +373,8 @@ async function main() {
     burstRow.target = `≥ ${TARGET.burst_per_second}/s, none lost or misrouted`;
     burstRow.met = burstRow.per_second >= TARGET.burst_per_second && burstRow.deliveries === burstRow.expected && burstRow.misrouted === 0;
     log(JSON.stringify(burstRow));
+    const burstFloor = await floorRun(`burst: ${settings.burst_events} events × ${settings.destinations} destinations`, settings.burst_events);
+    againstFloor(burstRow, burstFloor, { rates: true });
 
     // Steady: job completions at a fixed rate, each in its own transaction; the latency a receiver sees.
     const steady = new Set();
@@ -319,10 +412,13 @@ async function main() {
     steadyRow.met = steadyRow.p99_ms <= TARGET.steady_p99_ms && steadyRow.deliveries === steadyRow.expected && steadyRow.misrouted === 0;
     if (late > 0) log(`steady: the generator fell behind its schedule ${late} times (the machine is loaded)`);
     log(JSON.stringify(steadyRow));
-    result = { burstRow, steadyRow, receiverRequests: receiver.count };
+    const steadyFloor = await floorRun(`steady: ${settings.steady_rate} events/s × ${settings.destinations} destinations for ${settings.steady_s} s`, total, settings.steady_rate);
+    againstFloor(steadyRow, steadyFloor, { rates: false });
+    result = { burstRow, steadyRow, burstFloor, steadyFloor, receiverRequests: receiver.count };
   } finally {
     await db.end();
     await svc.stop();
+    await floor?.close();
     await receiver.close();
     rmSync(cert.dir, { recursive: true, force: true });
     const c = new pg.Client({ connectionString: PG_URL });
@@ -330,21 +426,29 @@ async function main() {
     await c.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
     await c.end();
   }
-  if (!envelopes) return;
-
   const date = new Date().toISOString();
-  const raw = { date, machine: m, settings, offload_at_bytes: OFFLOAD_AT_BYTES, envelopes, deliveries: [result.burstRow, result.steadyRow] };
-  writeJson(`webhooks-${date.replace(/[:.]/g, '-')}.json`, raw);
+  const floors = [result.burstFloor, result.steadyFloor].filter(Boolean);
+  const raw = { date, command, machine: m, settings, target: TARGET, offload_at_bytes: OFFLOAD_AT_BYTES, envelopes, deliveries: [result.burstRow, result.steadyRow], floors };
+  const jsonPath = writeJson(`webhooks-${date.replace(/[:.]/g, '-')}.json`, raw);
   writeJson('webhooks-latest.json', raw);
+  if (!WRITE_RESULTS || !envelopes) {
+    log(`wrote ${jsonPath} (RESULTS.md untouched: ${envelopes ? 'pass --write-results to rewrite its bench:webhooks section' : 'BENCH_SKIP_ENVELOPES has no envelope table to write'})`);
+    return;
+  }
 
   const envTable = envelopes.map((e) =>
     `| ${e.size} | ${e.count} | ${e.inline.p50_ms} / ${e.inline.p99_ms} | ${e.worker.p50_ms} / ${e.worker.p99_ms} | ${e.inline.main_thread_ms_per_envelope} | ${e.worker.main_thread_ms_per_envelope} | ${r1(e.inline.main_thread_ms_per_envelope / Math.max(e.worker.main_thread_ms_per_envelope, 0.01))}× | ${e.inline.per_envelope_ms} | ${e.worker.per_envelope_ms} |`);
   const delTable = [result.burstRow, result.steadyRow].map((d) =>
     `| ${d.run} | ${d.deliveries} of ${d.expected} | ${d.misrouted} | ${d.per_second} | ${d.p50_ms} | ${d.p99_ms} | ${d.poolgate_cpu_us_per_delivery} | ${d.receiver_cpu_us_per_delivery} | ${d.target} | ${d.met ? 'met' : 'not met'} |`);
-  writeSection('## Webhook deliveries', `\`npm run bench:webhooks\` (bench/webhooks.mjs). Two parts, each run side by side in one go.
+  const f = (n) => (n === null || n === undefined ? '–' : String(n));
+  const floorTable = floors.map((d) =>
+    `| ${d.run} | ${d.deliveries} of ${d.expected} | ${d.failed} | ${d.per_second} | ${f(d.p50_ms)} | ${f(d.p99_ms)} | ${f(d.floor_cpu_us_per_delivery)} | ${f(d.receiver_cpu_us_per_delivery)} |`);
+  const ratioTable = [result.burstRow, result.steadyRow].filter((d) => d.cpu_over_floor !== undefined).map((d) =>
+    `| ${d.run} | ${f(d.cpu_over_floor)} | ≤ ${TARGET.cpu_over_floor}: ${d.cpu_over_floor_met ? 'met' : '**missed**'} | ${f(d.per_second_over_floor)} |`);
+  m.loadavg_1m_end = Math.round(loadavg()[0] * 100) / 100;
+  writeMarkedSection('webhooks', `\`npm run bench:webhooks\` (bench/webhooks.mjs). Two parts, each run side by side in one go.
 
-- date: ${date.slice(0, 16).replace('T', ' ')} UTC
-- machine: ${m.nproc} CPUs (${m.cpu}), ${m.memory_gib} GiB, ${m.platform}, Node.js ${m.node}; load average ${m.loadavg_1m} at the start (the machine is shared)
+${provenance(m, date, command)}${m.loadavg_1m > m.nproc * 0.5 ? `\n- the machine was not quiet (load average ${m.loadavg_1m} on ${m.nproc} CPUs at the start): a smoke run, not results` : ''}
 
 **Envelope bodies: event-loop delay, inline vs piscina.** Envelopes of each size (an http result body with quotes and
 non-ASCII text) serialised and SHA-256 hashed two at a time, inline (\`envelopeBodyInline\`) and in the piscina pool
@@ -371,8 +475,24 @@ shared machine). Targets: issue 18.
 | run | delivered | misrouted | deliveries/s | p50 ms | p99 ms | poolgate CPU µs/delivery | receiver CPU µs/delivery | target | |
 |---|---:|---:|---:|---:|---:|---:|---:|---|---|
 ${delTable.join('\n')}
-`);
-  log('wrote bench/RESULTS.md');
+${floors.length ? `
+**Against the floor (issue 28 item 5).** Right after each run above, in the same run on the same machine: undici alone
+(bench/lib/webhook-floor.mjs) POSTing the same envelopes (\`envelopeBodyInline\`), each signed at send time with the
+deliverer's \`signDelivery\` and headers, to the same receiver and destinations through one keep-alive Agent, with
+the deliverer's in-flight limits (${settings.concurrency} in all, ${settings.per_destination_ceiling} per destination) and nothing else: no
+outbox, claims, records or retries. The burst floor sends every delivery as fast as the limits allow; the steady floor
+sends each event's deliveries at its scheduled time (latency from that time to the answer). Absolute rates do not
+carry between machines; the ratio of CPU per delivery does. Target: poolgate CPU per delivery ≤ ${TARGET.cpu_over_floor}× the floor's.
+
+| floor run | delivered | failed | deliveries/s | p50 ms | p99 ms | floor CPU µs/delivery | receiver CPU µs/delivery |
+|---|---:|---:|---:|---:|---:|---:|---:|
+${floorTable.join('\n')}
+
+| run | poolgate CPU per delivery ÷ the floor's | target | poolgate deliveries/s ÷ the floor's |
+|---|---:|---|---:|
+${ratioTable.join('\n')}
+` : ''}`, 'Webhook deliveries');
+  log(`wrote ${jsonPath} and the bench:webhooks section of bench/RESULTS.md`);
 }
 
 main().catch((err) => {

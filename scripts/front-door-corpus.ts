@@ -1,6 +1,7 @@
 // Runs the framing corpus (test/helpers/http-corpus.ts) against nginx (reverse proxy to a recording origin) and
 // against a bare node:http server (llhttp, the candidate strict parser), and prints a markdown table for
-// docs/decisions/http-front-door.md. Usage: npx tsx scripts/front-door-corpus.ts  (needs `nginx` on PATH)
+// docs/decisions/http-front-door.md. Usage: npx tsx scripts/front-door-corpus.ts  (needs `nginx` on PATH). nginx
+// refuses a wrong X-Service-Key with 401 (`if ... return 401`), as poolgate refuses a wrong key.
 import { spawn } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -41,7 +42,7 @@ events { worker_connections 256; }
 http {
   access_log off; client_body_temp_path ${dir}/cb; proxy_temp_path ${dir}/p; fastcgi_temp_path ${dir}/f; uwsgi_temp_path ${dir}/u; scgi_temp_path ${dir}/s;
   upstream origin { server 127.0.0.1:${originPort}; keepalive 16; }
-  server { listen 127.0.0.1:${nginxPort}; location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ""; } }
+  server { listen 127.0.0.1:${nginxPort}; location / { if ($http_x_service_key != "k") { return 401; } proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ""; } }
 }
 `,
 );

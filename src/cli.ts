@@ -2,6 +2,7 @@
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadConfig } from './config/load.js';
+import { redisTarget } from './config/redis-target.js';
 import type { Config } from './config/schema.js';
 import type { RoleName } from './service.js';
 import type { AdminDeps, AdminResult } from './admin/command.js';
@@ -48,7 +49,7 @@ async function serve(config: Config, roles: RoleName[]): Promise<void> {
   service.log.info(
     {
       event: 'started', version: version(), roles, ports: service.ports, store: service.sql.engine,
-      governor: config.redisUrl ? 'redis' : (service.dataplaneThreads ? 'shared-memory' : 'memory'),
+      governor: redisTarget(config) ? 'redis' : (service.dataplaneThreads ? 'shared-memory' : 'memory'),
       poolDomain: config.poolDomain, dataDir: config.databaseUrl ? undefined : resolve(config.dataDir),
     },
     `poolgate ${version()} started: ${roles.join(', ')}; store ${service.sql.engine}; pools at *.${config.poolDomain}`,

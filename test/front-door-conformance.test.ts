@@ -33,6 +33,10 @@ const UWS_2030: Record<string, string> = {
   'HTTP/2.0 in a request line': 'no answer, the connection is held until the idle timeout',
   'HTTP/1.x version': 'no answer, the connection is held until the idle timeout',
   'Expect: 100-continue with a wrong key': 'uWS sends 100 Continue before any handler runs',
+  'refused POST with a body, a valid GET pipelined behind it': 'uWS closes a connection that sends a request while one is pending',
+  'Transfer-Encoding: gzip, chunked, a valid GET pipelined behind it': 'uWS closes a connection that sends a request while one is pending',
+  'refused GET (no body), a valid GET pipelined behind it': 'uWS closes a connection that sends a request while one is pending',
+  'two valid GETs, then a malformed request, in one write': 'uWS closes a connection that sends a request while one is pending',
 };
 
 let origin: Origin;

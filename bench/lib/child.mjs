@@ -7,11 +7,12 @@ import { createInterface } from 'node:readline';
 /**
  * @param {string} file  module to run with node
  * @param {string[]} args
- * @param {{ env?: Record<string,string>, nodeArgs?: string[] }} [opts]
+ * @param {{ env?: Record<string,string>, nodeArgs?: string[], node?: string, pin?: string }} [opts]  node: the node binary (default: this one);
+ *   pin: a CPU list for `taskset -c` (the child and every thread it starts run only there)
  * @returns {Promise<{ port: number, pid: number, stop(): Promise<void> }>}
  */
 export async function startChild(file, args = [], opts = {}) {
-  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), file, ...args], {
+  const child = spawn(...pinned(opts.pin, opts.node ?? process.execPath, [...(opts.nodeArgs ?? []), file, ...args]), {
     env: { ...process.env, ...opts.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -57,4 +58,12 @@ export function freePort() {
       s.close(() => resolve(port));
     });
   });
+}
+
+/**
+ * [command, args] for spawn, run under `taskset -c <cpus>` when `cpus` is given. taskset execs the command, so
+ * the child's pid is the command's own (CPU meters read the right process).
+ */
+export function pinned(cpus, command, args) {
+  return cpus ? ['taskset', ['-c', cpus, command, ...args]] : [command, args];
 }

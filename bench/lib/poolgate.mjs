@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { pinned } from './child.mjs';
 
 export const root = fileURLToPath(new URL('../..', import.meta.url));
 const BIN = join(root, 'bin', 'poolgate.js');
@@ -14,8 +15,9 @@ const RUNTIME_FLAGS = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'
 /**
  * Starts poolgate on free ports with a fresh data dir. Resolves once its `listening` line is printed.
  * @param {Record<string, string>} extraEnv
- * @param {{ nodeArgs?: string[], bin?: string }} [opts]  nodeArgs e.g. `--cpu-prof` (not allowed in NODE_OPTIONS);
- *   bin: another build's bin/poolgate.js (a before/after comparison in one run)
+ * @param {{ nodeArgs?: string[], bin?: string, node?: string, pin?: string }} [opts]  nodeArgs e.g. `--cpu-prof` (not allowed in NODE_OPTIONS);
+ *   bin: another build's bin/poolgate.js (a before/after comparison in one run); node: the node binary (default: this one);
+ *   pin: a CPU list for `taskset -c` (every thread of the service runs only there)
  */
 export async function startPoolgate(extraEnv = {}, opts = {}) {
   const dataDir = mkdtempSync(join(tmpdir(), 'poolgate-bench-'));
@@ -37,7 +39,8 @@ export async function startPoolgate(extraEnv = {}, opts = {}) {
   // An empty POOLGATE_CONFIG would be read as a file name; drop it unless the caller set one.
   if (!env.POOLGATE_CONFIG) delete env.POOLGATE_CONFIG;
   // As `npm start` and the bin's shebang run it (docs/decisions/runtime.md).
-  const child = spawn(process.execPath, [...RUNTIME_FLAGS, ...(opts.nodeArgs ?? []), opts.bin ?? BIN, 'start'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const node = opts.node ?? process.execPath;
+  const child = spawn(...pinned(opts.pin, node, [...RUNTIME_FLAGS, ...(opts.nodeArgs ?? []), opts.bin ?? BIN, 'start']), { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr.setEncoding('utf8');
   child.stderr.on('data', (chunk) => {
@@ -76,7 +79,7 @@ export async function startPoolgate(extraEnv = {}, opts = {}) {
     /** Runs `poolgate admin …` (forwarded to this process over its admin socket) and parses its JSON output. */
     admin(argv) {
       return new Promise((resolve, reject) => {
-        execFile(process.execPath, [opts.bin ?? BIN, 'admin', ...argv], { cwd: root, env }, (err, stdout, errOut) => {
+        execFile(node, [opts.bin ?? BIN, 'admin', ...argv], { cwd: root, env }, (err, stdout, errOut) => {
           if (err) return reject(new Error(`poolgate admin ${argv.join(' ')} failed: ${errOut || err.message}`));
           try {
             resolve(JSON.parse(stdout));

@@ -53,3 +53,43 @@ export function writeJson(name, data) {
   writeFileSync(path, JSON.stringify(data, null, 2) + '\n');
   return path;
 }
+
+// Marked sections (issue 28 item 4, as pino does): each bench script owns the text between
+// `<!-- bench:<id>:start -->` and `<!-- bench:<id>:end -->` and rewrites only that, when run with
+// --write-results; headings, hand-written notes and every other section around the markers stay as they are.
+const startMark = (id) => `<!-- bench:${id}:start -->`;
+const endMark = (id) => `<!-- bench:${id}:end -->`;
+
+/**
+ * `text` with the marked section `id` replaced by `body` (markers kept), or — when the markers are not
+ * there yet — with a new `## <heading>` section holding them appended at the end.
+ */
+export function replaceMarkedSection(text, id, body, heading = id) {
+  if (!/^[a-z0-9:-]+$/.test(id)) throw new Error(`section id ${JSON.stringify(id)}: lower-case letters, digits, ':' and '-' only`);
+  const start = text.indexOf(startMark(id));
+  const end = text.indexOf(endMark(id));
+  const block = `${startMark(id)}\n${body.trim()}\n${endMark(id)}`;
+  if (start < 0 && end < 0) return `${text.replace(/\n*$/, '')}\n\n## ${heading}\n\n${block}\n`;
+  if (start < 0 || end < start || text.indexOf(startMark(id), start + 1) >= 0 || text.indexOf(endMark(id), end + 1) >= 0) {
+    throw new Error(`${RESULTS_PATH}: the markers of section ${id} are broken (one missing, out of order or doubled); fix them by hand`);
+  }
+  return text.slice(0, start) + block + text.slice(end + endMark(id).length);
+}
+
+/** The run's provenance line for a section: date, machine, load and the command that made it. */
+export function provenance(m, date, command) {
+  return [
+    `- command: \`${command}\``,
+    `- date: ${date.slice(0, 16).replace('T', ' ')} UTC`,
+    `- machine: ${m.nproc} CPUs (${m.cpu}), ${m.memory_gib} GiB, ${m.platform}, Node.js ${m.node}; load average ${m.loadavg_1m} at the start${m.loadavg_1m_end === undefined ? '' : `, ${m.loadavg_1m_end} at the end`}`,
+  ].join('\n');
+}
+
+/** Rewrites the marked section `id` of bench/RESULTS.md. */
+export function writeMarkedSection(id, body, heading) {
+  const text = existsSync(RESULTS_PATH) ? readFileSync(RESULTS_PATH, 'utf8') : HEADER;
+  writeFileSync(RESULTS_PATH, replaceMarkedSection(text, id, body, heading));
+}
+
+/** Whether the script was asked to rewrite its RESULTS.md section (`npm run bench:… -- --write-results`). */
+export const WRITE_RESULTS = process.argv.includes('--write-results');

@@ -4,6 +4,7 @@ import { Value } from '@sinclair/typebox/value';
 import type { TSchema } from '@sinclair/typebox';
 import { ConfigSchema, configEntries, type Config } from './schema.js';
 import { fromRoot } from './paths.js';
+import { redisTarget, RedisTargetError } from './redis-target.js';
 
 export class ConfigError extends Error {
   override name = 'ConfigError';
@@ -73,5 +74,12 @@ export function loadConfig(opts: LoadOptions = {}): Config {
     });
     throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
   }
-  return Object.freeze(merged) as Config;
+  const config = Object.freeze(merged) as Config;
+  try {
+    redisTarget(config);
+  } catch (err) {
+    if (err instanceof RedisTargetError) throw new ConfigError(`invalid configuration:\n  ${err.message}`);
+    throw err;
+  }
+  return config;
 }

@@ -80,7 +80,34 @@ export const ConfigSchema = Type.Object(
     redisUrl: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
       default: null,
       env: 'REDIS_URL',
-      description: 'Redis for the shared governor; null uses the in-memory governor.',
+      description:
+        "Redis for the shared governor, the lock API's leases and the HMAC nonces: redis:// or rediss:// for one server, or redis+sentinel://[:password@]host:port[,host:port…]/<master name>[/<db>] for a primary watched by Sentinel; null (with redisSentinels and redisClusterNodes unset) uses the in-memory governor. See docs/high-availability.md.",
+    }),
+    redisSentinels: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
+      default: null,
+      env: 'REDIS_SENTINELS',
+      description: 'Redis Sentinel instead of redisUrl: the sentinels as host:port,host:port… (any of them answers where the primary is); needs redisSentinelMaster.',
+    }),
+    redisSentinelMaster: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
+      default: null,
+      env: 'REDIS_SENTINEL_MASTER',
+      description: 'The name the sentinels of redisSentinels monitor the primary by (`sentinel monitor <name> …`).',
+    }),
+    redisClusterNodes: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
+      default: null,
+      env: 'REDIS_CLUSTER_NODES',
+      description:
+        'Redis Cluster instead of redisUrl: seed nodes as host:port,host:port… (the rest of the cluster is discovered). Every script keeps to one hash slot; wake-ups use sharded pub/sub (Redis 7).',
+    }),
+    redisPassword: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
+      default: null,
+      env: 'REDIS_PASSWORD',
+      description: 'Password of the Redis data nodes for redisSentinels and redisClusterNodes (and a redis+sentinel:// URL without one).',
+    }),
+    redisTls: Type.Boolean({
+      default: false,
+      env: 'REDIS_TLS',
+      description: 'TLS to the Redis nodes (and sentinels) of redisSentinels and redisClusterNodes; a URL says it by its scheme (rediss://, rediss+sentinel://).',
     }),
     governorFailurePolicy: Type.Union([Type.Literal('closed'), Type.Literal('open')], {
       default: 'closed',
@@ -211,6 +238,14 @@ export const ConfigSchema = Type.Object(
       default: 1024 * 1024 * 1024,
       env: 'POOLGATE_PROXY_BODY_LIMIT',
       description: 'Largest request body in bytes the data plane forwards to an origin; larger bodies get 413. 0 means no limit.',
+    }),
+    proxyBodyTimeoutMs: Type.Integer({
+      minimum: 0,
+      maximum: 3_600_000,
+      default: 10_000,
+      env: 'POOLGATE_PROXY_BODY_TIMEOUT_MS',
+      description:
+        'How long the data plane waits for the next byte of a request body before it answers 408 and closes the connection (like nginx client_body_timeout). The first 64 KiB of a body are read before the request takes a slot; 0 turns the timeout off.',
     }),
     accessLogFile: Type.Union([Type.String({ minLength: 1 }), Type.Null()], {
       default: null,

@@ -21,6 +21,7 @@ import { keyRoutes } from './keys.js';
 import { metricsRoutes } from './metrics.js';
 import { settingsRoutes } from './settings.js';
 import { HEALTH_PATHS, healthAnswer } from '../health.js';
+import { isStoreUnreachable } from '../store/unreachable.js';
 import { sessionRoutes, DashboardSession } from './session.js';
 import { liveRoutes, PoolLive, MinuteRollup } from './live.js';
 import { webhookActionRoutes, DeliveryAttempt } from './webhook-actions.js';
@@ -158,6 +159,11 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
         : status === 415 ? 'unsupported content type: send application/json'
         : err.message;
       return reply.code(status).send({ message });
+    }
+    if (isStoreUnreachable(err)) {
+      // The store is down or failing over: not poolgate's fault nor the client's, and over by itself.
+      ctx.log.warn({ err, method: req.method, url: req.url }, 'control api: the store cannot be reached');
+      return reply.code(httpStatus('unavailable')).header('retry-after', '1').send({ message: 'the store (PostgreSQL) cannot be reached right now; poolgate reconnects by itself: retry shortly' });
     }
     ctx.log.error({ err, method: req.method, url: req.url }, 'control api internal error');
     return reply.code(httpStatus('internal_error')).send({ message: 'internal error' });

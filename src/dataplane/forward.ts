@@ -4,7 +4,9 @@ import { readFileSync } from 'node:fs';
 import { createSecureContext, rootCertificates, type SecureContext } from 'node:tls';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Readable } from 'node:stream';
-import { Pool, type Dispatcher } from 'undici';
+import { buildConnector, Pool, type Dispatcher } from 'undici';
+import type { Socket } from 'node:net';
+import { cutUpstream, hookedConnector } from './origin-socket.js';
 import type { Governor, Outcome } from '../governor/governor.js';
 import { CidrList } from '../policies/cidr.js';
 import { guardedConnector, targetRefusalOf, type ConnectTargets } from '../security/ssrf-connect-guard.js';
@@ -14,7 +16,7 @@ import { reply, type Exchange, type Reply } from '../pool-request/exchange.js';
 import type { PoolEntry } from '../pool-request/snapshot.js';
 import { clientResponseHeaders, upstreamRequestHeaders } from '../pool-request/headers.js';
 import { BodyTooLargeError } from '../pool-request/body-limit.js';
-import type { RequestBody } from '../pool-request/request-body.js';
+import { BodyTimeoutError, type RequestBody } from '../pool-request/request-body.js';
 import type { Settlement } from '../pool-request/release.js';
 import type { BufferedRequest, BufferedResult } from '../pool-request/buffered.js';
 
@@ -56,7 +58,7 @@ export class Upstreams {
     if (!pool) {
       const tls = this.#secureContext ? { secureContext: this.#secureContext } : {};
       pool = new Pool(origin, {
-        connect: this.#targets.allowPrivate ? tls : guardedConnector(this.#targets, tls),
+        connect: hookedConnector(this.#targets.allowPrivate ? buildConnector(tls) : guardedConnector(this.#targets, tls)),
         keepAliveTimeout: 30_000,
         keepAliveMaxTimeout: 300_000,
       });
@@ -97,6 +99,8 @@ const UPSTREAM_TIMEOUT = reply(504, 'upstream_timeout', 'the origin did not answ
 function failureReply(err: unknown, body: RequestBody | null): Reply {
   // The 413 rule (src/pool-request/body-limit.ts): the body went over the limit while it was forwarded.
   if (body?.errored instanceof BodyTooLargeError) return body.errored.limit.reply;
+  // The client went silent mid-body (the body timeout: src/pool-request/request-body.ts).
+  if (body?.errored instanceof BodyTimeoutError || err instanceof BodyTimeoutError) return BodyTimeoutError.reply;
   if (err instanceof BodyTooLargeError) return err.limit.reply;
   const code = (err as { code?: string } | null)?.code;
   if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') return UPSTREAM_TIMEOUT;
@@ -138,6 +142,8 @@ export function forward(deps: ForwardDeps, ex: Exchange, client: ClientResponse,
 }
 
 const CONNECT_REFUSED = reply(400, 'bad_request', 'the request cannot be forwarded: CONNECT is not supported');
+/** Bytes of an answer drained for a client that left before the origin finished; past them the connection is cut. */
+const DRAIN_LIMIT = 1024 * 1024;
 const ABORTED = Object.assign(new Error('request aborted by the proxy'), { code: 'UND_ERR_ABORTED' });
 
 /**
@@ -153,8 +159,15 @@ class Forwarding implements Dispatcher.DispatchHandler {
   readonly #body: RequestBody | null;
   readonly #end: ForwardEnd;
   readonly #started = performance.now();
-  /** waiting: no response yet; streaming: the body is going to the client; done: resolved. */
-  #state: 'waiting' | 'streaming' | 'done' = 'waiting';
+  /**
+   * waiting: no response yet; streaming: the body is going to the client; draining: the client left and the
+   * origin's answer is read and dropped, so that the slot is freed when the origin is done with the request;
+   * done: resolved.
+   */
+  #state: 'waiting' | 'streaming' | 'draining' | 'done' = 'waiting';
+  /** The client left before the response: it is drained (not sent) once it starts. */
+  #orphaned = false;
+  #drained = 0;
   #controller: Dispatcher.DispatchController | null = null;
   #timer: NodeJS.Timeout | null = null;
   #upstream: Outcome | null = null;
@@ -226,8 +239,7 @@ class Forwarding implements Dispatcher.DispatchHandler {
     };
     this.#upstream = upstream;
     if (!client.open) {
-      this.#finish({ outcome: 'client_aborted', status: 0, upstream: { ...upstream, dropped: true } });
-      controller.abort(ABORTED);
+      this.#state = 'draining';
       return;
     }
     const head = clientResponseHeaders(headers);
@@ -246,6 +258,11 @@ class Forwarding implements Dispatcher.DispatchHandler {
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.#state === 'draining') {
+      this.#drained += chunk.length;
+      if (this.#drained > DRAIN_LIMIT) this.#cut(this.#orphanSettlement());
+      return;
+    }
     if (this.#state !== 'streaming') return;
     const client = this.#client;
     if (!client.open) return;
@@ -284,6 +301,8 @@ class Forwarding implements Dispatcher.DispatchHandler {
   }
 
   onResponseEnd(): void {
+    // The origin is done with it and the connection goes back to the pool clean: now the slot is free.
+    if (this.#state === 'draining') return this.#finish(this.#orphanSettlement());
     if (this.#state !== 'streaming') return;
     if (this.#total === null || this.#total === 0) {
       this.#client.end();
@@ -304,6 +323,7 @@ class Forwarding implements Dispatcher.DispatchHandler {
   onResponseError(_controller: Dispatcher.DispatchController | null, err: Error): void {
     if (this.#state === 'done') return;
     this.#clearTimer();
+    if (this.#state === 'draining' || this.#orphaned) return this.#finish(this.#orphanSettlement());
     const client = this.#client;
     if (this.#state === 'streaming') {
       // Aborting for a client that left also errors the body: that is still the client's doing.
@@ -324,24 +344,62 @@ class Forwarding implements Dispatcher.DispatchHandler {
   #onDeadline(): void {
     this.#timer = null;
     if (this.#state !== 'waiting') return;
-    this.#failBeforeResponse(UPSTREAM_TIMEOUT);
-    this.#controller?.abort(ABORTED);
+    if (this.#orphaned) return this.#cut(this.#orphanSettlement());
+    this.#failBeforeResponse(UPSTREAM_TIMEOUT, undefined, true);
   }
 
+  /**
+   * The client left. The origin is still serving the request, whatever happens to the connection (most servers do
+   * not stop a handler when its client goes), so the slot stays taken until the origin is done: its answer is
+   * drained (up to DRAIN_LIMIT bytes, within the request timeout) and the connection returned to the pool. Cutting
+   * the connection instead would free the slot while the origin may not have noticed yet (issue 25 item 8: the
+   * origin saw max_concurrent + 1). A request whose body had not all arrived cannot complete: it is cut.
+   */
   #onClientGone(): void {
-    if (this.#state === 'done') return;
-    const upstream = this.#upstream;
-    this.#finish(upstream ? { outcome: 'client_aborted', status: 0, upstream: { ...upstream, dropped: true } } : { outcome: 'client_aborted', status: 0 });
-    this.#controller?.abort(ABORTED);
+    if (this.#state === 'done' || this.#state === 'draining') return;
+    const body = this.#body;
+    if ((body !== null && !body.complete) || this.#controller === null) return this.#cut(this.#orphanSettlement());
+    this.#orphaned = true;
+    if (this.#state === 'streaming') {
+      this.#state = 'draining';
+      this.#controller.resume();
+    }
   }
 
-  /** No answer from the origin: the error reply, and no latency sample for the adaptive limit. */
-  #failBeforeResponse(r: Reply, detail?: string): void {
+  #orphanSettlement(): Settlement {
+    const upstream = this.#upstream;
+    return upstream ? { outcome: 'client_aborted', status: 0, upstream: { ...upstream, dropped: true } } : { outcome: 'client_aborted', status: 0 };
+  }
+
+  /**
+   * No answer from the origin: the error reply, and no latency sample for the adaptive limit. `cut`: the upstream
+   * request is still under way and is cut here (the slot is freed once its connection is closed).
+   */
+  #failBeforeResponse(r: Reply, detail?: string, cut = false): void {
     const body = this.#body;
     // The rest of an unread request body is discarded with the connection.
     body?.release();
     this.#client.sendReply(r, governorHeaders(this.#deps.governor, this.#ex.pool!.id, this.#ex.queuedMs), body !== null && !body.complete);
-    this.#finish({ outcome: r.error, status: r.status, upstream: { dropped: true, latencyMs: performance.now() - this.#started }, detail });
+    const s: Settlement = { outcome: r.error, status: r.status, upstream: { dropped: true, latencyMs: performance.now() - this.#started }, detail };
+    if (cut) this.#cut(s);
+    else this.#finish(s);
+  }
+
+  /**
+   * Cuts the upstream request and settles once the origin connection it was on is closed, not before: until then
+   * the origin may still be serving it, and a slot freed earlier lets the origin see max_concurrent + 1 (issue 25
+   * item 8). A request that had no connection yet settles at once (nothing reached the origin).
+   */
+  #cut(s: Settlement): void {
+    if (this.#state === 'done') return;
+    this.#state = 'done';
+    this.#clearTimer();
+    this.#ex.upstreamMs = performance.now() - this.#started;
+    const controller = this.#controller;
+    // Our own onResponseError runs inside abort() and sees state 'done'.
+    const closing: Socket | null = controller === null ? null : cutUpstream(() => controller.abort(ABORTED));
+    if (closing === null) this.#end(this.#ex, s);
+    else closing.once('close', () => this.#end(this.#ex, s));
   }
 
   #done(): void {

@@ -20,6 +20,7 @@ export function framingRefusal(headers: Readonly<Record<string, string>>): Reply
   }
   if (cl !== undefined) return BOTH;
   if (te === 'chunked') return null;
+  // Coding names are case-insensitive (RFC 9112 §7): `Chunked` and `CHUNKED` are chunked.
   const codings = te.toLowerCase().split(',');
   let chunked = 0;
   for (let i = 0; i < codings.length; i++) {
@@ -30,5 +31,5 @@ export function framingRefusal(headers: Readonly<Record<string, string>>): Reply
   // RFC 9112 §6.3: chunked not final (or applied twice) leaves the length unknown: 400. A coding before a
   // final chunked is one we do not implement: 501 (§6.1).
   if (codings[codings.length - 1] !== 'chunked' || chunked !== 1) return NOT_FINAL;
-  return UNKNOWN_CODING;
+  return codings.length === 1 ? null : UNKNOWN_CODING;
 }

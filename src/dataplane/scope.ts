@@ -1,7 +1,8 @@
 // Stage 3, scope: a `read` key admits GET, HEAD, OPTIONS and the pool's extra read methods (optionally
 // limited to path prefixes); any other method is refused here, before the origin and before a slot.
 // A method-override header (X-HTTP-Method-Override and kin) is judged as the method it names: many
-// frameworks honour it, so a read key's GET that says DELETE is a DELETE.
+// frameworks honour it, so a read key's GET that says DELETE is a DELETE. So is a `_method` parameter in the
+// query or in a form body (Rails, Laravel, Symfony read it on a POST), judged the same way (issue 25 item 3).
 import { reply, type Exchange, type Stage, type Reply } from '../pool-request/exchange.js';
 import type { PoolEntry } from '../pool-request/snapshot.js';
 import { canonicalPath, underPrefix } from './scoped-path.js';
@@ -52,6 +53,78 @@ export function scopeStage(): Stage {
         if (r !== null) return r;
       }
     }
+    // Only a query that could name the parameter (`method` in any case, or an escape) is parsed.
+    if (ex.query !== '' && MAY_NAME.test(ex.query)) return paramsRefusal(pool, ex, ex.query);
     return null;
   };
+}
+
+const MAY_NAME = /method|%/i;
+const FORM = /^\s*application\/x-www-form-urlencoded/i;
+const MULTIPART = /^\s*multipart\/form-data/i;
+
+/** A parameter name as PHP (Laravel, Symfony) and Rack read it: decoded, leading spaces dropped, ' ', '.' and '[' read as '_'. */
+function overrideParam(raw: string): boolean {
+  let name = raw;
+  try {
+    name = decodeURIComponent(raw.replace(/\+/g, ' '));
+  } catch {
+    // A broken escape: judged as sent.
+  }
+  name = name.trimStart().replace(/^[ .[]/, '_').toLowerCase();
+  return name === '_method' || name.startsWith('_method[');
+}
+
+function decodeValue(raw: string): string {
+  try {
+    return decodeURIComponent(raw.replace(/\+/g, ' '));
+  } catch {
+    return raw;
+  }
+}
+
+/** The refusal when a `_method` parameter of `text` (a query or an urlencoded form) names a method the key may not send. */
+function paramsRefusal(pool: PoolEntry, ex: Exchange, text: string): Reply | null {
+  for (const pair of text.split(/[&;]/)) {
+    const eq = pair.indexOf('=');
+    if (!overrideParam(eq === -1 ? pair : pair.slice(0, eq))) continue;
+    const r = judge(pool, decodeValue(eq === -1 ? '' : pair.slice(eq + 1)).trim().toUpperCase(), ex);
+    if (r !== null) return r;
+  }
+  return null;
+}
+
+const PART_NAME = /content-disposition:[^\r\n]*?[;\s]name\s*=\s*(?:"([^"]*)"|([^;\s]*))[^\r\n]*\r?\n/gi;
+
+/** The refusal when a multipart form's `_method` part names a method the key may not send. */
+function partsRefusal(pool: PoolEntry, ex: Exchange, text: string): Reply | null {
+  for (const m of text.matchAll(PART_NAME)) {
+    if (!overrideParam(m[1] ?? m[2] ?? '')) continue;
+    // The part's value: after its header block, up to the next boundary line.
+    const start = text.indexOf('\r\n\r\n', m.index);
+    if (start === -1) return FORBIDDEN;
+    const end = text.indexOf('\r\n--', start + 4);
+    const r = judge(pool, text.slice(start + 4, end === -1 ? undefined : end).trim().toUpperCase(), ex);
+    if (r !== null) return r;
+  }
+  return null;
+}
+
+/**
+ * A read key's request with a form body: the body must be read whole and judged (formOverrideRefusal) before a
+ * slot is taken, since a `_method` field in it overrides the method.
+ */
+export function needsFormJudgement(ex: Exchange): boolean {
+  const key = ex.key;
+  if (key === null || key.access === 'write' || ex.pool!.backend !== 'http') return false;
+  const type = ex.headers['content-type'];
+  return type !== undefined && (FORM.test(type) || MULTIPART.test(type));
+}
+
+/** A read key's form body judged for `_method` (needsFormJudgement), as the override headers are judged. */
+export function formOverrideRefusal(ex: Exchange, body: Buffer): Reply | null {
+  const type = ex.headers['content-type']!;
+  const text = body.toString('latin1');
+  if (!MAY_NAME.test(text)) return null;
+  return MULTIPART.test(type) ? partsRefusal(ex.pool!, ex, text) : paramsRefusal(ex.pool!, ex, text);
 }

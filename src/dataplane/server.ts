@@ -22,13 +22,15 @@ import { createServer, type IncomingMessage, type Server as NodeServer, type Ser
 import { readRequestHeaders, reply, type BodySource, type Exchange, type Reply, type Stage } from '../pool-request/exchange.js';
 import { forward, Upstreams, type ForwardDeps } from './forward.js';
 import { releaseStage, type DataplaneMetrics, type Settlement } from '../pool-request/release.js';
-import { RequestBody } from '../pool-request/request-body.js';
+import { BodyTimeoutError, RequestBody } from '../pool-request/request-body.js';
+import { BodyTooLargeError } from '../pool-request/body-limit.js';
+import { nodeRequestArrived, onNodeClientError } from './node-connection.js';
 import { framingRefusal } from './framing.js';
 import { acceptJob, asyncEligible, asyncRequested, tooLargeForJob, type JobIntake } from '../jobs/job-intake.js';
 import { asyncSizeStage } from '../jobs/async-stage.js';
 import type { JobReason } from '../jobs/job-event.js';
 import { routeStage } from './route.js';
-import { scopeStage } from './scope.js';
+import { formOverrideRefusal, needsFormJudgement, scopeStage } from './scope.js';
 import { type KeyChange, type PoolEntry, type Snapshot, type SnapshotFeed } from '../pool-request/snapshot.js';
 import { poolLimits, SnapshotSource } from './snapshot-source.js';
 import { Policies } from '../policies/index.js';
@@ -68,6 +70,19 @@ export interface DataplaneOptions {
 
 const BAD_TARGET = reply(400, 'bad_request', 'the request target must be a path');
 const VERSION_NOT_SUPPORTED = reply(505, 'bad_request', 'only HTTP/1.0 and HTTP/1.1 are served');
+/** RFC 9112 §3.2: a request with more than one Host (or a list in one) is answered 400, and the connection closed. */
+const TWO_HOSTS = reply(400, 'bad_request', 'a request must carry exactly one Host header');
+/**
+ * Bytes of a request body read before the request takes a slot (issue 25 item 4): a small body is then whole
+ * before the origin sees anything (nginx reads the whole body before it connects upstream), and a client that
+ * declares a body and goes silent holds no slot. A larger body is streamed once this much has arrived.
+ */
+export const PREREAD_BYTES = 64 * 1024;
+const FORM_TOO_LARGE = reply(
+  413,
+  'payload_too_large',
+  `a read key's form body is judged for a _method field before it is forwarded, and may be at most ${PREREAD_BYTES} bytes`,
+);
 /**
  * node:http's own cap is bytes (maxHeaderSize); a cap on lines answers 431 to a flood of tiny headers. 48 is the
  * most uWS 20.30 accepts (it drops a request with more), so both parsers admit the same requests.
@@ -185,6 +200,8 @@ export class Dataplane {
       this.#node.on('request', (req, res) => this.#handleNode(req, res, false));
       // Expect: 100-continue comes here instead: 100 Continue goes out only once the body is wanted, after the gates.
       this.#node.on('checkContinue', (req, res) => this.#handleNode(req, res, true));
+      // A malformed request is answered after the requests read before it (src/dataplane/node-connection.ts).
+      this.#node.on('clientError', onNodeClientError);
       // node:http hands CONNECT to 'connect' (never 'request'); the proxy forwards no tunnels: answer and close.
       this.#node.on('connect', (_req: IncomingMessage, socket: Duplex) => {
         const body = JSON.stringify(errorBody('bad_request', 'the request cannot be forwarded: CONNECT is not supported'));
@@ -306,8 +323,17 @@ export class Dataplane {
     };
   }
 
-  /** A request taken by node:http (llhttp has already refused malformed framing with 400/431 and closed). */
+  /**
+   * A request taken by node:http (llhttp has already refused malformed framing with 400/431 and closed). One
+   * pipelined behind an answer that is not out yet begins once it is (src/dataplane/node-connection.ts).
+   */
   #handleNode(req: IncomingMessage, res: ServerResponse, expectContinue: boolean): void {
+    const when = nodeRequestArrived(req, res);
+    if (when === 'now') this.#serveNode(req, res, expectContinue);
+    else if (when === 'later') res.once('socket', () => this.#serveNode(req, res, expectContinue));
+  }
+
+  #serveNode(req: IncomingMessage, res: ServerResponse, expectContinue: boolean): void {
     const method = req.method ?? 'GET';
     const client = new NodeClientResponse(req, res, method === 'HEAD');
     const raw = req.rawHeaders;
@@ -351,6 +377,11 @@ export class Dataplane {
   #begin(onBody: BodySource, ex: Exchange, client: ClientSide): void {
     const framing = framingRefusal(ex.headers);
     if (framing !== null) return this.#refuseFraming(ex, client, framing);
+    const host = ex.headers.host;
+    if (host !== undefined && host.includes(',')) {
+      client.sendReply(TWO_HOSTS, null, true);
+      return this.#settle(ex, { outcome: TWO_HOSTS.error, status: TWO_HOSTS.status });
+    }
     // Not origin-form (absolute-form, authority-form, `*`): answered and closed, like any request we cannot frame a meaning for.
     if (ex.path.charCodeAt(0) !== 47 /* '/' */) {
       client.sendReply(BAD_TARGET, null, true);
@@ -370,6 +401,8 @@ export class Dataplane {
 
   /** A stage's refusal. It leaves any request body unread: that connection is closed rather than the body parsed. */
   #stop(ex: Exchange, client: ClientSide, r: Reply): void {
+    // uWS would parse what follows the unread body as a request of its own: answered on the next turn instead.
+    if (ex.body !== null && this.#app !== null) return this.#refuseFraming(ex, client, r);
     client.sendReply(r, null, ex.body !== null);
     this.#settle(ex, { outcome: r.error, status: r.status });
   }
@@ -378,9 +411,54 @@ export class Dataplane {
   #forwardEnd(ex: Exchange, client: ClientSide): void {
     // Async pools (spec rule 5): a job when asked by header, when busy (async_on_queue), or after the wait.
     const asyncPool = this.#opts.jobs && asyncEligible(ex.pool!) ? ex.pool! : null;
-    const body = ex.body !== null ? new RequestBody(client, ex.body, this.#bodyLimit) : null;
-    if (ex.verdict !== null) return this.#afterPolicies(ex.verdict, ex, client, body, () => this.#admitStage(ex, client, body, ex.waitMs, asyncPool));
-    this.#admitStage(ex, client, body, ex.waitMs, asyncPool);
+    const judged = ex.body !== null && needsFormJudgement(ex);
+    const body = ex.body !== null ? new RequestBody(client, ex.body, this.#bodyLimit, this.#opts.config.proxyBodyTimeoutMs, judged) : null;
+    if (ex.verdict !== null) return this.#afterPolicies(ex.verdict, ex, client, body, () => this.#readFirst(ex, client, body, judged, asyncPool));
+    this.#readFirst(ex, client, body, judged, asyncPool);
+  }
+
+  /**
+   * The first PREREAD_BYTES of the body (all of a smaller one) arrive before the request goes on to a slot: a body
+   * that stalls or breaks off there costs no slot and never reaches the origin (issue 25 items 4, 5). A read key's
+   * form body is read whole and judged for `_method` (scope.ts).
+   */
+  #readFirst(ex: Exchange, client: ClientSide, body: RequestBody | null, judged: boolean, asyncPool: PoolEntry | null): void {
+    if (body === null) return this.#admitStage(ex, client, body, ex.waitMs, asyncPool);
+    let waiting = true;
+    client.onAbort(() => {
+      if (!waiting) return;
+      waiting = false;
+      body.destroy();
+      this.#settle(ex, { outcome: 'client_aborted', status: 0 });
+    });
+    body.whenReceived(PREREAD_BYTES, (err) => {
+      if (!waiting || ex.settled) return;
+      waiting = false;
+      if (err !== null || (judged && !body.complete)) {
+        const r =
+          err instanceof BodyTooLargeError ? err.limit.reply
+          : err instanceof BodyTimeoutError ? BodyTimeoutError.reply
+          : err === null ? FORM_TOO_LARGE
+          : null;
+        if (r === null) return this.#settle(ex, { outcome: 'client_aborted', status: 0 });
+        body.release();
+        client.sendReply(r, null, true);
+        return this.#settle(ex, { outcome: r.error, status: r.status });
+      }
+      const refused = judged ? formOverrideRefusal(ex, body.kept()) : null;
+      if (refused !== null) {
+        // The body was read whole: the connection can go on.
+        client.sendReply(refused, null, false);
+        return this.#settle(ex, { outcome: refused.error, status: refused.status });
+      }
+      try {
+        this.#admitStage(ex, client, body, ex.waitMs, asyncPool);
+      } catch (err) {
+        this.#opts.log.error({ err }, 'data plane request handler failed');
+        client.sendReply(reply(500, 'internal_error', 'internal error'), null, true);
+        this.#settle(ex, { outcome: 'internal_error', status: 500 });
+      }
+    });
   }
 
   /**

@@ -60,7 +60,7 @@ export const ERRORS = {
   request_timeout: {
     http: { status: 408 },
     message: 'request timed out',
-    when: 'Control API: the request was not received in time (Node\'s HTTP parser)',
+    when: 'the request was not received in time: the Control API\'s and the proxy port\'s header timeout (Node\'s HTTP parser), a proxied request body idle past POOLGATE_PROXY_BODY_TIMEOUT_MS',
   },
   method_not_allowed: {
     http: { status: 405 },

@@ -147,21 +147,22 @@ return out
 /**
  * Releases a batch of leases of one pool (one node's releases of one event-loop turn); wakes waiting nodes
  * (pub/sub, once) only when a slot was really freed and somebody waits.
- * KEYS: 1 slots, 2 line. ARGV: 1 channel, 2 message, 3 always publish (1: budget pools, whose waiters may sit
- * in another pool's line), 4.. lease ids. Returns {pool in-flight after, then 1/0 per lease: it was held}.
+ * KEYS: 1 slots, 2 line. ARGV: 1 publish command (PUBLISH; SPUBLISH on a Cluster, whose channel is in the
+ * keys' own hash slot), 2 channel, 3 message, 4 always publish (1: budget pools, whose waiters may sit in
+ * another pool's line), 5.. lease ids. Returns {pool in-flight after, then 1/0 per lease: it was held}.
  */
 export const RELEASE = script(
   'release',
   `
 local out = {0}
 local removed = 0
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   local r = redis.call('ZREM', KEYS[1], ARGV[i])
   removed = removed + r
-  out[i - 2] = r
+  out[i - 3] = r
 end
-if removed > 0 and (ARGV[3] == '1' or redis.call('EXISTS', KEYS[2]) == 1) then
-  redis.call('PUBLISH', ARGV[1], ARGV[2])
+if removed > 0 and (ARGV[4] == '1' or redis.call('EXISTS', KEYS[2]) == 1) then
+  if ARGV[1] == 'SPUBLISH' then redis.call('SPUBLISH', ARGV[2], ARGV[3]) else redis.call('PUBLISH', ARGV[2], ARGV[3]) end
 end
 out[1] = redis.call('ZCARD', KEYS[1])
 return out

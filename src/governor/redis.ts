@@ -1,7 +1,9 @@
 // The Redis governor (many nodes): slots are leases in a sorted set per pool scored by deadline, decided by
 // Lua scripts (EVALSHA); waiters queue FIFO per node and are woken by pub/sub, with a timed retry behind it.
 import { randomBytes } from 'node:crypto';
-import { Redis, type RedisOptions } from 'ioredis';
+import type { RedisOptions } from 'ioredis';
+import { describeTarget, type RedisTarget } from '../config/redis-target.js';
+import { connectRedis, isCluster, type RedisClient } from './redis-connect.js';
 import { abortableOf, abortedAlready, waitSignal, type Admission, type AdmitRequest, type BudgetLimits, type Governor, type Outcome, type Permit, type PoolLimits, type PoolState, type RefusalReason } from './governor.js';
 import { EMPTY_STATE, nextAdaptive, sanitizeLimits } from './pool-limits.js';
 import { BudgetShare } from './budget-share.js';
@@ -18,6 +20,16 @@ import { TurnBatch } from './turn-batch.js';
 
 /** How long a published RPM gate lives in Redis unless published again (a stopped learner cannot hold it). */
 const RPM_TTL_MS = 600_000;
+/**
+ * Releases this node made in the last this many ms are sent again after a failover: a replica promoted a
+ * moment after the release may have missed it (replication is asynchronous), and the lease would hold a slot
+ * until its term ran out. ZREM of a lease id is idempotent and ids are never reused.
+ */
+const REPLAY_MS = 2000;
+/** Cluster: how long a group's primary counts as unreachable after a command to it failed (then it is tried again). */
+const SLOT_DOWN_MS = 250;
+/** Releases kept for a replay at most (a bound on memory, far above what 2 s of a busy node release). */
+const REPLAY_MAX = 50_000;
 /** Callers in one acquire or release script call at most: a script blocks Redis while it runs. */
 const MAX_BATCH = 128;
 
@@ -25,8 +37,10 @@ export type FailurePolicy = 'closed' | 'open';
 
 /** Time and randomness default to the system's; tests pass fake ones. */
 export interface RedisGovernorOptions extends Partial<GovernorTime> {
-  /** redis://… ; ignored when `redis` is given. */
+  /** redis://… ; ignored when `target` is given. */
   url?: string;
+  /** One server, a Sentinel-watched primary or a Cluster (src/config/redis-target.ts). */
+  target?: RedisTarget;
   /** Extra ioredis options (tests: db index). */
   redisOptions?: RedisOptions;
   /** Prefix of every key and of the wake-up channel (no `{`: the hash tag must be the first braces). */
@@ -148,6 +162,34 @@ export class RedisPermit implements Permit {
 }
 
 /**
+ * A slot the fail-open fallback granted while Redis (or the pool's Cluster primary) was away. It is written
+ * to Redis as a lease once Redis answers again (with the write-back of live leases), so that the admissions
+ * after the failover count it; its release then removes that lease too.
+ */
+class FallbackPermit implements Permit {
+  #released = false;
+  /** Its lease is in Redis (written back): the release must remove it. */
+  written = false;
+  constructor(
+    readonly gov: RedisGovernor,
+    readonly inner: Permit,
+    readonly keys: PoolKeys,
+    readonly leaseId: string,
+  ) {}
+
+  get poolId(): number {
+    return this.inner.poolId;
+  }
+
+  release(outcome?: Outcome): void {
+    if (this.#released) return;
+    this.#released = true;
+    this.inner.release(outcome);
+    this.gov.releaseFallback(this);
+  }
+}
+
+/**
  * This node's view of one pool: its limits, last known pool-wide count, and its local FIFO. The scripts
  * decide and count; the rest of the admission rules (the queue's refusals, the retry hint, what remains)
  * read this view as their slot counts.
@@ -249,6 +291,12 @@ class Group {
   pumping = false;
   dirty = false;
   timer: unknown = null;
+  /**
+   * Cluster: until this time (the governor's clock) the group's primary is taken as unreachable, as the whole
+   * server is while disconnected: callers get the failure policy at once instead of each waiting for a
+   * command to fail first.
+   */
+  downUntil = 0;
   constructor(readonly tag: string, readonly budgetMax: number | null) {}
 }
 
@@ -280,10 +328,14 @@ interface ReleaseCall {
  */
 export class RedisGovernor implements Governor {
   readonly nodeId = randomBytes(8).toString('hex');
-  readonly redis: Redis;
+  readonly redis: RedisClient;
+  /** A Cluster: wake-ups go by sharded pub/sub on a channel per hash tag (in the tag's own slot). */
+  readonly #cluster: boolean;
+  /** The tags whose wake-up channel the subscriber has asked for (Cluster). */
+  readonly #subscribed = new Set<string>();
   /** Scripts loaded with SCRIPTS on connect (useScripts). */
   readonly #extraScripts: Script[] = [];
-  readonly #sub: Redis;
+  readonly #sub: RedisClient;
   readonly #prefix: string;
   readonly #channel: string;
   readonly #termMs: number;
@@ -302,8 +354,16 @@ export class RedisGovernor implements Governor {
   readonly #groups = new Map<string, Group>();
   /** Leases this node keeps alive, by slots key. */
   readonly #held = new Map<string, Set<RedisPermit>>();
+  /** The fail-open fallback's slots in use, by slots key: written to Redis as leases once it answers. */
+  readonly #fallbackHeld = new Map<string, Set<FallbackPermit>>();
   /** Releases that could not reach Redis; sent again once it is back. */
   readonly #unsent = new Map<string, { keys: PoolKeys; leaseId: string }>();
+  /** Releases Redis acknowledged, oldest first, for the replay after a failover (REPLAY_MS). */
+  #recent: { keys: PoolKeys; leaseId: string; at: number }[] = [];
+  /** Set when Redis (one Cluster primary, or the server) went away: releases acknowledged since this are replayed. */
+  #replayFrom: number | null = null;
+  /** A retry of unsent releases and the replay, while some are pending (a Cluster has no reconnect to trigger it). */
+  #resendTimer: NodeJS.Timeout | null = null;
   readonly #refreshTimer: NodeJS.Timeout;
   /** This turn's acquires by pool and releases by pool keys; sent at the end of the turn (#sendTurn). */
   readonly #acquires = new TurnBatch<PoolView, AcquireCall>((v, calls) => this.#sendAcquires(v, calls), MAX_BATCH);
@@ -347,9 +407,16 @@ export class RedisGovernor implements Governor {
       retryStrategy: (n: number) => Math.min(50 * n, 1000),
       ...opts.redisOptions,
     };
-    this.redis = opts.url ? new Redis(opts.url, base) : new Redis(base);
-    this.#sub = this.redis.duplicate({ enableOfflineQueue: true, maxRetriesPerRequest: null, enableAutoPipelining: false });
-    this.#sub.on('message', (_channel: string, tag: string) => this.#wake(tag));
+    const target: RedisTarget = opts.target ?? { kind: 'single', url: opts.url ?? 'redis://127.0.0.1:6379' };
+    // On a Cluster, a command for a primary that is gone fails at once too (ioredis would retry it for up to
+    // 16 × 100 ms): the policy answers, and the slot map is read again every second until a replica took over.
+    this.redis = connectRedis(target, base, { retryDelayOnFailover: 0, retryDelayOnClusterDown: 0 });
+    this.#cluster = isCluster(this.redis);
+    // The subscriber waits for its connection (its subscriptions are made once and followed across reconnects
+    // and failovers by ioredis); on a Cluster it keeps one sharded subscriber per primary.
+    const subOptions: RedisOptions = { ...base, enableOfflineQueue: true, maxRetriesPerRequest: null, enableAutoPipelining: false };
+    this.#sub = connectRedis(target, subOptions, { shardedSubscribers: true });
+    this.#sub.on(this.#cluster ? 'smessage' : 'message', (_channel: string, tag: string) => this.#wake(tag));
     this.#sub.on('error', () => {});
     this.#ready = new Promise<void>((resolve) => {
       this.#markReady = resolve;
@@ -357,7 +424,15 @@ export class RedisGovernor implements Governor {
     this.redis.on('ready', () => this.#connected());
     this.redis.on('close', () => this.#disconnected());
     this.redis.on('error', (err: unknown) => this.#onConnection(false, err));
-    void this.#sub.subscribe(this.#channel).catch(() => {});
+    // ioredis gives up a connection only on our say-so (retryStrategy always answers); should it end anyway,
+    // it is opened again: a node must not stay on its failure policy for good.
+    this.redis.on('end', () => {
+      if (this.#closed) return;
+      setTimeout(() => {
+        if (!this.#closed && this.redis.status === 'end') this.redis.connect().catch(() => {});
+      }, 1000).unref();
+    });
+    if (!this.#cluster) void this.#sub.subscribe(this.#channel).catch(() => {});
     this.#refreshTimer = setInterval(() => this.#refreshAll(), Math.max(10, Math.floor(this.#termMs / 3)));
     this.#refreshTimer.unref();
   }
@@ -429,6 +504,7 @@ export class RedisGovernor implements Governor {
       pools.map((p) => ({ ...p, maxConcurrent: Math.max(1, Math.floor(p.maxConcurrent / this.#divisor)) })),
       budgets.map((b) => ({ ...b, originMaxConcurrent: b.originMaxConcurrent === null ? null : Math.max(1, Math.floor(b.originMaxConcurrent / this.#divisor)) })),
     );
+    this.#subscribeTags();
     for (const v of this.#views.values()) this.#publish(v);
     // Raised limits admit waiters at once.
     for (const g of this.#groups.values()) this.#pump(g);
@@ -550,7 +626,7 @@ export class RedisGovernor implements Governor {
     for (const sc of scripts) {
       if (this.#extraScripts.includes(sc)) continue;
       this.#extraScripts.push(sc);
-      if (this.connected) this.redis.script('LOAD', sc.source).catch(() => {});
+      if (this.connected) this.#loadScripts([sc]).catch(() => {});
     }
   }
 
@@ -577,8 +653,8 @@ export class RedisGovernor implements Governor {
     const v = this.#views.get(req.poolId);
     if (v === undefined || !v.active || this.#closed) return { ok: false, reason: 'unavailable', queuedMs: 0 };
     if (abortedAlready(req)) return { ok: false, reason: 'aborted', queuedMs: 0 };
-    if (!this.connected) {
-      if (this.#fallback && keepAlive) return this.#fallback.acquire(req);
+    if (!this.connected || (v.group !== null && v.group.downUntil > this.now())) {
+      if (this.#fallback && keepAlive) return this.#viaFallback(v, this.#fallback.acquire(req));
       return this.#down();
     }
     const waitMs = Math.min(req.waitMs, v.queueTimeoutMs);
@@ -659,7 +735,9 @@ export class RedisGovernor implements Governor {
       w.attempting = false;
       // The answer is unknown: the lease may exist. Release it once Redis is back; refuse or fall back.
       this.#unsent.set(leaseId, { keys, leaseId });
+      this.#lost();
       this.#failWaiter(w);
+      if (this.#cluster && v.group !== null) this.#slotDown(v.group);
       return true;
     }
     w.attempting = false;
@@ -752,12 +830,33 @@ export class RedisGovernor implements Governor {
     if (this.#fallback && w.keepAlive) {
       const wait = Math.max(0, w.view.limits.queueTimeoutMs - (this.now() - w.enqueuedAt));
       const settle = (a: Admission) => this.#settle(w, a);
-      const r = this.#fallback.acquire({ poolId: w.view.limits.poolId, waitMs: wait, abortable: w.signal && abortableOf(w.signal) });
+      const r = this.#viaFallback(w.view, this.#fallback.acquire({ poolId: w.view.limits.poolId, waitMs: wait, abortable: w.signal && abortableOf(w.signal) }));
       if (r instanceof Promise) void r.then(settle);
       else settle(r);
       return;
     }
     this.#settle(w, this.#down());
+  }
+
+  /** Wraps the fallback's grants so they are written back to Redis once it answers (FallbackPermit). */
+  #viaFallback(v: PoolView, r: Admission | Promise<Admission>): Admission | Promise<Admission> {
+    const wrap = (a: Admission): Admission => {
+      if (!a.ok) return a;
+      const p = new FallbackPermit(this, a.permit, v.keys, `${this.nodeId}:f${++this.#seq}`);
+      let set = this.#fallbackHeld.get(v.keys.slots);
+      if (!set) this.#fallbackHeld.set(v.keys.slots, (set = new Set()));
+      set.add(p);
+      if (this.#cluster) this.#scheduleResend();
+      return { ...a, permit: p };
+    };
+    return r instanceof Promise ? r.then(wrap) : wrap(r);
+  }
+
+  releaseFallback(p: FallbackPermit): void {
+    const set = this.#fallbackHeld.get(p.keys.slots);
+    set?.delete(p);
+    if (set?.size === 0) this.#fallbackHeld.delete(p.keys.slots);
+    if (p.written && !this.#closed) this.#sendRelease(p.keys, p.leaseId);
   }
 
   #leaveLine(v: PoolView): void {
@@ -850,11 +949,12 @@ export class RedisGovernor implements Governor {
   /** One RELEASE call for the leases of one pool's keys released in this turn. */
   #sendReleases(keys: PoolKeys, calls: ReleaseCall[]): void {
     const g = this.#groups.get(keys.tag);
-    const args = [this.#channel, keys.tag, g !== undefined && g.budgetMax !== null ? '1' : '0'];
+    const args = [...this.#wakeArgs(keys.tag), g !== undefined && g.budgetMax !== null ? '1' : '0'];
     for (const c of calls) args.push(c.leaseId);
     this.#eval(RELEASE, [keys.slots, keys.line], args).then(
       (r) => {
         const reply = r as number[];
+        this.#remember(keys, calls);
         for (let i = 0; i < calls.length; i++) {
           const c = calls[i]!;
           if (c.v) {
@@ -873,8 +973,95 @@ export class RedisGovernor implements Governor {
           if (c.fail) c.fail(err);
           else this.#unsent.set(c.leaseId, { keys, leaseId: c.leaseId });
         }
+        this.#lost();
       },
     );
+  }
+
+  /**
+   * RELEASE's wake-up: the publish command, its channel and message. One server: PUBLISH on one channel every
+   * node listens to, the tag as message. Cluster: SPUBLISH on the tag's own channel, which hashes to the
+   * slot of the keys the script touches (a plain PUBLISH would be broadcast to every node of the cluster).
+   */
+  #wakeArgs(tag: string): [string, string, string] {
+    return this.#cluster ? ['SPUBLISH', this.#tagChannel(tag), tag] : ['PUBLISH', this.#channel, tag];
+  }
+
+  #tagChannel(tag: string): string {
+    return `${this.#prefix}${tag}:freed`;
+  }
+
+  /** Cluster: listens on the wake-up channel of every tag this node has pools in (once per tag). */
+  #subscribeTags(): void {
+    if (!this.#cluster) return;
+    const tags = [...this.#groups.keys()].filter((t) => !this.#subscribed.has(t));
+    if (tags.length === 0) return;
+    for (const t of tags) this.#subscribed.add(t);
+    // Each channel on its own: sharded channels of different slots cannot share one SSUBSCRIBE.
+    for (const t of tags) {
+      this.#sub.ssubscribe(this.#tagChannel(t)).catch(() => {
+        this.#subscribed.delete(t);
+      });
+    }
+  }
+
+  #remember(keys: PoolKeys, calls: ReleaseCall[]): void {
+    const at = this.now();
+    for (const c of calls) this.#recent.push({ keys, leaseId: c.leaseId, at });
+    // Drop what is older than the replay window (and keep the list bounded).
+    let drop = 0;
+    while (drop < this.#recent.length && (this.#recent[drop]!.at < at - REPLAY_MS || this.#recent.length - drop > REPLAY_MAX)) drop++;
+    if (drop > 64 || drop === this.#recent.length) this.#recent = this.#recent.slice(drop);
+  }
+
+  /**
+   * Redis went away under this node (the connection, or a command on a Cluster primary): releases it
+   * acknowledged just before may not have reached the replica that takes over; they are sent again once
+   * Redis answers (#resend).
+   */
+  #lost(): void {
+    const from = this.now() - REPLAY_MS;
+    if (this.#replayFrom === null || from < this.#replayFrom) this.#replayFrom = from;
+    if (this.#cluster) this.#scheduleResend();
+  }
+
+  /**
+   * Cluster: a command to this group's primary failed. Its waiters get the failure policy now (as every waiter
+   * does when a single server's connection drops), and so do newcomers for SLOT_DOWN_MS.
+   */
+  #slotDown(g: Group): void {
+    g.downUntil = this.now() + SLOT_DOWN_MS;
+    for (const m of g.members) {
+      for (let w = m.queue.peek(); w !== null; w = m.queue.peek()) {
+        if (w.attempting) break;
+        m.queue.remove(w);
+        this.#failWaiter(w);
+      }
+    }
+  }
+
+  #scheduleResend(): void {
+    if (this.#resendTimer !== null || this.#closed) return;
+    this.#resendTimer = setTimeout(() => {
+      this.#resendTimer = null;
+      // Also writes back this node's leases and its fallback's slots on the primary that took over.
+      this.#refreshAll();
+    }, 250);
+    this.#resendTimer.unref();
+  }
+
+  /** Sends the releases that could not be sent, and replays the recent ones after a failover. */
+  #resend(): void {
+    if (!this.connected) return;
+    if (this.#replayFrom !== null) {
+      const from = this.#replayFrom;
+      this.#replayFrom = null;
+      for (const r of this.#recent) if (r.at >= from && !this.#unsent.has(r.leaseId)) this.#unsent.set(r.leaseId, { keys: r.keys, leaseId: r.leaseId });
+    }
+    for (const [id, u] of this.#unsent) {
+      this.#unsent.delete(id);
+      this.#sendRelease(u.keys, u.leaseId);
+    }
   }
 
   /** A wake-up (pub/sub) for a tag: pump that group's waiters. */
@@ -941,19 +1128,27 @@ export class RedisGovernor implements Governor {
   }
 
   #eval(s: Script, keys: string[], args: string[]): Promise<unknown> {
-    return this.redis.evalsha(s.sha, keys.length, ...keys, ...args).catch(async (err: unknown) => {
+    return this.redis.evalsha(s.sha, keys.length, ...keys, ...args).catch((err: unknown) => {
       if (!(err instanceof Error) || !err.message.startsWith('NOSCRIPT')) throw err;
-      // Redis restarted (or flushed its scripts): load it again, then call by hash as before.
-      await this.redis.script('LOAD', s.source);
-      return this.redis.evalsha(s.sha, keys.length, ...keys, ...args);
+      // This server does not know it (a restart, a promoted replica, a Cluster node not loaded yet): EVAL runs
+      // it on the node of its keys and leaves it cached there, so later calls go by hash again.
+      return this.redis.eval(s.source, keys.length, ...keys, ...args);
     });
+  }
+
+  /** Loads the scripts on the server (every primary of a Cluster), so a first call is not a second trip. */
+  async #loadScripts(scripts: readonly Script[]): Promise<void> {
+    const targets = isCluster(this.redis) ? this.redis.nodes('master') : [this.redis];
+    await Promise.all(targets.flatMap((r) => scripts.map((s) => r.script('LOAD', s.source))));
   }
 
   async #connected(): Promise<void> {
     try {
-      await Promise.all([...SCRIPTS, ...this.#extraScripts].map((s) => this.redis.script('LOAD', s.source)));
+      await this.#loadScripts([...SCRIPTS, ...this.#extraScripts]);
     } catch {
-      return; // dropped again; the next ready event retries
+      // One server: dropped again, the next ready event retries. A Cluster may be ready with one primary
+      // away: its scripts load by EVAL at their first call there.
+      if (!this.#cluster) return;
     }
     this.#up = true;
     this.#markReady();
@@ -961,16 +1156,13 @@ export class RedisGovernor implements Governor {
     // Leases this node still holds are written back (Redis may have restarted empty), releases that could not
     // be sent are sent, then waiters get a try.
     this.#refreshAll();
-    for (const [id, u] of this.#unsent) {
-      this.#unsent.delete(id);
-      this.#sendRelease(u.keys, u.leaseId);
-    }
     for (const g of this.#groups.values()) this.#pump(g);
   }
 
   #disconnected(): void {
     if (!this.#up) return;
     this.#up = false;
+    this.#lost();
     this.#onConnection(false);
     // Nobody can be admitted through Redis now: waiters are refused (closed) or moved to the local limit (open).
     for (const v of this.#views.values()) {
@@ -983,13 +1175,31 @@ export class RedisGovernor implements Governor {
 
   #refreshAll(): void {
     if (!this.connected) return;
-    for (const [slots, set] of this.#held) {
-      if (set.size === 0) continue;
+    // Releases that failed on a Cluster whose other primaries stayed up (no reconnect to resend them then).
+    this.#resend();
+    const slotsKeys = new Set([...this.#held.keys(), ...this.#fallbackHeld.keys()]);
+    for (const slots of slotsKeys) {
       const ids: string[] = [];
-      for (const p of set) ids.push(p.leaseId);
-      this.#eval(REFRESH, [slots], [String(this.#termMs), ...ids]).catch(() => {});
+      for (const p of this.#held.get(slots) ?? []) ids.push(p.leaseId);
+      // The fallback's slots still in use become leases (written once; then refreshed like the others).
+      const fallback = [...(this.#fallbackHeld.get(slots) ?? [])];
+      for (const p of fallback) ids.push(p.leaseId);
+      if (ids.length === 0) continue;
+      this.#eval(REFRESH, [slots], [String(this.#termMs), ...ids]).then(
+        () => {
+          for (const p of fallback) {
+            // Released while the write was on its way: its lease goes too.
+            if (!p.written && !this.#fallbackHeld.get(slots)?.has(p)) this.#sendRelease(p.keys, p.leaseId);
+            p.written = true;
+          }
+        },
+        () => {
+          if (this.#cluster) this.#lost();
+        },
+      );
     }
   }
+
 
   /**
    * What this node's learners of a pool know (diagnostics and tests); null for an unknown pool. The gate
@@ -1019,6 +1229,7 @@ export class RedisGovernor implements Governor {
     if (this.#closed) return;
     this.#closed = true;
     clearInterval(this.#refreshTimer);
+    if (this.#resendTimer !== null) clearTimeout(this.#resendTimer);
     for (const g of this.#groups.values()) if (g.timer !== null) this.#timers.clearTimeout(g.timer);
     for (const v of this.#views.values()) this.#refuseAll(v, 'unavailable');
     await this.#fallback?.close();
@@ -1029,10 +1240,14 @@ export class RedisGovernor implements Governor {
     const sends: Promise<unknown>[] = [];
     if (this.connected) {
       for (const set of this.#held.values()) {
-        for (const p of set) sends.push(this.#eval(RELEASE, [p.keys.slots, p.keys.line], [this.#channel, p.keys.tag, '0', p.leaseId]).catch(() => {}));
+        for (const p of set) sends.push(this.#eval(RELEASE, [p.keys.slots, p.keys.line], [...this.#wakeArgs(p.keys.tag), '0', p.leaseId]).catch(() => {}));
+      }
+      for (const set of this.#fallbackHeld.values()) {
+        for (const p of set) if (p.written) sends.push(this.#eval(RELEASE, [p.keys.slots, p.keys.line], [...this.#wakeArgs(p.keys.tag), '0', p.leaseId]).catch(() => {}));
       }
     }
     this.#held.clear();
+    this.#fallbackHeld.clear();
     this.#sendTurn();
     await Promise.all(sends);
     this.#sub.disconnect();
@@ -1042,22 +1257,23 @@ export class RedisGovernor implements Governor {
 
 /** The data plane's Redis governor from the service config; waits briefly for Redis, then starts anyway (fail policy applies). */
 export async function redisGovernorFromConfig(
-  config: { redisUrl: string | null; governorFailurePolicy: FailurePolicy; governorFailOpenDivisor: number; governorLeaseTermMs: number },
+  target: RedisTarget,
+  config: { governorFailurePolicy: FailurePolicy; governorFailOpenDivisor: number; governorLeaseTermMs: number },
   log: { warn(obj: object, msg: string): void; info(obj: object, msg: string): void },
   time: Readonly<GovernorTime> = SYSTEM_TIME,
 ): Promise<RedisGovernor> {
   let wasUp = false;
   const gov = new RedisGovernor({
     ...time,
-    url: config.redisUrl ?? undefined,
+    target,
     failurePolicy: config.governorFailurePolicy,
     failOpenDivisor: config.governorFailOpenDivisor,
     termMs: config.governorLeaseTermMs,
     onConnection: (up, err) => {
       if (up === wasUp) return;
       wasUp = up;
-      if (up) log.info({}, 'redis governor connected');
-      else log.warn({ err, policy: config.governorFailurePolicy }, 'redis governor lost its connection; reconnecting');
+      if (up) log.info({ redis: describeTarget(target) }, 'redis governor connected');
+      else log.warn({ err, redis: describeTarget(target), policy: config.governorFailurePolicy }, 'redis governor lost its connection; reconnecting');
     },
   });
   await gov.ready().catch((err: unknown) => log.warn({ err }, 'redis governor: Redis not reachable at start; admissions follow the failure policy until it is'));

@@ -19,6 +19,7 @@ import { policiesGate } from '../policies/index.js';
 import { MemoryNonceStore } from '../policies/nonce-store.js';
 import { governorCheck, snapshotCheck } from './health-checks.js';
 import { closes, redisSide, stopInOrder, type RoleContext, type Running } from './role.js';
+import { redisTarget } from '../config/redis-target.js';
 import { startMysqlListener, startPgWireListener } from './wire-listeners.js';
 
 export interface DataplaneRole extends Running {
@@ -39,7 +40,7 @@ export interface DataplaneRole extends Running {
 export async function startDataplaneRole(rc: RoleContext, live: { source: LiveSource | null }): Promise<DataplaneRole> {
   const { config, sql, box, log, clock, health, ports, lockApiUrl } = rc;
   const threadCount = dataplaneThreadCount(config);
-  if (threadCount > 1 && config.redisUrl) throw new Error('dataplaneThreads above 1 shares the limits in memory: it cannot be combined with redisUrl yet');
+  if (threadCount > 1 && redisTarget(config)) throw new Error('dataplaneThreads above 1 shares the limits in memory: it cannot be combined with redisUrl (nor redisSentinels, redisClusterNodes) yet');
   const shared = threadCount > 1 ? new SharedMemoryGovernor(PROCESS_TIME) : null;
   // With threads, one nonce store for all of them (claims come to the main thread), so a replay to another thread is caught.
   const redis = await redisSide(config, log);

@@ -7,6 +7,7 @@ import type { SecretBox } from '../security/secret-box.js';
 import type { Lookup } from '../security/targets.js';
 import type { Sql } from '../store/sql.js';
 import type { RedisNode } from './redis.js';
+import { redisTarget } from '../config/redis-target.js';
 
 /** A started part of the process. stop() ends it, letting its in-flight work finish first. */
 export interface Running {
@@ -55,9 +56,10 @@ export function closes(part: { close(): Promise<void> } | null): Running | null 
   return part && { stop: () => part.close() };
 }
 
-/** The node's Redis side (redis.ts) when redisUrl is set, imported only then; null without Redis. */
+/** The node's Redis side (redis.ts) when a Redis is configured, imported only then; null without Redis. */
 export async function redisSide(config: Config, log: Logger): Promise<RedisNode | null> {
-  if (!config.redisUrl) return null;
+  const target = redisTarget(config);
+  if (target === null) return null;
   const { startRedisNode } = await import('./redis.js');
-  return startRedisNode(config.redisUrl, config, log);
+  return startRedisNode(target, config, log);
 }

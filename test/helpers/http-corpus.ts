@@ -122,6 +122,58 @@ export const CORPUS: CorpusCase[] = [
     closes: true,
     reaches: none,
   },
+  // Issue 25: what a refused request leaves behind, and framing details.
+  {
+    name: 'refused POST with a body, a valid GET pipelined behind it',
+    bytes: (h, p, k) =>
+      `POST ${p}/x HTTP/1.1\r\n${H(h, 'pgk_wrong')}Content-Length: 5\r\n\r\nhelloGET ${p}/good HTTP/1.1\r\n${H(h, k)}\r\n`,
+    statuses: [401],
+    closes: true,
+    reaches: none,
+  },
+  {
+    name: 'Transfer-Encoding: gzip, chunked, a valid GET pipelined behind it',
+    bytes: (h, p, k) =>
+      `POST ${p}/x HTTP/1.1\r\n${H(h, k)}Transfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET ${p}/good HTTP/1.1\r\n${H(h, k)}\r\n`,
+    statuses: [501],
+    closes: true,
+    reaches: none,
+  },
+  {
+    name: 'refused GET (no body), a valid GET pipelined behind it',
+    bytes: (h, p, k) => `GET ${p}/x HTTP/1.1\r\n${H(h, 'pgk_wrong')}\r\nGET ${p}/good HTTP/1.1\r\n${H(h, k)}\r\n`,
+    statuses: [401, 200],
+    closes: false,
+    reaches: (p) => [`${p}/good`],
+  },
+  {
+    name: 'two valid GETs, then a malformed request, in one write',
+    bytes: (h, p, k) => `GET ${p}/1 HTTP/1.1\r\n${H(h, k)}\r\nGET ${p}/2 HTTP/1.1\r\n${H(h, k)}\r\nGET ${p}/3 HTTP/1.1\r\n${H(h, k)}Bad Name: 1\r\n\r\n`,
+    statuses: [200, 200, 400],
+    closes: true,
+    reaches: (p) => [`${p}/1`, `${p}/2`],
+  },
+  ...['Chunked', 'CHUNKED'].map((te) => ({
+    name: `Transfer-Encoding: ${te} (coding names are case-insensitive)`,
+    bytes: (h: string, p: string, k: string) => `POST ${p} HTTP/1.1\r\n${H(h, k)}Transfer-Encoding: ${te}\r\n\r\n3\r\nabc\r\n0\r\n\r\n`,
+    statuses: [200],
+    closes: false,
+    reaches: one,
+  })),
+  {
+    name: 'chunked POST whose chunk size is malformed',
+    bytes: (h, p, k) => `POST ${p} HTTP/1.1\r\n${H(h, k)}Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\nzz\r\n`,
+    statuses: [400],
+    closes: true,
+    reaches: none,
+  },
+  {
+    name: 'two Host headers',
+    bytes: (h, p, k) => `GET ${p} HTTP/1.1\r\n${H(h, k)}Host: ${h}\r\n\r\n`,
+    statuses: [400],
+    closes: true,
+    reaches: none,
+  },
 ];
 
 export interface RawResult {

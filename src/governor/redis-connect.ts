@@ -1,0 +1,52 @@
+// A client for the configured Redis target (src/config/redis-target.ts): ioredis's own Sentinel and Cluster
+// support does the discovery, the failover following and the slot routing; this only maps the config onto it.
+import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
+import type { RedisTarget } from '../config/redis-target.js';
+
+export type RedisClient = Redis | Cluster;
+
+/** How often a Cluster client re-reads the slot map by itself (ioredis's default is 5 s). */
+const CLUSTER_SLOTS_REFRESH_MS = 1000;
+
+/**
+ * A client for `target` with `options` (per connection). `cluster` adds Cluster-wide options (sharded
+ * subscribers). On a Cluster, `options.enableOfflineQueue` applies to the cluster as a whole.
+ */
+export function connectRedis(target: RedisTarget, options: RedisOptions = {}, cluster: Partial<ClusterOptions> = {}): RedisClient {
+  switch (target.kind) {
+    case 'single':
+      return new Redis(target.url, options);
+    case 'sentinel':
+      return new Redis({
+        ...options,
+        sentinels: target.sentinels,
+        name: target.name,
+        username: target.username,
+        password: target.password,
+        sentinelPassword: target.sentinelPassword,
+        db: target.db,
+        ...(target.tls ? { tls: {}, sentinelTLS: {}, enableTLSForSentinelMode: true } : {}),
+        // A primary demoted while our connection to it stays up answers writes with READONLY: reconnect, and
+        // the sentinels name the new one. (ioredis's failoverDetector is not used: with it, a +switch-master
+        // that arrived while the client was still retrying ended the client for good, in our failover tests.)
+        reconnectOnError: (err: Error) => err.message.startsWith('READONLY'),
+        // A sentinel that does not answer is skipped at once (the next one is asked).
+        sentinelRetryStrategy: (n: number) => Math.min(100 * n, 1000),
+      });
+    case 'cluster': {
+      const { enableOfflineQueue, lazyConnect, ...perNode } = options;
+      return new Cluster(target.nodes, {
+        redisOptions: { ...perNode, username: target.username, password: target.password, ...(target.tls ? { tls: {} } : {}) },
+        enableOfflineQueue: enableOfflineQueue ?? true,
+        lazyConnect: lazyConnect ?? false,
+        slotsRefreshInterval: CLUSTER_SLOTS_REFRESH_MS,
+        clusterRetryStrategy: options.retryStrategy ?? ((n: number) => Math.min(100 * n, 2000)),
+        ...cluster,
+      });
+    }
+  }
+}
+
+export function isCluster(c: RedisClient): c is Cluster {
+  return c instanceof Cluster;
+}

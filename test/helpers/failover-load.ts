@@ -1,0 +1,173 @@
+// Issue 27's failover measurement: `dataplane` processes (the built binary) behind paced traffic, a Redis
+// primary SIGKILLed under it, and what it cost: seconds until admissions resume, requests refused meanwhile
+// (and with what), the origin's peak concurrency before, during and after, and leases left over. Shared by
+// the short test (npm test) and the soak version.
+import { join } from 'node:path';
+import { once } from 'node:events';
+import { createServer as createHttpsServer } from 'node:https';
+import { readFileSync, rmSync } from 'node:fs';
+import type { ChildProcessWithoutNullStreams } from 'node:child_process';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Pool } from 'undici';
+import { fromRoot } from '../../src/config/paths.js';
+import { spawnListening } from './process.js';
+import { selfSignedCert } from './origin.js';
+
+export interface Node {
+  child: ChildProcessWithoutNullStreams;
+  proxy: number;
+  /** Its /metrics and /readyz port. */
+  metrics: number;
+}
+
+export async function startNode(env: Record<string, string>): Promise<Node> {
+  const { child, listening } = await spawnListening([join(fromRoot(), 'bin', 'poolgate.js'), 'dataplane'], {
+    cwd: fromRoot(),
+    env: { ...process.env, ...env },
+    timeoutMs: 60_000,
+    name: 'dataplane',
+  });
+  child.stdout.resume();
+  return { child, proxy: listening.proxy as number, metrics: listening.metrics as number };
+}
+
+export async function stopNode(n: Node): Promise<void> {
+  if (n.child.exitCode !== null || n.child.signalCode !== null) return;
+  const exited = once(n.child, 'exit');
+  n.child.kill('SIGTERM');
+  const timer = setTimeout(() => n.child.kill('SIGKILL'), 10_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+/** An https origin per pool path: GET /<pool>/delay/<ms>; counts requests in progress (arrival → end) per pool. */
+export async function countingOrigin() {
+  const cert = selfSignedCert();
+  const active = new Map<string, number>();
+  /** Per pool: the peak since the last mark, and the peak of each marked phase. */
+  const peaks = new Map<string, number>();
+  const server = createHttpsServer({ key: readFileSync(cert.keyFile), cert: readFileSync(cert.certFile) }, (req, res) => {
+    const m = /^\/([^/]+)\/delay\/(\d+)/.exec(req.url ?? '');
+    const pool = m?.[1] ?? '-';
+    const n = (active.get(pool) ?? 0) + 1;
+    active.set(pool, n);
+    peaks.set(pool, Math.max(peaks.get(pool) ?? 0, n));
+    req.resume();
+    setTimeout(() => {
+      active.set(pool, active.get(pool)! - 1);
+      res.end('ok');
+    }, Number(m?.[2] ?? 0));
+  });
+  server.keepAliveTimeout = 60_000;
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  return {
+    url: `https://127.0.0.1:${(server.address() as { port: number }).port}`,
+    caFile: cert.certFile,
+    /** The peak of `pool` since the last take (then starts again from what is in progress now). */
+    takePeak(pool: string): number {
+      const p = peaks.get(pool) ?? 0;
+      peaks.set(pool, active.get(pool) ?? 0);
+      return p;
+    },
+    async close() {
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+      rmSync(cert.dir, { recursive: true, force: true });
+    },
+  };
+}
+export type CountingOrigin = Awaited<ReturnType<typeof countingOrigin>>;
+
+export interface Sample {
+  start: number;
+  end: number;
+  status: number;
+  error: string | null;
+}
+
+/**
+ * Paced traffic: one request every `paceMs` to `sub`, alternating over `nodes`, each holding the origin
+ * `holdMs`, until stop() (which resolves once every request has its answer).
+ */
+export function pacedLoad(nodes: Node[] | string, sub: string, opts: { paceMs: number; holdMs: number; t0: number }) {
+  const urls = typeof nodes === 'string' ? [nodes] : nodes.map((n) => `http://127.0.0.1:${n.proxy}`);
+  const clients = urls.map((u) => new Pool(u, { connections: 64 }));
+  const samples: Sample[] = [];
+  const inflight = new Set<Promise<void>>();
+  let i = 0;
+  const one = async (node: number) => {
+    const start = performance.now() - opts.t0;
+    let status = 0;
+    let error: string | null = null;
+    try {
+      const res = await clients[node]!.request({ path: `/${sub}/delay/${opts.holdMs}`, method: 'GET', headers: { host: `${sub}.pools.localhost` } });
+      status = res.statusCode;
+      const text = await res.body.text();
+      if (status !== 200) {
+        try {
+          error = (JSON.parse(text) as { error?: string }).error ?? text.slice(0, 60);
+        } catch {
+          error = 'not poolgate'; // the balancer's own page (502 when a node died mid-request)
+        }
+      }
+    } catch (err) {
+      error = (err as Error).message;
+    }
+    samples.push({ start, end: performance.now() - opts.t0, status, error });
+  };
+  const timer = setInterval(() => {
+    const p = one(i++ % clients.length);
+    inflight.add(p);
+    void p.finally(() => inflight.delete(p));
+  }, opts.paceMs);
+  return {
+    samples,
+    async stop() {
+      clearInterval(timer);
+      await Promise.all(inflight);
+      await Promise.all(clients.map((c) => c.close()));
+    },
+  };
+}
+
+export interface FailoverFigures {
+  requests: number;
+  refused: number;
+  /** Refusals by status and code, e.g. {"503 governor_unavailable": 12}. */
+  refusedBy: Record<string, number>;
+  /** From the kill until the answer of the last refused request (0 when nothing was refused), seconds. */
+  refusingS: number;
+  /** Median time a refused request waited for its answer, ms. */
+  refusedP50Ms: number;
+  /** From the kill until the start of the first request admitted after the last refused one (admissions resumed), seconds. */
+  resumeS: number;
+}
+
+/** What the samples say about a kill at `killAt` (ms on the load's clock). */
+export function figures(samples: Sample[], killAt: number): FailoverFigures {
+  const refusedSamples = samples.filter((s) => s.status !== 200);
+  const refusedBy: Record<string, number> = {};
+  for (const s of refusedSamples) refusedBy[`${s.status} ${s.error ?? ''}`.trim()] = (refusedBy[`${s.status} ${s.error ?? ''}`.trim()] ?? 0) + 1;
+  const lastRefusal = refusedSamples.length ? Math.max(...refusedSamples.map((s) => s.end)) : killAt;
+  const lastRefusedStart = refusedSamples.length ? Math.max(...refusedSamples.map((s) => s.start)) : killAt;
+  const firstOk = samples.filter((s) => s.status === 200 && s.start >= lastRefusedStart).sort((a, b) => a.start - b.start)[0];
+  return {
+    requests: samples.length,
+    refused: refusedSamples.length,
+    refusedBy,
+    refusingS: Math.max(0, lastRefusal - killAt) / 1000,
+    refusedP50Ms: refusedSamples.length ? Math.round(refusedSamples.map((s) => s.end - s.start).sort((a, b) => a - b)[Math.floor(refusedSamples.length / 2)]!) : 0,
+    resumeS: firstOk ? Math.max(0, firstOk.start - killAt) / 1000 : NaN,
+  };
+}
+
+/** Polls `cond` (errors count as false) every 25 ms; resolves with the time it first held, or null at `ms`. */
+export async function when(cond: () => Promise<boolean>, ms: number): Promise<number | null> {
+  const end = performance.now() + ms;
+  while (performance.now() < end) {
+    if (await cond().catch(() => false)) return performance.now();
+    await sleep(25);
+  }
+  return null;
+}

@@ -1,0 +1,139 @@
+// Issue 27 item 1: everything that uses Redis works on a real Redis Cluster (three primaries, three replicas,
+// started here from the machine's redis-server): the governor's scripts, its wake-ups (sharded pub/sub:
+// SPUBLISH in the release script, SSUBSCRIBE per hash tag), the lock API's leases and the HMAC nonces. A
+// Cluster refuses any command or script whose keys span two hash slots (CROSSSLOT), so every script run here
+// on pools spread over the three primaries, and on a capped budget's pools, proves its keys share one slot.
+import t from 'tap';
+import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Cluster } from 'ioredis';
+import { RedisGovernor, type RedisPermit } from '../src/governor/redis.js';
+import { PAUSE, SET_RPM, RENEW, REFRESH } from '../src/governor/redis-scripts.js';
+import { RedisLeaseRegistry } from '../src/lock/redis-leases.js';
+import { RedisNonceStore } from '../src/policies/redis-nonce-store.js';
+import { parseHostList, type RedisTarget } from '../src/config/redis-target.js';
+import type { Admission, PoolLimits } from '../src/governor/governor.js';
+import { startClusterTopology, type ClusterTopology } from './helpers/redis-topology.js';
+import { needServer } from './helpers/servers.js';
+
+if (await needServer('redis')) {
+  t.pass('skipped: no redis-server');
+  process.exit(0);
+}
+
+let cluster: ClusterTopology;
+let target: RedisTarget;
+t.before(async () => {
+  cluster = await startClusterTopology();
+  target = { kind: 'cluster', nodes: parseHostList(cluster.seeds, 'seeds') };
+});
+t.teardown(() => cluster?.stop());
+
+const pool = (poolId: number, extra: Partial<PoolLimits> = {}): PoolLimits => ({
+  poolId,
+  maxConcurrent: 1,
+  queueLength: 10,
+  queueTimeoutMs: 5000,
+  budgetId: null,
+  reservedConcurrent: 0,
+  adaptive: false,
+  ...extra,
+});
+
+/** The wake-up must be what admits a waiter: the timed retry behind it comes only after 3–6 s. */
+const RETRY_MS = 3000;
+
+t.test('the governor on a Cluster: pools on every primary, a capped budget, woken by sharded pub/sub', async (t) => {
+  // Pool ids whose tags land on three different primaries.
+  const byPrimary = new Map<number, number>();
+  for (let id = 1; byPrimary.size < 3 && id < 200; id++) {
+    const port = await cluster.primaryFor(`{p:${id}}`);
+    if (!byPrimary.has(port)) byPrimary.set(port, id);
+  }
+  t.equal(byPrimary.size, 3, 'the pools are spread over the three primaries');
+  const ids = [...byPrimary.values()];
+  const budget = { budgetId: 77, originMaxConcurrent: 1 };
+  const pools = [...ids.map((id) => pool(id)), pool(501, { budgetId: 77, maxConcurrent: 2 }), pool(502, { budgetId: 77, maxConcurrent: 2 })];
+
+  const a = new RedisGovernor({ target, retryMs: RETRY_MS, termMs: 5000 });
+  const b = new RedisGovernor({ target, retryMs: RETRY_MS, termMs: 5000 });
+  t.teardown(async () => {
+    await a.close();
+    await b.close();
+  });
+  await Promise.all([a.ready(10_000), b.ready(10_000)]);
+  a.configure(pools, [budget]);
+  b.configure(pools, [budget]);
+  // The sharded subscriptions are made as the pools are configured.
+  await sleep(300);
+
+  const grant = async (r: Admission | Promise<Admission>): Promise<RedisPermit> => {
+    const x = await r;
+    if (!x.ok) throw new Error(`refused: ${x.reason}`);
+    return x.permit as RedisPermit;
+  };
+  const handOver = async (holderPool: number, waiterPool: number, what: string) => {
+    const held = await grant(a.acquire({ poolId: holderPool, waitMs: 0 }));
+    const waiting = b.acquire({ poolId: waiterPool, waitMs: 5000 });
+    await sleep(100);
+    const started = performance.now();
+    held.release({ status: 200 });
+    const w = await grant(waiting);
+    const ms = performance.now() - started;
+    t.ok(ms < RETRY_MS / 2, `${what}: the waiter on the other node is admitted ${ms.toFixed(0)} ms after the release (a wake-up, not the ${RETRY_MS} ms retry)`);
+    w.release({ status: 200 });
+  };
+  for (const id of ids) await handOver(id, id, `pool ${id}`);
+  await handOver(501, 502, 'budget 77 (one slot across its two pools)');
+
+  // The adaptive limit and the learners' scripts on a pool's keys: the RPM gate, a pause, a renew, a refresh.
+  await a.setEffectiveLimit(ids[0]!, 1);
+  for (const id of [...ids, 501]) {
+    const slots = a.leaseKeys(id)!.slots;
+    const key = (name: string) => slots.replace(/slots$/, name);
+    await a.runScript(SET_RPM, [key('rate')], ['600', '60000']);
+    await a.runScript(SET_RPM, [key('rate')], ['', '60000']);
+    await a.runScript(PAUSE, [key('pause')], ['1']);
+    await a.runScript(REFRESH, [slots], ['5000']);
+    t.equal(await a.runScript(RENEW, [slots], ['nobody', String(Date.now() + 1000)]), 0, `pool ${id}: every script runs on its slot`);
+  }
+
+  // Every lease went back: nothing left in any pool's slots, on any primary.
+  const probe = new Cluster(target.kind === 'cluster' ? target.nodes : []);
+  t.teardown(() => probe.disconnect());
+  for (const id of [...ids, 501, 502]) t.equal(await probe.zcard(a.leaseKeys(id)!.slots), 0, `pool ${id}: no lease left`);
+});
+
+t.test('the lock API leases and the HMAC nonces on a Cluster', async (t) => {
+  const a = new RedisGovernor({ target, termMs: 5000 });
+  const b = new RedisGovernor({ target, termMs: 5000 });
+  t.teardown(async () => {
+    await a.close();
+    await b.close();
+  });
+  await Promise.all([a.ready(10_000), b.ready(10_000)]);
+  const pools = [pool(9), pool(10, { maxConcurrent: 2 })];
+  a.configure(pools, []);
+  b.configure(pools, []);
+  const ra = new RedisLeaseRegistry(a);
+  const rb = new RedisLeaseRegistry(b);
+  for (const id of [9, 10]) {
+    const g = await ra.acquire({ poolId: id, waitMs: 0 }, { termMs: 2000, requestTimeoutMs: 10_000 });
+    if (!g.ok) throw new Error(`pool ${id}: refused ${g.reason}`);
+    const renewed = await rb.renew(id, g.lease.slotId);
+    t.ok(renewed.ok, `pool ${id}: renewed from the other node`);
+    t.equal(await rb.release(id, g.lease.slotId, { status: 200 }, { termMs: 2000, requestTimeoutMs: 10_000 }), true, `pool ${id}: released from the other node`);
+  }
+
+  const na = new RedisNonceStore(target);
+  const nb = new RedisNonceStore(target);
+  t.teardown(async () => {
+    await na.close();
+    await nb.close();
+  });
+  for (let i = 0; i < 5; i++) {
+    const id = randomBytes(8).toString('hex');
+    t.equal(await na.claim(id, 5000), 'fresh');
+    t.equal(await nb.claim(id, 5000), 'seen', 'another node sees the nonce');
+  }
+});

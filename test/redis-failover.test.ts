@@ -1,0 +1,18 @@
+// Issue 27 item 2, short version: a Redis primary SIGKILLed under paced traffic through two dataplane
+// processes per failure policy (closed and open side by side), on a Sentinel topology (primary, replica,
+// three sentinels; down-after 500 ms). Measured: seconds until admissions resume, refusals (503
+// governor_unavailable, or 504 where a wait ran out first), the origin's peak concurrency before, during and after against max_concurrent,
+// leases left over (zero). The Cluster's is test/redis-cluster-failover.test.ts; the soak run (test/soak/) runs both for longer.
+import t from 'tap';
+import { needServer } from './helpers/servers.js';
+import { failoverScenario } from './helpers/redis-failover.js';
+import { soak } from './helpers/soak.js';
+
+/** The soak run: 5 s of traffic before the kill and 10 s after Redis is back, twice the rate. */
+const RUN = soak({ preMs: 5000, postMs: 10_000, paceMs: 5, holdMs: 40, max: 8 }, { preMs: 800, postMs: 1000, paceMs: 10, holdMs: 40, max: 6 });
+
+const skip = (await needServer('postgres')) || (await needServer('redis'));
+
+t.test('Sentinel: the primary SIGKILLed under load', { skip }, async (t) => {
+  await failoverScenario(t, 'sentinel', RUN);
+});
