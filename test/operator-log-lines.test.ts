@@ -31,7 +31,7 @@ t.test('the Redis governor says nothing about its connection once closed', async
   if (skip) return t.skip(skip);
   const lines: Array<{ level: string; msg: string }> = [];
   const log = { warn: (_o: object, msg: string) => void lines.push({ level: 'warn', msg }), info: (_o: object, msg: string) => void lines.push({ level: 'info', msg }) };
-  const gov = await redisGovernorFromConfig({ redisUrl: REDIS_URL, governorFailurePolicy: 'closed', governorFailOpenDivisor: 2, governorLeaseTermMs: 10_000 }, log);
+  const gov = await redisGovernorFromConfig({ kind: 'single', url: REDIS_URL }, { governorFailurePolicy: 'closed', governorFailOpenDivisor: 2, governorLeaseTermMs: 10_000 }, log);
   t.match(lines, [{ level: 'info', msg: 'redis governor connected' }]);
   await gov.close();
   const closedAt = lines.length;
