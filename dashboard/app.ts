@@ -42,7 +42,7 @@ function signInPage(): void {
     token.row,
     err,
     h('div', { class: 'actions' }, h('button', { type: 'submit', class: 'btn primary' }, 'Sign in')),
-    h('p', { class: 'muted' }, 'Or ask an operator for a one-time sign-in link: ', h('code', null, 'npx poolgate admin login-link --team TEAM --email EMAIL')))));
+    h('p', { class: 'muted' }, 'Or ask an operator for a one-time sign-in link: ', h('code', { class: 'command' }, ...['npx poolgate admin login-link', '--team TEAM', '--email EMAIL'].flatMap((part, i) => [i ? ' ' : '', h('span', { class: 'nowrap' }, part)]))))));
   (token.control as HTMLInputElement).focus();
 }
 

@@ -54,7 +54,8 @@ export function showError(err: unknown, fields: Field[], formError: HTMLElement)
   const name = fieldOf(message, fields.map((f) => f.name));
   const f = name ? fields.find((x) => x.name === name) : undefined;
   if (f) {
-    f.error.textContent = message;
+    // Beside its field the message needs no JSON path: "max_concurrent must be an integer from 1 to 100000".
+    f.error.textContent = message.replace(/^body\.(settings\.)?/, '');
     f.control.setAttribute('aria-invalid', 'true');
     f.control.focus();
   } else {

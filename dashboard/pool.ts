@@ -4,7 +4,7 @@ import { api, ApiFailure } from './api.js';
 import { h, replace, fmtTime, orDash, BASE } from './dom.js';
 import { field, input, checkbox, select, formError, clearErrors, showError, shownOnce, type Field } from './forms.js';
 import { minutesChart, POOL_CHARTS } from './charts.js';
-import type { Minute, Pool, PoolKey, PoolLive, Settings, Webhook } from './types.js';
+import type { AdjustmentCause, Minute, Pool, PoolKey, PoolLimit, PoolLive, Settings, Webhook } from './types.js';
 import { REFRESH_MS } from './pools.js';
 
 const WINDOWS = { '1h': 3_600_000, '24h': 86_400_000 } as const;
@@ -24,13 +24,14 @@ export function poolPage(main: HTMLElement, subdomain: string): () => void {
       return;
     }
     const live = h('dl', { class: 'stats', id: 'pool-live' });
+    const limit = h('div', { id: 'pool-limit' });
     const credState = h('span', { class: `badge ${pool.has_credential ? 'ok' : 'muted'}`, id: 'has-credential' }, pool.has_credential ? 'credential attached' : 'no credential');
     replace(
       main,
       h('nav', { class: 'crumbs', aria: { label: 'Breadcrumb' } }, h('a', { href: `${BASE}/pools` }, 'Pools'), ' / ', pool.subdomain),
       h('div', { class: 'page-head' }, h('h1', null, pool.name), h('span', { class: `badge ${pool.backend}` }, pool.backend), credState),
       pool.description ? h('p', { class: 'muted' }, pool.description) : null,
-      h('section', { class: 'card', aria: { label: 'Live' } }, live),
+      h('section', { class: 'card', aria: { label: 'Live' } }, live, limit),
       await chartsSection(base),
       await keysSection(base),
       h('div', { class: 'grid2' }, await settingsSection(base), credentialSection(base, pool, (p) => {
@@ -52,6 +53,8 @@ export function poolPage(main: HTMLElement, subdomain: string): () => void {
             stat('Admitted /min', n(l.last_minute?.admitted), 'admitted'), stat('429 /min', n(l.last_minute?.status_429), 'status_429'),
             stat('504 /min', n(l.last_minute?.status_504), 'status_504'), stat('5xx /min', n(l.last_minute?.status_5xx), 'status_5xx'));
         }
+        const why = (await api<{ data: PoolLimit }>('GET', `${base}/limit`)).data;
+        if (!stopped) replace(limit, ...limitExplained(why));
       } catch {
         /* the next tick tries again */
       }
@@ -63,6 +66,44 @@ export function poolPage(main: HTMLElement, subdomain: string): () => void {
     stopped = true;
     clearTimeout(timer);
   };
+}
+
+const CAUSES: Record<AdjustmentCause, string> = {
+  latency_gradient: 'latency rose above its long-term level',
+  growth: 'latency held while busy: grew',
+  status_429: 'the upstream answered 429',
+  throttled: 'a lock client reported throttling',
+  rate_headers: 'the upstream\'s rate headers or Retry-After asked to slow down',
+  probe: 'latency probe (lowered for a moment)',
+  probe_end: 'latency probe over',
+};
+
+const ms = (v: number | null) => (v === null ? '—' : `${v >= 100 ? Math.round(v) : v} ms`);
+
+/** Issue 26 item 4: why the effective limit is below max_concurrent, and the adaptive limit's last moves. */
+function limitExplained(l: PoolLimit): Node[] {
+  if (!l.reporting) return [h('p', { class: 'muted' }, 'No data plane runs in this process: the effective limit is not known here.')];
+  const eff = l.effective_limit ?? l.max_concurrent;
+  let why: string;
+  if (!l.adaptive) why = 'Adaptive limiting is off: the limit is max concurrent.';
+  else if (eff >= l.max_concurrent) why = `The adaptive limit is at max concurrent (it can go down to ${l.adaptive_min}).`;
+  else {
+    const last = l.adjustments[0];
+    why = `The adaptive limit holds it at ${eff} of ${l.max_concurrent} (floor ${l.adaptive_min})` +
+      (l.probing ? ': a latency probe is running.' : last ? `; last move: ${CAUSES[last.cause]}.` : '.') +
+      ` Recent latency ${ms(l.short_rtt_ms)}, long-term ${ms(l.long_rtt_ms)}.`;
+  }
+  const out: Node[] = [h('p', { class: 'limit-why', data: { field: 'limit_why' } }, why)];
+  if (l.adjustments.length > 0) {
+    out.push(h('table', { class: 'adjustments' },
+      h('caption', null, 'Last adjustments of the adaptive limit'),
+      h('thead', null, h('tr', null, h('th', null, 'Time'), h('th', null, 'Limit'), h('th', null, 'Cause'), h('th', null, 'Latency (recent / long-term)'))),
+      h('tbody', null, ...l.adjustments.map((a) => h('tr', { data: { cause: a.cause } },
+        h('td', null, fmtTime(a.time)), h('td', null, `${a.from} → ${a.to}`), h('td', null, CAUSES[a.cause]),
+        h('td', null, `${ms(a.short_rtt_ms)} / ${ms(a.long_rtt_ms)}`)))),
+    ));
+  }
+  return out;
 }
 
 async function chartsSection(base: string): Promise<HTMLElement> {

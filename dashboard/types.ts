@@ -27,3 +27,9 @@ export interface Settings {
 }
 export interface Session { csrf_token: string; user_id: number; team_id: number; abilities: string[] }
 export interface Me { user: { id: number; name: string; email: string }; team: { id: number; name: string; slug: string }; abilities: string[] }
+export type AdjustmentCause = 'latency_gradient' | 'growth' | 'status_429' | 'throttled' | 'rate_headers' | 'probe' | 'probe_end';
+export interface PoolLimit {
+  max_concurrent: number; adaptive: boolean; adaptive_min: number; reporting: boolean; effective_limit: number | null; probing: boolean;
+  short_rtt_ms: number | null; long_rtt_ms: number | null;
+  adjustments: Array<{ time: string; from: number; to: number; cause: AdjustmentCause; short_rtt_ms: number; long_rtt_ms: number }>;
+}

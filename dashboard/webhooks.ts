@@ -3,8 +3,11 @@
 // (POST /webhooks/{id}/deliveries/{job_id}/replay and /webhooks/{id}/recover).
 import { api } from './api.js';
 import { h, replace, fmtTime, orDash, BASE } from './dom.js';
-import { clearErrors, field, formError, input, select, showError, shownOnce } from './forms.js';
+import { checkbox, clearErrors, field, formError, input, select, showError, shownOnce } from './forms.js';
 import type { Delivery, Pool, Webhook } from './types.js';
+
+const PAGE_SIZE = 20;
+const HISTORY = 500;
 
 async function poolNames(): Promise<Map<number, Pool>> {
   const { data } = await api<{ data: Pool[] }>('GET', '/api/v1/pools');
@@ -23,21 +26,55 @@ function poolList(ids: number[], pools: Map<number, Pool>): HTMLElement | string
   }));
 }
 
+/** Issue 26 item 5: a destination is created here too (POST /api/v1/webhooks), its signing secret shown once. */
+function createForm(pools: Map<number, Pool>, onCreated: (w: Webhook) => void): HTMLElement {
+  const name = field('Name', input('name', { required: true }));
+  const url = field('URL', input('url', { type: 'url', required: true, placeholder: 'https://hooks.example.com/poolgate' }), 'https, answering 2xx within 5 s.');
+  const boxes = [...pools.values()].map((p) => ({ id: p.id, f: field(p.name, checkbox(`pool-${p.id}`, false)) }));
+  const error = formError();
+  const shown = h('div', { role: 'status', id: 'webhook-created' });
+  const form: HTMLFormElement = h('form', {
+    class: 'form', id: 'webhook-create', aria: { label: 'New destination' },
+    onsubmit: async (ev) => {
+      ev.preventDefault();
+      clearErrors([name, url], error);
+      replace(shown);
+      try {
+        const { data } = await api<{ data: Webhook }>('POST', '/api/v1/webhooks', {
+          name: name.control.value, url: url.control.value, pool_ids: boxes.filter((b) => (b.f.control as HTMLInputElement).checked).map((b) => b.id),
+        });
+        replace(shown, shownOnce('Signing secret', data.signing_secret!, 'Give it to the receiver now to verify deliveries; it is not shown again.'));
+        form.reset();
+        onCreated(data);
+      } catch (e) {
+        showError(e, [name, url], error);
+      }
+    },
+  }, h('div', { class: 'grid2' }, name.row, url.row),
+  boxes.length > 0 ? h('fieldset', null, h('legend', null, 'Send finished jobs of'), boxes.map((b) => b.f.row)) : h('p', { class: 'muted' }, 'No pools yet: attach pools later.'),
+  error, h('div', { class: 'actions' }, h('button', { type: 'submit', class: 'btn primary' }, 'Create destination')));
+  return h('section', { class: 'card', aria: { labelledby: 'new-webhook-title' } }, h('h2', { id: 'new-webhook-title' }, 'New destination'), form, shown);
+}
+
 export function webhooksPage(main: HTMLElement): void {
   replace(main, h('p', { class: 'loading' }, 'Loading…'));
   void (async () => {
     try {
       const [{ data }, pools] = await Promise.all([api<{ data: Webhook[] }>('GET', '/api/v1/webhooks'), poolNames()]);
+      const rows = h('tbody', null);
+      const render = (list: Webhook[]) => replace(rows, list.length === 0 ? h('tr', null, h('td', { colspan: '4', class: 'empty' }, 'No destinations yet.')) : null,
+        list.map((w) => h('tr', { data: { webhook: String(w.id) } },
+          h('th', { scope: 'row' }, h('a', { href: `${BASE}/webhooks/${w.id}` }, w.name)),
+          h('td', null, h('code', { class: 'url' }, w.url)),
+          h('td', null, status(w)),
+          h('td', null, poolList(w.pool_ids, pools)))));
+      let list = data;
+      render(list);
       replace(main, h('div', { class: 'page-head' }, h('h1', null, 'Webhooks')),
         h('p', { class: 'muted' }, 'Destinations receive one signed POST per finished async job. A destination that fails 8 deliveries in a row is deactivated until it is re-enabled here.'),
         h('div', { class: 'card' }, h('table', { class: 'data', id: 'webhooks-table' },
-          h('thead', null, h('tr', null, ['Name', 'URL', 'State', 'Pools'].map((c) => h('th', { scope: 'col' }, c)))),
-          h('tbody', null, data.length === 0 ? h('tr', null, h('td', { colspan: '4', class: 'empty' }, 'No destinations. Create one with POST /api/v1/webhooks.')) : null,
-            data.map((w) => h('tr', { data: { webhook: String(w.id) } },
-              h('th', { scope: 'row' }, h('a', { href: `${BASE}/webhooks/${w.id}` }, w.name)),
-              h('td', null, h('code', { class: 'url' }, w.url)),
-              h('td', null, status(w)),
-              h('td', null, poolList(w.pool_ids, pools))))))));
+          h('thead', null, h('tr', null, ['Name', 'URL', 'State', 'Pools'].map((c) => h('th', { scope: 'col' }, c)))), rows)),
+        createForm(pools, (w) => render((list = [...list, w]))));
     } catch (err) {
       replace(main, h('h1', null, 'Webhooks'), h('p', { class: 'form-error', role: 'alert' }, (err as Error).message));
     }
@@ -128,15 +165,31 @@ export function webhookPage(main: HTMLElement, id: number): void {
         }
       },
     }, since.row, h('button', { type: 'submit', class: 'btn' }, 'Recover'), recoverError);
-    const load = async () => {
-      const q = filter.control.value ? `?result=${encodeURIComponent(filter.control.value)}` : '';
-      const { data } = await api<{ data: Delivery[] }>('GET', `/api/v1/webhooks/${w.id}/deliveries${q}`);
-      replace(tbody, data.length === 0 ? h('tr', null, h('td', { colspan: '8', class: 'empty' }, 'No deliveries.')) : null,
-        data.map((d) => h('tr', { data: { result: d.result, job: d.job_id } },
+    // The newest HISTORY deliveries, PAGE_SIZE rows at a time: a busy destination's history stays a page long.
+    const pager = h('div', { class: 'pager', id: 'deliveries-pager' });
+    let all: Delivery[] = [];
+    let page = 0;
+    const show = () => {
+      const pages = Math.max(1, Math.ceil(all.length / PAGE_SIZE));
+      page = Math.min(page, pages - 1);
+      const rows = all.slice(page * PAGE_SIZE, (page + 1) * PAGE_SIZE);
+      replace(tbody, rows.length === 0 ? h('tr', null, h('td', { colspan: '8', class: 'empty' }, 'No deliveries.')) : null,
+        rows.map((d) => h('tr', { data: { result: d.result, job: d.job_id } },
           h('td', null, fmtTime(d.time)), h('td', null, h('code', null, d.job_id)), h('td', null, orDash(d.pool)),
           h('td', null, h('span', { class: `badge ${d.result === 'success' ? 'ok' : 'bad'}` }, d.result)),
           h('td', { class: 'n' }, orDash(d.http_status)), h('td', { class: 'n' }, `${d.latency_ms} ms`), h('td', { class: 'err-text' }, orDash(d.error)),
           h('td', null, h('button', { type: 'button', class: 'btn small', aria: { label: `Replay the delivery of job ${d.job_id}` }, onclick: () => void replay(d) }, 'Replay')))));
+      replace(pager, all.length <= PAGE_SIZE ? null : [
+        h('button', { type: 'button', class: 'btn small', disabled: page === 0, onclick: () => { page--; show(); } }, 'Newer'),
+        h('span', { data: { field: 'page' } }, `${page * PAGE_SIZE + 1}–${page * PAGE_SIZE + rows.length} of ${all.length}${all.length === HISTORY ? ' (the newest)' : ''}`),
+        h('button', { type: 'button', class: 'btn small', disabled: page === pages - 1, onclick: () => { page++; show(); } }, 'Older'),
+      ]);
+    };
+    const load = async () => {
+      const q = new URLSearchParams({ limit: String(HISTORY), ...(filter.control.value ? { result: filter.control.value } : {}) });
+      all = (await api<{ data: Delivery[] }>('GET', `/api/v1/webhooks/${w.id}/deliveries?${q}`)).data;
+      page = 0;
+      show();
     };
     filter.control.addEventListener('change', () => void load());
     replace(main,
@@ -152,7 +205,8 @@ export function webhookPage(main: HTMLElement, id: number): void {
         h('div', { class: 'section-head' }, h('h2', { id: 'deliveries-title' }, 'Deliveries'), filter.row),
         recoverForm, historyMessage,
         h('table', { class: 'data compact', id: 'deliveries-table' },
-          h('thead', null, h('tr', null, ['Time', 'Job', 'Pool', 'Result', 'Status', 'Latency', 'Error', 'Actions'].map((c) => h('th', { scope: 'col' }, c)))), tbody)));
+          h('thead', null, h('tr', null, ['Time', 'Job', 'Pool', 'Result', 'Status', 'Latency', 'Error', 'Actions'].map((c) => h('th', { scope: 'col' }, c)))), tbody),
+        pager));
     await load();
   })();
 }

@@ -17,7 +17,7 @@ export function prettyLine(json: string): string {
   } catch {
     return json;
   }
-  const time = new Date(typeof o.time === 'number' ? o.time : Date.now()).toISOString().slice(11, 23);
+  const time = new Date(typeof o.time === 'number' || typeof o.time === 'string' ? o.time : Date.now()).toISOString().slice(11, 23);
   const fields: string[] = [];
   let stack = '';
   for (const [k, v] of Object.entries(o)) {
@@ -35,7 +35,9 @@ export function prettyLine(json: string): string {
 
 export function createLogger(level: string, format: LogFormat = 'json'): Logger {
   const pretty = format === 'pretty' || (format === 'auto' && process.stderr.isTTY === true);
-  if (!pretty) return pino({ level, base: { service: 'poolgate' } }, pino.destination({ fd: 2, sync: false }));
+  // ISO time, as the access log writes it (src/pool-request/access-log.ts): one format in every line poolgate writes.
+  const options = { level, base: { service: 'poolgate' }, timestamp: pino.stdTimeFunctions.isoTime };
+  if (!pretty) return pino(options, pino.destination({ fd: 2, sync: false }));
   // Service log lines are few (not the access log): a synchronous write per line keeps their order with stderr's.
-  return pino({ level, base: { service: 'poolgate' } }, { write: (line: string) => void process.stderr.write(prettyLine(line)) });
+  return pino(options, { write: (line: string) => void process.stderr.write(prettyLine(line)) });
 }

@@ -119,7 +119,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
     if (roles.includes('control')) control = await startControl(rc, live);
     if (!config.databaseUrl) {
       // The embedded store is held by this process; admin commands reach it through this socket.
-      admin = closes(await startAdminSocket(resolve(config.dataDir), { config, sql, box, now }));
+      admin = closes(await startAdminSocket(resolve(config.dataDir), { config, sql, box, now, live }));
     }
     if (roles.includes('worker')) delivery = await startWebhookDelivery(rc);
     if (roles.includes('dataplane')) dataplane = await startDataplaneRole(rc, live);

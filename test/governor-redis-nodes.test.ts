@@ -130,7 +130,7 @@ t.test('N dataplane processes share one max_concurrent through Redis', { skip: s
     POOLGATE_ACCESS_LOG_SAMPLE: '0',
     POOLGATE_ACCESS_LOG_FILE: '/dev/null',
     POOLGATE_LOG_LEVEL: 'warn',
-    POOLGATE_SECRET_KEY: '11'.repeat(32),
+    POOLGATE_SECRET_KEY: '8bd1c66aa145021514e54f707f670054a4e9fae607bdd34b0fb93d406979ce43', // a patterned key is refused (issue 26 item 8)
     POOLGATE_DATA_DIR: control.config.dataDir,
   };
   const nodes: Node[] = [];

@@ -22,7 +22,7 @@ t.test('a missing, malformed, unknown or revoked token is 401 with an Error body
     t.equal(res.status, 401, JSON.stringify(headers));
     t.same(res.body, { message: 'missing or invalid API token' });
   }
-  const made = await svc.admin(['token', 'create', '--team', boot.team.slug, '--user', String(boot.user.id), '--lifetime', '1m']);
+  const made = await svc.admin(['token', 'create', '--team', boot.team.slug, '--user', String(boot.user.id), '--lifetime', '1mo']);
   t.equal((await svc.api('GET', '/api/v1/me', { token: made.token })).status, 200);
   await svc.admin(['token', 'revoke', '--team', boot.team.slug, '--id', String(made.id)]);
   t.equal((await svc.api('GET', '/api/v1/me', { token: made.token })).status, 401);

@@ -88,7 +88,7 @@ t.test('a data plane node SIGKILLed behind HAProxy', { skip }, async (t) => {
     POOLGATE_ACCESS_LOG_SAMPLE: '0',
     POOLGATE_ACCESS_LOG_FILE: '/dev/null',
     POOLGATE_LOG_LEVEL: 'error',
-    POOLGATE_SECRET_KEY: '11'.repeat(32),
+    POOLGATE_SECRET_KEY: '6af3155227223324a26dd4f2feb41b57dc670939f70d0520f0e494f2469bccf7', // a patterned key is refused (issue 26 item 8)
     POOLGATE_DATA_DIR: control.config.dataDir,
   };
   const nodes: Node[] = await Promise.all([0, 1, 2].map(() => startNode(env)));

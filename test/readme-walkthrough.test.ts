@@ -67,16 +67,17 @@ function jsonValues(text: string): Array<Record<string, any>> {
 
 t.test('README walk-through: demo origin, npm start, bootstrap, pool, key, request by Host and by X-Service-Pool', async (t) => {
   const dataDir = mkdtempSync(join(tmpdir(), 'poolgate-readme-'));
-  const [control, proxy, origin] = [await freePort(), await freePort(), await freePort()];
+  const [control, proxy, origin, pgWire, mysqlWire] = [await freePort(), await freePort(), await freePort(), await freePort(), await freePort()];
   const sub = (s: string) =>
-    s.replaceAll('./data', dataDir).replaceAll('7070', String(control)).replaceAll('7071', String(proxy)).replaceAll('8443', String(origin));
+    s.replaceAll('./data', dataDir).replaceAll('7070', String(control)).replaceAll('7071', String(proxy)).replaceAll('8443', String(origin))
+      .replaceAll('15432', String(pgWire)).replaceAll('13306', String(mysqlWire));
   const env: NodeJS.ProcessEnv = {
     ...process.env,
     POOLGATE_CONTROL_PORT: String(control), POOLGATE_PROXY_PORT: String(proxy), POOLGATE_LOCK_PORT: '0', POOLGATE_METRICS_PORT: '0',
-    POOLGATE_PG_PORT: '0', POOLGATE_MYSQL_PORT: '0', POOLGATE_DATA_DIR: dataDir, npm_config_loglevel: 'silent',
+    POOLGATE_PG_PORT: String(pgWire), POOLGATE_MYSQL_PORT: String(mysqlWire), POOLGATE_DATA_DIR: dataDir, npm_config_loglevel: 'silent',
   };
   // No configuration of the developer's shell leaks in (the README assumes a fresh shell).
-  for (const k of ['POOLGATE_CONFIG', 'DATABASE_URL', 'REDIS_URL', 'POOLGATE_ALLOW_PRIVATE_TARGETS', 'POOLGATE_ORIGIN_CA_FILE']) delete env[k];
+  for (const k of Object.keys(env)) if ((k.startsWith('POOLGATE_') && !(k in portsAndDir(env))) || k === 'DATABASE_URL' || k === 'REDIS_URL') delete env[k];
   const children: ChildProcess[] = [];
   t.teardown(() => {
     for (const c of children) {
@@ -115,11 +116,27 @@ t.test('README walk-through: demo origin, npm start, bootstrap, pool, key, reque
     t.notOk(lines[i]!.headers['x-service-pool'], 'nor the pool header');
   }
 
-  // Running the requests again (a second bootstrap of the same team) works: the same team, a new token, no acme-2.
-  const again = spawnShell(sub(block('requests')), env);
+  // Issue 26 items 2 and 3: the webhook and database blocks, in the shell of the requests block. Running the requests
+  // again (a second bootstrap of the same team) works: the same team, a new token, no acme-2.
+  const again = spawnShell(sub([block('requests'), block('webhooks'), block('databases')].join('\n')), env);
   children.push(again);
   let out2 = '';
+  let err2 = '';
   again.stdout!.on('data', (c: Buffer) => (out2 += c));
-  t.equal(await new Promise<number | null>((resolve) => again.once('exit', resolve)), 0, 'the walk-through runs twice');
-  t.match(jsonValues(out2)[0], { team: { name: 'Acme' } });
+  again.stderr!.on('data', (c: Buffer) => (err2 += c));
+  t.equal(await new Promise<number | null>((resolve) => again.once('exit', resolve)), 0, `the walk-through runs twice, webhooks and databases too; stderr: ${err2}`);
+  const values = jsonValues(out2);
+  t.match(values[0], { team: { name: 'Acme' } });
+  t.match(values[3], { id: String, status: 'queued' }, 'the async request is accepted with a job id');
+  const delivered = values.find((v) => Array.isArray(v.data) && v.data[0]?.result);
+  t.match(delivered?.data?.[0], { result: 'success', http_status: 200 }, `the job was delivered to the demo origin through POOLGATE_WEBHOOK_CA_FILE: ${out2}`);
+  t.match(out2, /^postgres says 42$/m, 'psql ran a query through the PostgreSQL wire port');
+  t.match(out2, /^work_mem 1MB$/m, 'a setting outside the kept list, given at login, is applied (issue 26 item 9)');
+  t.match(out2, /^mariadb says 42$/m, 'the mariadb client ran a query through the MySQL wire port');
+  t.match(values.at(-1), { columns: [{ name: 'n' }], rows: [[42]] }, 'SQL over HTTP on the PostgreSQL pool');
 });
+
+/** The settings the test itself gives (ports, data dir); every other POOLGATE_ variable is the developer's and is dropped. */
+function portsAndDir(env: NodeJS.ProcessEnv): Record<string, unknown> {
+  return Object.fromEntries(['POOLGATE_CONTROL_PORT', 'POOLGATE_PROXY_PORT', 'POOLGATE_LOCK_PORT', 'POOLGATE_METRICS_PORT', 'POOLGATE_PG_PORT', 'POOLGATE_MYSQL_PORT', 'POOLGATE_DATA_DIR'].map((k) => [k, env[k]]));
+}

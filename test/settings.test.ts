@@ -165,8 +165,9 @@ t.test('admin pool show|set: one flag per setting, the same validation', async (
   const set = await svc.admin(['pool', 'set', 'set-cli', '--team', teamSlug, '--max-concurrent', '20', '--queue-timeout-ms', '1500',
     '--ip-allowlist', '10.0.0.0/8,::1/128', '--rpm-override', '600', '--adaptive', 'false', '--read-methods', 'POST', '--read-paths', '{"POST":["/q"]}']);
   t.match(set, { max_concurrent: 20, settings: { queueTimeoutMs: 1500, ipAllowlist: ['10.0.0.0/8', '::1/128'], rpmOverride: 600, adaptive: false, readPaths: { POST: ['/q'] } } });
-  const shown = await svc.admin(['pool', 'show', 'set-cli', '--team', teamSlug]);
+  const { limit, ...shown } = await svc.admin(['pool', 'show', 'set-cli', '--team', teamSlug]);
   t.same(shown, set, 'show prints what set wrote');
+  t.match(limit, { max_concurrent: 20, adaptive: false }, 'and the effective limit (issue 26 item 4)');
   const back = await svc.admin(['pool', 'set', 'set-cli', '--team', teamSlug, '--rpm-override', 'none', '--reset', 'queueTimeoutMs,ip-allowlist']);
   t.equal(back.settings.rpmOverride, null);
   t.equal(back.settings.queueTimeoutMs, DEFAULT_POOL_SETTINGS.queueTimeoutMs);

@@ -1,6 +1,7 @@
 // The shape of one admin command and the option parsing every command shares.
 import type { ParseArgsConfig } from 'node:util';
 import type { Config } from '../config/schema.js';
+import type { LiveSource } from '../control/context.js';
 import type { SecretBox } from '../security/secret-box.js';
 import type { Sql } from '../store/sql.js';
 import { findTeams, type TeamRow } from '../store/teams.js';
@@ -10,6 +11,8 @@ export interface AdminDeps {
   sql: Sql;
   box: SecretBox;
   now: () => Date;
+  /** The data plane's live state, when the command runs in the process that serves pool traffic. */
+  live?: { source: LiveSource | null };
 }
 
 /** A mistake in the command line: exit 2 with the message and the command's usage. */

@@ -11,10 +11,10 @@ import { poolCommands } from './pool-commands.js';
 import { poolKeyCommands } from './pool-key-commands.js';
 import { createLoginLink } from '../store/sessions.js';
 import type { Config } from '../config/schema.js';
+import { version as packageVersion } from '../version.js';
 import {
   PLANS,
   ROLES,
-  TOKEN_LIFETIMES,
   createTeam,
   createToken,
   createUser,
@@ -29,11 +29,20 @@ import {
 
 export { AdminUsageError, type AdminDeps, type AdminResult } from './command.js';
 
+// `1m` reads as a minute as easily as a month: the CLI takes `1mo` and refuses the bare `m` (the API's value stays `1m`).
 const LIFETIME_NAMES: Record<string, TokenLifetime> = {
-  '1m': '1m', '1month': '1m', '1-month': '1m', month: '1m',
-  '6m': '6m', '6months': '6m', '6-months': '6m',
-  '1y': '1y', '1year': '1y', '1-year': '1y', year: '1y', '12m': '1y',
+  '1mo': '1m', '1month': '1m', '1-month': '1m', month: '1m',
+  '6mo': '6m', '6months': '6m', '6-months': '6m',
+  '1y': '1y', '1year': '1y', '1-year': '1y', year: '1y', '12mo': '1y',
 };
+
+function parseLifetime(raw: string): TokenLifetime {
+  const v = raw.trim().toLowerCase();
+  const lifetime = LIFETIME_NAMES[v];
+  if (lifetime) return lifetime;
+  if (/^\d+m$/.test(v)) throw new AdminUsageError(`--lifetime ${raw} is ambiguous (minutes or months?): say 1mo, 6mo or 1y`);
+  throw new AdminUsageError('--lifetime must be 1mo, 6mo or 1y (1 month, 6 months, 1 year)');
+}
 
 function parseAbilities(raw: string | undefined): string[] {
   if (!raw || raw === 'all') return [...ABILITIES];
@@ -104,7 +113,7 @@ export const commands: Record<string, Command> = {
   },
 
   'token create': {
-    usage: 'admin token create --team TEAM --user EMAIL|ID [--abilities all|a,b,…] [--lifetime 1m|6m|1y] [--name NAME]',
+    usage: 'admin token create --team TEAM --user EMAIL|ID [--abilities all|a,b,…] [--lifetime 1mo|6mo|1y] [--name NAME]',
     options: { team: { type: 'string' }, user: { type: 'string' }, abilities: { type: 'string' }, lifetime: { type: 'string' }, name: { type: 'string' } },
     async run(v, deps) {
       const team = await teamOf(deps, need(v, 'team'));
@@ -112,8 +121,7 @@ export const commands: Record<string, Command> = {
       if (!user) throw new AdminUsageError(`user ${JSON.stringify(v.user)} not found in team ${team.slug}`);
       // Only owners and admins can create tokens (spec: Authentication, Control API 2).
       if (user.role === 'member') throw new AdminUsageError('only owners and admins can create API tokens');
-      const lifetime = LIFETIME_NAMES[((v.lifetime as string | undefined) ?? '1y').toLowerCase()];
-      if (!lifetime) throw new AdminUsageError(`--lifetime must be one of ${Object.keys(TOKEN_LIFETIMES).join(', ')} (1 month, 6 months, 1 year)`);
+      const lifetime = parseLifetime((v.lifetime as string | undefined) ?? '1y');
       const tok = await createToken(deps.sql, user, {
         name: (v.name as string | undefined)?.trim() || 'cli',
         abilities: parseAbilities(v.abilities as string | undefined),
@@ -121,6 +129,48 @@ export const commands: Record<string, Command> = {
         now: deps.now(),
       });
       return { id: tok.id, token: tok.token, name: tok.name, abilities: tok.abilities, expires_at: tok.expires_at.toISOString() };
+    },
+  },
+
+  'team list': {
+    usage: 'admin team list   (every team: id, slug, name, plan, users, pools)',
+    options: {},
+    async run(_v, deps) {
+      const { rows } = await deps.sql.query<Record<string, unknown>>(
+        `SELECT t.id, t.slug, t.name, t.plan, t.created_at,
+                (SELECT count(*)::int FROM users u WHERE u.team_id = t.id) AS users,
+                (SELECT count(*)::int FROM pools p WHERE p.team_id = t.id) AS pools
+         FROM teams t ORDER BY t.id`,
+      );
+      return { teams: rows.map((r) => ({ ...r, created_at: iso(r.created_at) })) };
+    },
+  },
+
+  'user list': {
+    usage: 'admin user list --team TEAM',
+    options: { team: { type: 'string' } },
+    async run(v, deps) {
+      const team = await teamOf(deps, need(v, 'team'));
+      const { rows } = await deps.sql.query<Record<string, unknown>>(
+        'SELECT id, name, email, role, created_at FROM users WHERE team_id = $1 ORDER BY id', [team.id],
+      );
+      return { team: { id: team.id, slug: team.slug }, users: rows.map((r) => ({ ...r, created_at: iso(r.created_at) })) };
+    },
+  },
+
+  'token list': {
+    usage: 'admin token list --team TEAM [--all]   (active tokens; --all adds revoked and expired ones)',
+    options: { team: { type: 'string' }, all: { type: 'boolean' } },
+    async run(v, deps) {
+      const team = await teamOf(deps, need(v, 'team'));
+      const { rows } = await deps.sql.query<Record<string, unknown>>(
+        `SELECT t.id, t.name, '…' || t.last_four AS token, u.email AS user, t.abilities, t.created_at, t.expires_at, t.revoked_at
+         FROM api_tokens t JOIN users u ON u.id = t.user_id
+         WHERE t.team_id = $1 AND ($2 OR (t.revoked_at IS NULL AND t.expires_at > $3)) ORDER BY t.id`,
+        [team.id, v.all === true, deps.now()],
+      );
+      const tokens = rows.map((r) => ({ ...r, created_at: iso(r.created_at), expires_at: iso(r.expires_at), revoked_at: iso(r.revoked_at) }));
+      return { team: { id: team.id, slug: team.slug }, tokens };
     },
   },
 
@@ -172,6 +222,10 @@ export const commands: Record<string, Command> = {
   ...poolKeyCommands,
 };
 
+function iso(v: unknown): string | null {
+  return v instanceof Date ? v.toISOString() : v == null ? null : String(v);
+}
+
 /** The dashboard's public address as the control process derives it (src/service.ts). */
 function dashboardBase(config: Config): string {
   if (config.dashboardUrl) return config.dashboardUrl.replace(/\/+$/, '');
@@ -197,8 +251,9 @@ export function parseAdmin(argv: readonly string[]): AdminInvocation {
   const words = argv.filter((a) => !a.startsWith('-'));
   const name = [words.slice(0, 2).join(' '), words[0] ?? ''].find((n) => n in commands);
   if (!name) {
+    if (argv.length === 1 && (argv[0] === '--version' || argv[0] === '-v')) return { answer: { code: 0, stdout: `${packageVersion()}\n`, stderr: '' } };
     const asked = argv.length === 0 || argv.includes('--help') || argv.includes('-h');
-    return { answer: { code: asked ? 0 : 2, stdout: asked ? helpText() + '\n' : '', stderr: asked ? '' : `unknown admin command: ${words.join(' ')}\n${helpText()}\n` } };
+    return { answer: { code: asked ? 0 : 2, stdout: asked ? helpText() + '\n' : '', stderr: asked ? '' : `unknown admin command: ${words.length > 0 ? words.join(' ') : argv.join(' ')}\n${helpText()}\n` } };
   }
   const cmd = commands[name]!;
   const rest = [...argv];

@@ -1,6 +1,9 @@
 // `poolgate admin pool show|set`: the operator's view and edit of one pool's settings and policies
 // (the same validation and single-transaction write as PATCH /api/v1/pools/{pool}/settings).
 import type { TSchema } from '@sinclair/typebox';
+import { findPool } from '../store/pools.js';
+import { MaxConcurrent } from '../control/settings.js';
+import { poolLimitView } from '../control/live.js';
 import { AdminUsageError, intOption, need, teamOf, type Command } from './command.js';
 import { PoolSettingsSchema, SettingsError } from '../store/pool-settings.js';
 import { patchPoolSettings, readPoolSettings, type SettingsPatch } from '../store/pool-settings-store.js';
@@ -12,13 +15,16 @@ const kebab = (k: string) => k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
 /** How a flag's text becomes a setting's value, from the setting's schema. */
 type Kind = 'integer' | 'boolean' | 'list' | 'json';
 
-function kindOf(schema: TSchema): { kind: Kind; nullable: boolean } {
+interface FlagKind { kind: Kind; nullable: boolean; min?: number; max?: number }
+
+function kindOf(schema: TSchema): FlagKind {
   const anyOf = schema.anyOf as TSchema[] | undefined;
   if (anyOf) {
     const inner = anyOf.find((s) => s.type !== 'null')!;
-    return { kind: inner.type === 'integer' ? 'integer' : 'json', nullable: true };
+    return inner.type === 'integer' ? { kind: 'integer', nullable: true, min: inner.minimum, max: inner.maximum } : { kind: 'json', nullable: true };
   }
-  if (schema.type === 'integer') return { kind: 'integer', nullable: false };
+  // The schema's own range, so the CLI says the range the API enforces (issue 26 item 5).
+  if (schema.type === 'integer') return { kind: 'integer', nullable: false, min: schema.minimum, max: schema.maximum };
   if (schema.type === 'boolean') return { kind: 'boolean', nullable: false };
   if (schema.type === 'array' && (schema.items as TSchema).type === 'string') return { kind: 'list', nullable: false };
   return { kind: 'json', nullable: false };
@@ -27,18 +33,19 @@ function kindOf(schema: TSchema): { kind: Kind; nullable: boolean } {
 const SETTING_FLAGS = Object.entries(PoolSettingsSchema.properties).map(([key, schema]) => ({ key, flag: kebab(key), ...kindOf(schema as TSchema) }));
 
 const COLUMN_FLAGS = [
-  { column: 'max_concurrent', flag: 'max-concurrent', kind: 'integer' },
+  { column: 'max_concurrent', flag: 'max-concurrent', kind: 'integer', min: MaxConcurrent.minimum, max: MaxConcurrent.maximum },
   { column: 'require_key', flag: 'require-key', kind: 'boolean' },
   { column: 'async_enabled', flag: 'async-enabled', kind: 'boolean' },
   { column: 'async_on_queue', flag: 'async-on-queue', kind: 'boolean' },
 ] as const;
 
-function parseValue(text: string, kind: Kind, nullable: boolean, flag: string): unknown {
+function parseValue(text: string, f: FlagKind & { flag: string }): unknown {
+  const { kind, nullable, flag } = f;
   const t = text.trim();
   if (nullable && (t === 'none' || t === 'null' || t === '')) return null;
   switch (kind) {
     case 'integer':
-      return intOption(t, flag, 0);
+      return intOption(t, flag, f.min ?? 0, f.max);
     case 'boolean':
       if (['true', 'on', 'yes', '1'].includes(t.toLowerCase())) return true;
       if (['false', 'off', 'no', '0'].includes(t.toLowerCase())) return false;
@@ -62,15 +69,17 @@ const flagHelp = [
 
 export const poolCommands: Record<string, Command> = {
   'pool show': {
-    usage: 'admin pool show <subdomain> --team TEAM   (max_concurrent, require_key, async columns and every setting in force)',
+    usage: 'admin pool show <subdomain> --team TEAM   (max_concurrent, require_key, async columns, every setting in force, and the effective limit with the adaptive limit\'s last adjustments)',
     options: { team: { type: 'string' }, pool: { type: 'string' } },
     positional: 'pool',
     async run(v, deps) {
       const team = await teamOf(deps, need(v, 'team'));
       const subdomain = need(v, 'pool');
       const view = await readPoolSettings(deps.sql, team.id, subdomain);
-      if (!view) throw new AdminUsageError(`pool ${JSON.stringify(subdomain)} not found in team ${team.slug}`);
-      return view;
+      const pool = await findPool(deps.sql, team.id, subdomain);
+      if (!view || !pool) throw new AdminUsageError(`pool ${JSON.stringify(subdomain)} not found in team ${team.slug}`);
+      // Why the effective limit is what it is: only a running data plane knows (reporting false otherwise).
+      return { ...view, limit: poolLimitView(pool, deps.live?.source ?? null) };
     },
   },
 
@@ -90,11 +99,11 @@ export const poolCommands: Record<string, Command> = {
       const cols = patch as unknown as Record<string, unknown>;
       for (const c of COLUMN_FLAGS) {
         const raw = v[c.flag];
-        if (typeof raw === 'string') cols[c.column] = parseValue(raw, c.kind, false, c.flag);
+        if (typeof raw === 'string') cols[c.column] = parseValue(raw, { nullable: false, ...c });
       }
       for (const s of SETTING_FLAGS) {
         const raw = v[s.flag];
-        if (typeof raw === 'string') patch.settings[s.key] = parseValue(raw, s.kind, s.nullable, s.flag);
+        if (typeof raw === 'string') patch.settings[s.key] = parseValue(raw, s);
       }
       if (typeof v.reset === 'string') {
         for (const name of v.reset.split(',').map((x) => x.trim()).filter(Boolean)) {

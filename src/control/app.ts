@@ -43,14 +43,30 @@ declare module 'fastify' {
 
 export type ControlApp = FastifyInstance;
 
-function describeValidation(err: FastifyError): string {
+function describeValidation(err: FastifyError, schema: unknown): string {
   const first = err.validation?.[0];
   if (!first) return err.message;
   const where = `${err.validationContext ?? 'body'}${first.instancePath ? first.instancePath.replaceAll('/', '.') : ''}`;
   if (first.keyword === 'additionalProperties') {
     return `${where}: unknown property ${JSON.stringify((first.params as { additionalProperty: string }).additionalProperty)}`;
   }
+  // A number out of range is told its whole range, as the CLI and the dashboard say it (issue 26 item 5):
+  // "must be an integer from 1 to 100000", never one bound at a time.
+  if (first.keyword === 'minimum' || first.keyword === 'maximum' || first.keyword === 'type') {
+    const range = rangeOf(schema, first.instancePath);
+    if (range) return `${where} must be ${range}`;
+  }
   return `${where} ${first.message ?? 'is invalid'}`;
+}
+
+/** "an integer from MIN to MAX" for the integer the path names in the route's schema, when both bounds are known. */
+function rangeOf(schema: unknown, path: string): string | null {
+  let s = schema as { properties?: Record<string, unknown>; anyOf?: unknown[] } | undefined;
+  for (const part of path.split('/').slice(1)) s = s?.properties?.[part] as typeof s;
+  // Optional(Union([Integer, Null])) has the integer in an anyOf.
+  const int = [s, ...(s?.anyOf ?? [])].find((x) => (x as { type?: string } | undefined)?.type === 'integer') as { minimum?: number; maximum?: number } | undefined;
+  if (int?.minimum === undefined || int.maximum === undefined) return null;
+  return `an integer from ${int.minimum} to ${int.maximum}`;
 }
 
 export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> {
@@ -133,7 +149,8 @@ export async function buildControlApp(ctx: ControlContext): Promise<ControlApp> 
     if (err instanceof ApiError) return reply.code(err.statusCode).send({ message: err.message });
     if (err.validation) {
       if (err.validationContext === 'params') return reply.code(httpStatus('not_found')).send({ message: 'not found' });
-      return reply.code(httpStatus('unprocessable')).send({ message: describeValidation(err) });
+      const schema = err.validationContext === 'body' ? req.routeOptions.schema?.body : err.validationContext === 'querystring' ? req.routeOptions.schema?.querystring : undefined;
+      return reply.code(httpStatus('unprocessable')).send({ message: describeValidation(err, schema) });
     }
     const status = err.statusCode ?? 500;
     if (status >= 400 && status < 500) {

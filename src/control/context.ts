@@ -6,12 +6,15 @@ import type { SecretBox } from '../security/secret-box.js';
 import type { TargetPolicy } from '../security/targets.js';
 import type { Queryable, Sql } from '../store/sql.js';
 import type { PoolState } from '../governor/governor.js';
+import type { LearnedState } from '../governor/outcome-learning.js';
 import type { LastMinute } from '../metrics/live-counts.js';
 
 /** What a data plane in this process knows of a pool right now (the dashboard's live numbers). */
 export interface LiveSource {
   state(poolId: number): PoolState;
   lastMinute(poolId: number): LastMinute;
+  /** The pool's adaptive limit and its last adjustments in this process; null when not known. */
+  learned?(poolId: number): LearnedState | null;
 }
 
 export interface ControlContext {

@@ -3,7 +3,7 @@
 // per-minute rollups over the last hour or day (GET /api/v1/pools/{pool}/metrics/minutes).
 import { Type, type Static } from '@sinclair/typebox';
 import { actorOf, requireAbility } from './auth.js';
-import type { ControlContext, TypedApp } from './context.js';
+import type { ControlContext, LiveSource, TypedApp } from './context.js';
 import { notFound } from './errors.js';
 import { findPool, listPools } from '../store/pools.js';
 import { minuteRollups } from '../store/metrics.js';
@@ -49,6 +49,62 @@ export const MinuteRollup = Type.Object(
   { $id: 'MinuteRollup', additionalProperties: false },
 );
 
+const CAUSES = ['latency_gradient', 'growth', 'status_429', 'throttled', 'rate_headers', 'probe', 'probe_end'] as const;
+
+/** Issue 26 item 4: why the effective limit is below max_concurrent, with the adaptive limit's last moves. */
+const PoolLimit = Type.Object(
+  {
+    max_concurrent: Type.Integer(),
+    adaptive: Type.Boolean({ description: 'the pool\'s adaptive setting' }),
+    adaptive_min: Type.Integer({ description: 'the floor the adaptive limit never goes below' }),
+    reporting: Type.Boolean({ description: 'false when no data plane runs in the Control API\'s process; the learned fields are then null' }),
+    effective_limit: Type.Union([Count, Type.Null()], { description: 'the limit enforced now' }),
+    probing: Type.Boolean({ description: 'a probe has lowered the limit for a moment to measure latency without load' }),
+    short_rtt_ms: Type.Union([Type.Number(), Type.Null()], { description: 'recent upstream latency the adaptive limit works from' }),
+    long_rtt_ms: Type.Union([Type.Number(), Type.Null()], { description: 'long-term (no-load) upstream latency' }),
+    adjustments: Type.Array(
+      Type.Object(
+        {
+          time: Type.String({ format: 'date-time' }),
+          from: Count,
+          to: Count,
+          cause: Type.Union(CAUSES.map((c) => Type.Literal(c)), {
+            description: 'latency_gradient: recent latency rose above the long-term latency; growth: latency held while the pool was busy; ' +
+              'status_429, throttled, rate_headers: the upstream refused for load (a 429, a lock client\'s throttled count, Retry-After or rate headers); ' +
+              'probe, probe_end: the periodic latency probe',
+          }),
+          short_rtt_ms: Type.Number(),
+          long_rtt_ms: Type.Number(),
+        },
+        { additionalProperties: false },
+      ),
+      { description: 'the last adjustments in this process, newest first (up to 20)' },
+    ),
+  },
+  { additionalProperties: false },
+);
+type PoolLimitT = Static<typeof PoolLimit>;
+
+/** What the pool page and `admin pool show` say about a pool's effective limit. */
+export function poolLimitView(pool: { id: number; max_concurrent: number; settings: Record<string, unknown> }, source: LiveSource | null): PoolLimitT {
+  const adaptive = pool.settings.adaptive !== false;
+  const learned = source?.learned?.(pool.id) ?? null;
+  const round = (ms: number) => (ms > 0 ? Math.round(ms * 10) / 10 : null);
+  return {
+    max_concurrent: pool.max_concurrent,
+    adaptive,
+    adaptive_min: typeof pool.settings.adaptiveMin === 'number' ? pool.settings.adaptiveMin : 1,
+    reporting: source !== null,
+    effective_limit: source ? (learned?.effectiveLimit ?? source.state(pool.id).effectiveLimit) : null,
+    probing: learned?.probing ?? false,
+    short_rtt_ms: learned ? round(learned.shortRttMs) : null,
+    long_rtt_ms: learned ? round(learned.longRttMs) : null,
+    adjustments: (learned?.adjustments ?? []).map((a) => ({
+      time: new Date(a.at).toISOString(), from: a.from, to: a.to, cause: a.cause, short_rtt_ms: round(a.shortRttMs) ?? 0, long_rtt_ms: round(a.longRttMs) ?? 0,
+    })).reverse(),
+  };
+}
+
 const WINDOWS = { '1h': 3_600_000, '24h': 86_400_000 } as const;
 const MinutesQuery = Type.Object(
   { window: Type.Optional(Type.Union([Type.Literal('1h'), Type.Literal('24h')], { default: '1h' })) },
@@ -77,6 +133,28 @@ export function liveRoutes(app: TypedApp, ctx: ControlContext): void {
         return { ...base, reporting: true, in_flight: s.inFlight, queued: s.queued, effective_limit: s.effectiveLimit, last_minute: source.lastMinute(p.id) };
       });
       return { data };
+    },
+  );
+
+  app.get(
+    '/api/v1/pools/:pool/limit',
+    {
+      schema: {
+        tags: ['metrics'],
+        summary: 'A pool\'s effective limit and why: max_concurrent, the adaptive floor, the learned latencies and the adaptive limit\'s last adjustments with their cause',
+        description: 'Extension of the service spec (the dashboard\'s Pool page, `poolgate admin pool show`). Needs metrics:read. The numbers are those of the data plane in this process.',
+        params: PoolParams,
+        response: { 200: Type.Object({ data: PoolLimit }, { additionalProperties: false }), 403: Type.Ref('Error'), 404: Type.Ref('Error') },
+      },
+      preValidation: async (req) => {
+        requireAbility(req, 'metrics:read');
+      },
+    },
+    async (req) => {
+      const actor = actorOf(req);
+      const pool = await findPool(ctx.sql, actor.teamId, req.params.pool);
+      if (!pool) throw notFound('pool');
+      return { data: poolLimitView(pool, ctx.live?.source ?? null) };
     },
   );
 

@@ -11,7 +11,7 @@ import { checkJwksTarget } from '../policies/jwks-target.js';
 
 const Params = Type.Object({ pool: Type.String({ pattern: SUBDOMAIN_PATTERN }) });
 
-const MaxConcurrent = Type.Integer({ minimum: 1, maximum: 100_000, description: 'Concurrency cap of the pool (the Pool resource\'s max_concurrent).' });
+export const MaxConcurrent = Type.Integer({ minimum: 1, maximum: 100_000, description: 'Concurrency cap of the pool (the Pool resource\'s max_concurrent).' });
 
 const SettingsView = Type.Object(
   {

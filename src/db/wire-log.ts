@@ -29,9 +29,30 @@ export class WireLog {
     this.#log.warn({ event: this.#protocol, outcome: what, ...e }, `${this.#protocol}: ${what}${e.pool ? ` (pool ${e.pool})` : ''}: ${e.message ?? e.code ?? ''}`);
   }
 
-  /** A successful login, logged one in `sample`. */
-  loggedIn(e: WireEvent): void {
-    if (this.#sample === 0 || ++this.#logins % this.#sample !== 0) return;
+  /** A successful login, logged one in `sample`; true when it was (its session's end is logged then too). */
+  loggedIn(e: WireEvent): boolean {
+    if (this.#sample === 0 || ++this.#logins % this.#sample !== 0) return false;
     this.#log.info({ event: this.#protocol, outcome: 'login', ...e }, `${this.#protocol}: login to pool ${e.pool ?? ''}`);
+    return true;
   }
+
+  /** The end of a session whose login was logged: how long, how much, how many transactions, and why it ended. */
+  ended(e: WireEvent & SessionEnd): void {
+    this.#log.info(
+      { event: this.#protocol, outcome: 'session_end', ...e },
+      `${this.#protocol}: session on pool ${e.pool ?? ''} ended (${e.reason}) after ${(e.durationMs / 1000).toFixed(1)} s, ` +
+        `${e.transactions} transactions, ${e.bytesIn} bytes in, ${e.bytesOut} bytes out`,
+    );
+  }
+}
+
+export interface SessionEnd {
+  durationMs: number;
+  /** Bytes from the client and to it, on its socket (TLS records included). */
+  bytesIn: number;
+  bytesOut: number;
+  /** Transactions (an autocommitted statement is one) that finished in the session. */
+  transactions: number;
+  /** client_terminated (Terminate/COM_QUIT), client_disconnected, or the error sent before closing (its code). */
+  reason: string;
 }

@@ -2,6 +2,8 @@
 // (memory: one thread; shared-memory: the threads of one process; redis: many nodes). A refusal is a
 // value, never an exception; a permit is settled exactly once.
 
+import type { LearnedState } from './outcome-learning.js';
+
 /** What the upstream said, fed to the adaptive limit and the RPM learner on release. */
 export interface Outcome {
   /** Final upstream HTTP status (100–599); absent when there was no answer. */
@@ -121,6 +123,8 @@ export interface PoolState {
 }
 
 export interface Governor {
+  /** What a pool's adaptive limit and RPM learner know in this process (the operator's "why is the limit 2?"). */
+  learned?(poolId: number): LearnedState | null;
   /** Replaces the limits of every pool (called on each config snapshot). In-flight permits stay valid. */
   configure(pools: readonly PoolLimits[], budgets: readonly BudgetLimits[]): void;
   /** Synchronous when a slot is free (the hot path allocates no promise); a promise when it must wait. */

@@ -16,6 +16,36 @@ const DEFAULT_HOLD_MS = 1_000;
 
 /** Scratch for parsing one outcome: a thread runs one release at a time, so one object serves all. */
 const RATE: RateInfo = emptyRateInfo();
+/** Why the last readOutcome's answer was a throttle signal (scratch too; read by applyOutcome). */
+let throttleCause: AdjustmentCause = 'status_429';
+
+/**
+ * Why an adaptive limit moved (issue 26 item 4: "why is the effective limit 2 when max is 10?"):
+ * latency_gradient: the recent latency rose above the long-term one, so the limit came down in proportion;
+ * growth: latency held, the pool was busy, the limit rose; status_429 / throttled / rate_headers: the upstream
+ * refused for load (a 429, a lock client's throttled count, a Retry-After or rate headers' hint), so it backed off;
+ * probe / probe_end: the periodic probe lowered the limit for a moment to measure latency without load.
+ */
+export type AdjustmentCause = 'latency_gradient' | 'growth' | 'status_429' | 'throttled' | 'rate_headers' | 'probe' | 'probe_end';
+
+export interface Adjustment {
+  /** Wall-clock ms. */
+  at: number;
+  from: number;
+  to: number;
+  cause: AdjustmentCause;
+  shortRttMs: number;
+  longRttMs: number;
+}
+
+/** How many adjustments each pool keeps (per process: each data plane process learns on its own releases). */
+export const ADJUSTMENTS_KEPT = 20;
+const adjustments = new WeakMap<AdaptiveLimit, Adjustment[]>();
+
+/** The pool's last adjustments, oldest first. */
+export function adjustmentsOf(adaptive: AdaptiveLimit | null): readonly Adjustment[] {
+  return (adaptive && adjustments.get(adaptive)) ?? [];
+}
 
 /**
  * Reads one upstream answer without touching any learner, so a caller holding a lock can parse first. A lock
@@ -34,7 +64,10 @@ export function readOutcome(o: Outcome, wallClock: number): SampleKind {
   const refusal = throttled || status === undefined || status === 503;
   info.retryAfterMs = refusal && hint >= 0 ? hint : NaN;
   let kind: SampleKind = SampleKind.Ok;
-  if ((throttled || info.retryAfterMs >= 0) && info.remaining !== 0) kind = SampleKind.Throttled;
+  if ((throttled || info.retryAfterMs >= 0) && info.remaining !== 0) {
+    kind = SampleKind.Throttled;
+    throttleCause = status === 429 ? 'status_429' : throttled ? 'throttled' : 'rate_headers';
+  }
   else if (o.dropped === true || status === undefined || status >= 500 || throttled) kind = SampleKind.Dropped;
   return kind;
 }
@@ -45,7 +78,20 @@ export function readOutcome(o: Outcome, wallClock: number): SampleKind {
  */
 export function applyOutcome(kind: SampleKind, latencyMs: number, now: number, rpm: RpmLearner, adaptive: AdaptiveLimit | null, inFlight: number): void {
   if (hasRateInfo(RATE)) rpm.observe(now, RATE);
-  adaptive?.onSample(now, latencyMs, inFlight, kind);
+  if (adaptive === null) return;
+  const before = adaptive.limit;
+  const wasProbing = adaptive.probing;
+  adaptive.onSample(now, latencyMs, inFlight, kind);
+  const after = adaptive.limit;
+  if (after === before) return;
+  // Rare (a whole slot's change), so the record may allocate.
+  const cause: AdjustmentCause = kind === SampleKind.Throttled ? throttleCause
+    : adaptive.probing !== wasProbing ? (wasProbing ? 'probe_end' : 'probe')
+    : after < before ? 'latency_gradient' : 'growth';
+  let list = adjustments.get(adaptive);
+  if (!list) adjustments.set(adaptive, (list = []));
+  list.push({ at: Date.now(), from: before, to: after, cause, shortRttMs: adaptive.shortRtt, longRttMs: adaptive.longRtt });
+  if (list.length > ADJUSTMENTS_KEPT) list.shift();
 }
 
 /** readOutcome then applyOutcome, for callers with no lock to keep short. */
@@ -86,6 +132,11 @@ export interface LearnedState {
   tokenLimit: number | null;
   /** Ms until the gate lets the next request through; 0 when open. */
   gateWaitMs: number;
+  /** The limit enforced now (lowered while a probe runs); null when adaptive is off. */
+  effectiveLimit: number | null;
+  probing: boolean;
+  /** The adaptive limit's last whole-slot moves in this process, oldest first, with their cause. */
+  adjustments: readonly Adjustment[];
 }
 
 const orNull = (n: number): number | null => (Number.isNaN(n) ? null : n);
@@ -100,5 +151,8 @@ export function learnedState(adaptive: AdaptiveLimit | null, rpm: RpmLearner, ga
     gateRpm: orNull(rpm.gateRpm),
     tokenLimit: orNull(rpm.tokenLimit),
     gateWaitMs,
+    effectiveLimit: adaptive === null ? null : adaptive.limit,
+    probing: adaptive?.probing ?? false,
+    adjustments: [...adjustmentsOf(adaptive)],
   };
 }

@@ -390,7 +390,9 @@ export class RedisGovernor implements Governor {
     this.#policy = opts.failurePolicy ?? 'closed';
     this.#divisor = Math.max(1, Math.floor(opts.failOpenDivisor ?? 1));
     this.#fallback = this.#policy === 'open' ? new MemoryGovernor(time) : null;
-    this.#onConnection = opts.onConnection ?? (() => {});
+    const onConnection = opts.onConnection ?? (() => {});
+    // Once close() has begun, the connection's end is ours, not news (it was logged after "shutdown complete").
+    this.#onConnection = (up, err) => void (this.#closed || onConnection(up, err));
     const base: RedisOptions = {
       enableAutoPipelining: true,
       // Acquires and releases are already one call per pool per turn (TurnBatch): written at once, they skip

@@ -93,7 +93,11 @@ export async function startDataplaneRole(rc: RoleContext, live: { source: LiveSo
     const pool = dp;
     const liveCounts = new LiveCounts();
     sink = new RequestMetrics(poolMetrics, rollups, pool.snapshots, governor, liveCounts);
-    live.source = { state: (poolId) => governor.state(poolId), lastMinute: (poolId) => liveCounts.lastMinute(poolId) };
+    live.source = {
+      state: (poolId) => governor.state(poolId),
+      lastMinute: (poolId) => liveCounts.lastMinute(poolId),
+      learned: (poolId) => governor.learned?.(poolId) ?? null,
+    };
     health.add(snapshotCheck('snapshot', pool.snapshots));
     if (redis) health.add(governorCheck(redis.governor, config.governorFailurePolicy));
     ports.proxy = pool.port;

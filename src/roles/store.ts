@@ -18,8 +18,9 @@ export async function openServiceStore(config: Config): Promise<StoreRole> {
   const lock = config.databaseUrl ? null : acquireDataDirLock(resolve(config.dataDir));
   let sql: Sql | null = null;
   try {
-    sql = await openStore(config);
+    // The key first: a refused one (patterned, malformed) stops the start before the store is opened or created.
     const box = new SecretBox(loadMasterKey(config.secretKey, config.dataDir));
+    sql = await openStore(config);
     const opened = sql;
     return {
       sql: opened,

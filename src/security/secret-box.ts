@@ -46,19 +46,33 @@ export class SecretBox {
   }
 }
 
+const MAKE_ONE = 'make one with `openssl rand -hex 32` (or `node -e "console.log(crypto.randomBytes(32).toString(\'hex\'))"`)';
+
 export function parseMasterKey(text: string): Buffer {
   const t = text.trim();
   const key = /^[0-9a-fA-F]{64}$/.test(t) ? Buffer.from(t, 'hex') : Buffer.from(t, 'base64');
-  if (key.length !== 32) throw new Error('POOLGATE_SECRET_KEY must be 32 bytes, as 64 hex digits or base64');
+  if (key.length !== 32) throw new Error(`POOLGATE_SECRET_KEY must be 32 bytes, as 64 hex digits or base64: ${MAKE_ONE}`);
+  // A key typed or copied from an example (all zeros, one repeated byte, 0123…) is no secret. 32 random bytes
+  // hold ~30 distinct values; fewer than 16 happens by chance with odds below 1e-20.
+  if (new Set(key).size < 16) throw new Error(`POOLGATE_SECRET_KEY is a well-known or patterned key (${new Set(key).size} distinct bytes), not a secret: ${MAKE_ONE}`);
   return key;
 }
 
-/** The configured key, or the one generated into the data dir (mode 0600) on first start. */
-export function loadMasterKey(secretKey: string | null, dataDir: string): Buffer {
+/** The key a command that must not create one did not find: nothing was written. */
+export class MasterKeyNotFoundError extends Error {
+  override name = 'MasterKeyNotFoundError';
+}
+
+/**
+ * The configured key, or the one generated into the data dir (mode 0600) on first start. create false (admin
+ * commands other than bootstrap): a missing key file is refused, since a new key could open none of the store's secrets.
+ */
+export function loadMasterKey(secretKey: string | null, dataDir: string, opts: { create?: boolean } = {}): Buffer {
   if (secretKey) return parseMasterKey(secretKey);
   const dir = resolve(dataDir);
   const file = join(dir, 'secret.key');
   if (existsSync(file)) return parseMasterKey(readFileSync(file, 'utf8'));
+  if (opts.create === false) throw new MasterKeyNotFoundError(`no master key: POOLGATE_SECRET_KEY is not set and ${file} does not exist`);
   mkdirSync(dir, { recursive: true });
   writeFileSync(file, randomBytes(32).toString('hex') + '\n', { mode: 0o600, flag: 'wx' });
   chmodSync(file, 0o600);

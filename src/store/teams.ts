@@ -34,8 +34,9 @@ export async function createTeam(db: Queryable, name: string, plan: Plan): Promi
 export async function findTeams(db: Queryable, ref: string): Promise<TeamRow[]> {
   const byId = /^\d{1,9}$/.test(ref);
   const { rows } = await db.query<TeamRow & { exact: boolean }>(
-    `SELECT id, name, slug, plan, ${byId ? 'id = $1::text::int' : 'slug = $1::text'} AS exact FROM teams
-     WHERE ${byId ? 'id = $1::text::int' : 'slug = $1::text'} OR lower(name) = lower($1::text) ORDER BY 5 DESC, id`,
+    // Slugs are made lower-case (slugify), so `--team Acme` finds slug acme as `--team acme` does.
+    `SELECT id, name, slug, plan, ${byId ? 'id = $1::text::int' : 'slug = lower($1::text)'} AS exact FROM teams
+     WHERE ${byId ? 'id = $1::text::int' : 'slug = lower($1::text)'} OR lower(name) = lower($1::text) ORDER BY 5 DESC, id`,
     [ref],
   );
   const exact = rows.filter((r) => r.exact);

@@ -94,7 +94,7 @@ export async function failoverScenario(t: Test, topology: 'sentinel' | 'cluster'
     POOLGATE_ACCESS_LOG_SAMPLE: '0',
     POOLGATE_ACCESS_LOG_FILE: '/dev/null',
     POOLGATE_LOG_LEVEL: 'error',
-    POOLGATE_SECRET_KEY: '11'.repeat(32),
+    POOLGATE_SECRET_KEY: '65cac2973939490da978688cf7fa47c08054ccaae7cc913bef96c3348e1525b1', // a patterned key is refused (issue 26 item 8)
     POOLGATE_DATA_DIR: control.config.dataDir,
   });
   const pairs: Node[][] = [];

@@ -57,6 +57,8 @@ export class ClientSession {
   readonly #deps: SessionDeps;
   readonly #onClose: (s: ClientSession) => void;
   #socket: Socket;
+  /** A session whose login was logged, for its end line (src/db/wire-log.ts). */
+  #session: { start: number; user: string; peer: string; transactions: number; reason: string | undefined } | null = null;
   readonly #frames = new FrameReader(MAX_LOGIN_PACKET);
   readonly #nonce = makeNonce();
   #phase: Phase = 'handshake';
@@ -179,6 +181,7 @@ export class ClientSession {
   /** An ERR, then the connection is closed (login failures, protocol errors). */
   #fail(seq: number, e: WireError, message: string): void {
     if (this.#phase === 'closed') return;
+    if (this.#session) this.#session.reason ??= `error ${e}`;
     this.#logRefusal(this.#phase === 'command' ? 'session ended' : 'login refused', e, message);
     this.#socket.end(wireError(seq, e, message));
     this.close();
@@ -274,7 +277,9 @@ export class ClientSession {
     this.#frames.limit = MAX_CLIENT_PACKET;
     if (this.#loginTimer) clearTimeout(this.#loginTimer);
     this.#loginTimer = null;
-    this.#deps.wireLog?.loggedIn({ pool: pool.subdomain, peer: this.#socket.remoteAddress ?? '', user: h.user });
+    if (this.#deps.wireLog?.loggedIn({ pool: pool.subdomain, peer: this.#socket.remoteAddress ?? '', user: h.user })) {
+      this.#session = { start: performance.now(), user: h.user, peer: this.#socket.remoteAddress ?? '', transactions: 0, reason: undefined };
+    }
     // fast_auth_success, then OK.
     this.#send(frame(seq + 1, Buffer.from([0x01, 0x03])));
     this.#send(okPacket(seq + 2, STATUS.AUTOCOMMIT));
@@ -299,6 +304,7 @@ export class ClientSession {
     if (p.length === 0) return this.#fail(0, 'unknownCommand', 'empty command packet');
     switch (p[0]) {
       case COM.QUIT:
+        if (this.#session) this.#session.reason ??= 'client_terminated';
         this.close();
         return;
       case COM.PING:
@@ -617,6 +623,7 @@ export class ClientSession {
     permit.release(outcome === 'proxied' && !this.#heldPinned ? { latencyMs } : { dropped: true });
     this.#heldPinned = false;
     if (this.#pool) this.#record(this.#pool, outcome, status, this.#admission, latencyMs);
+    if (this.#session && outcome === 'proxied') this.#session.transactions++;
   }
 
   #record(pool: PoolEntry, outcome: OutcomeName, status: number, admission: Parameters<DataplaneMetrics['record']>[0]['admission'], upstreamMs: number | null = null): void {
@@ -642,6 +649,13 @@ export class ClientSession {
     this.#unpin(PIN_MASK);
     this.#settle(conn && conn.clean && !running ? 'proxied' : 'client_aborted', conn && conn.clean && !running ? 200 : 0);
     this.#onClose(this);
+    const s = this.#session;
+    if (s) {
+      this.#deps.wireLog?.ended({
+        pool: this.#pool?.subdomain ?? null, peer: s.peer, user: s.user, durationMs: Math.round(performance.now() - s.start),
+        bytesIn: this.#socket.bytesRead ?? 0, bytesOut: this.#socket.bytesWritten ?? 0, transactions: s.transactions, reason: s.reason ?? 'client_disconnected',
+      });
+    }
   }
 }
 

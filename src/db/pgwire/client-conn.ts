@@ -187,6 +187,12 @@ export class ClientConn implements ServerLink {
   }
 
   /** The client has gone (read through a getter: it changes across awaits). */
+  /** When the logged login finished (null: this session's login was not logged, nor is its end). */
+  #sessionStart: number | null = null;
+  #transactions = 0;
+  /** Why the session ended, for its end line; unset when the client just went away. */
+  #endReason: string | undefined;
+
   get #gone(): boolean {
     return this.#phase === 'closed';
   }
@@ -404,7 +410,7 @@ export class ClientConn implements ServerLink {
     this.#send(Buffer.concat(out));
     if (this.#loginTimer) clearTimeout(this.#loginTimer);
     this.#loginTimer = null;
-    this.#ctx.wireLog.loggedIn({ pool: this.#pool!.subdomain, peer: this.address, user: this.#user });
+    if (this.#ctx.wireLog.loggedIn({ pool: this.#pool!.subdomain, peer: this.address, user: this.#user })) this.#sessionStart = performance.now();
     this.#unpause(PAUSE_ACQUIRE);
   }
 
@@ -831,6 +837,7 @@ export class ClientConn implements ServerLink {
     if (this.#syncs !== 0 || this.#midBatch || frame[5] !== 0x49 /* I */) return;
     // Out of any transaction: no portal is left that needs one of the statements used in it.
     this.#statements.transactionEnd();
+    this.#transactions++;
     if (!this.#session && this.#pins === 0) this.#unlink();
   }
 
@@ -918,6 +925,7 @@ export class ClientConn implements ServerLink {
 
   #fatalRaw(frame: Buffer): void {
     if (this.#gone) return;
+    this.#endReason ??= `error ${/\0C([^\0]*)/.exec(frame.toString('latin1', 5))?.[1] ?? ''}`.trim();
     this.#logError(this.#loginTimer !== null ? 'login refused' : 'session ended', frame);
     this.#toClient.flush();
     this.#socket.end(frame);
@@ -925,6 +933,7 @@ export class ClientConn implements ServerLink {
   }
 
   #end(): void {
+    this.#endReason ??= 'client_terminated';
     this.#toClient.flush();
     this.#socket.end();
     this.#closed();
@@ -970,6 +979,12 @@ export class ClientConn implements ServerLink {
       this.#record(this.#pool!, 'client_aborted', 499, null);
     }
     if (!this.#socket.destroyed) this.#socket.destroySoon();
+    if (this.#sessionStart !== null) {
+      this.#ctx.wireLog.ended({
+        pool: this.#pool?.subdomain ?? null, peer: this.address, user: this.#user, durationMs: Math.round(performance.now() - this.#sessionStart),
+        bytesIn: this.#socket.bytesRead, bytesOut: this.#socket.bytesWritten, transactions: this.#transactions, reason: this.#endReason ?? 'client_disconnected',
+      });
+    }
   }
 
   /** Closes the connection now (listener shutdown). */
