@@ -282,7 +282,7 @@ export class JobRunner {
     if (pool.backend !== 'http') return this.#runSql(pool, job, permit);
     const r = await this.#o.forward(pool, job.request, this.#resultCap);
     permit.release(r.upstream);
-    try {
+    await this.#storeOutcome(job, async () => {
       if (r.ok) {
         await this.#o.sql.transaction(async (tx) => {
           const done = await finishClaimed(tx, job, 'completed', r.response, null);
@@ -300,9 +300,30 @@ export class JobRunner {
           if (done) await this.#o.enqueue(tx, this.#event(pool, job, 'failed', done.completedAt));
         });
       }
-    } catch (err) {
-      // The store refused the outcome: the lease lapses and the job runs again (at-least-once).
-      this.#o.log.error({ err, jobId: job.id }, 'storing a job result failed; the job will be recovered after its lease');
+    });
+  }
+
+  /**
+   * Writes a run's outcome, retrying while the store is away (a PostgreSQL restart, a failover) for as long as
+   * the job's lease surely lasts: its answer is already in hand, and dropping it would run the request at the
+   * origin again. Each write is conditional on the claim (finishClaimed), so a retry can never overwrite a later
+   * run. Past the margin, or when the runner closes, the lease lapses and the job runs again (at-least-once).
+   */
+  async #storeOutcome(job: ClaimedJob, write: () => Promise<void>): Promise<void> {
+    const giveUpAt = performance.now() + LEASE_MARGIN_MS - 1000;
+    for (let delay = 100, attempt = 1; ; attempt++, delay = Math.min(delay * 2, 2000)) {
+      try {
+        await write();
+        if (attempt > 1) this.#o.log.info({ jobId: job.id, attempts: attempt }, 'job result stored once the store answered again');
+        return;
+      } catch (err) {
+        if (this.#closed || performance.now() + delay >= giveUpAt) {
+          this.#o.log.error({ err, jobId: job.id }, 'storing a job result failed; the job will be recovered after its lease');
+          return;
+        }
+        if (attempt === 1) this.#o.log.warn({ err, jobId: job.id }, 'storing a job result failed; retrying while its lease lasts');
+        await new Promise((r) => setTimeout(r, delay));
+      }
     }
   }
 
@@ -317,7 +338,7 @@ export class JobRunner {
     const latencyMs = performance.now() - started;
     const answered = r.ok || r.body.error === 'database_error';
     permit.release(answered ? { status: r.status, latencyMs } : { dropped: true, latencyMs });
-    try {
+    await this.#storeOutcome(job, async () => {
       if (answered) {
         let answer: Record<string, unknown>;
         if (r.ok) {
@@ -348,9 +369,7 @@ export class JobRunner {
         const done = await finishClaimed(tx, job, 'failed', null, error);
         if (done) await this.#o.enqueue(tx, this.#event(pool, job, 'failed', done.completedAt));
       });
-    } catch (err) {
-      this.#o.log.error({ err, jobId: job.id }, 'storing a job result failed; the job will be recovered after its lease');
-    }
+    });
   }
 
   #event(pool: PoolEntry, job: ClaimedJob, status: 'completed' | 'failed', completedAt: number): JobEvent {
