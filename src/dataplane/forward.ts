@@ -6,7 +6,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { Readable } from 'node:stream';
 import { Pool, type Dispatcher } from 'undici';
 import type { Governor, Outcome } from '../governor/governor.js';
-import { CidrList } from '../policies/cidr.js';
+import { CidrList } from '../domain/cidr.js';
 import { guardedConnector, targetRefusalOf, type ConnectTargets } from '../security/ssrf-connect-guard.js';
 import { governorHeaders } from '../pool-request/refusal.js';
 import type { ClientSide as ClientResponse } from '../pool-request/client-response.js';
