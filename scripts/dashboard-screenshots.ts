@@ -8,7 +8,7 @@ import { startTestService } from '../test/helpers/service.js';
 import { startOrigin } from '../test/helpers/origin.js';
 import { startReceiver } from '../test/helpers/receiver.js';
 import { ensureDashboardBuilt, launchBrowser } from '../test/helpers/browser.js';
-import { bucketOf, LATENCY_BUCKETS } from '../src/metrics/latency-buckets.js';
+import { bucketOf, LATENCY_BUCKETS } from '../src/domain/latency-buckets.js';
 
 const out = new URL('../docs/screenshots/', import.meta.url).pathname;
 mkdirSync(out, { recursive: true });

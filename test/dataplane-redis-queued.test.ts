@@ -7,7 +7,7 @@ import { Pool } from 'undici';
 import { startTestService, type TestService } from './helpers/service.js';
 import { metricSum } from './helpers/metrics.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
-import { waitFor } from './helpers/wait.js';
+import { until } from './helpers/until.js';
 import { needServer } from './helpers/servers.js';
 import { freePort, startRedisServer } from './helpers/redis-server.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
@@ -84,15 +84,15 @@ t.test('proxy: requests admitted at once are not queued; the one that waited for
 
   // A holds the only slot; B waits in the queue, then is admitted.
   const a = call('rq', '/delay/400', auth);
-  await waitFor(() => state().inFlight === 1, 'A in flight');
+  await until('A in flight', () => state().inFlight === 1);
   const b = call('rq', '/', auth);
-  await waitFor(() => state().queued === 1, 'B waiting');
+  await until('B waiting', () => state().queued === 1);
   t.equal(await a, 200, 'A');
   t.equal(await b, 200, 'B, admitted after waiting');
 
   // D holds the slot; E asks not to queue and is refused at once.
   const d = call('rq', '/delay/300', auth);
-  await waitFor(() => state().inFlight === 1, 'D in flight');
+  await until('D in flight', () => state().inFlight === 1);
   t.equal(await call('rq', '/', { ...auth, 'x-service-no-queue': '1' }), 429, 'E: no slot, no queue');
   t.equal(await d, 200, 'D');
 

@@ -5,7 +5,7 @@ import t from 'tap';
 import { Pool } from 'undici';
 import { startTestService, type TestService } from './helpers/service.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
-import { waitFor } from './helpers/wait.js';
+import { until } from './helpers/until.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 
 let origin: Origin;
@@ -61,16 +61,16 @@ t.test('admitted, queued and refused proxy requests show up in the pool metrics 
 
   // A holds the only slot; B waits in the queue (then is admitted); C finds the queue full (429).
   const a = call('rollups', '/delay/300', auth);
-  await waitFor(() => state().inFlight === 1, 'A in flight');
+  await until('A in flight', () => state().inFlight === 1);
   const b = call('rollups', '/', auth);
-  await waitFor(() => state().queued === 1, 'B queued');
+  await until('B queued', () => state().queued === 1);
   t.equal(await call('rollups', '/', auth), 429, 'C: the queue is full');
   t.equal(await a, 200, 'A');
   t.equal(await b, 200, 'B, admitted after waiting');
 
   // D holds the slot; E waits 50 ms for it and gives up (504 queue_timeout): queued and refused.
   const d = call('rollups', '/delay/300', auth);
-  await waitFor(() => state().inFlight === 1, 'D in flight');
+  await until('D in flight', () => state().inFlight === 1);
   t.equal(await call('rollups', '/', { ...auth, 'x-service-queue-timeout-ms': '50' }), 504, 'E: queue timeout');
   t.equal(await d, 200, 'D');
 

@@ -5,6 +5,7 @@ import { Pool } from 'undici';
 import { startTestService, type TestService } from './helpers/service.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
+import { sleep, until } from './helpers/until.js';
 
 let origin: Origin;
 let svc: TestService;
@@ -54,25 +55,40 @@ async function status(sub: string, key: string): Promise<number> {
 }
 
 /** Polls until the key gets `want`; resolves with the ms it took, or rejects after `limitMs`. */
-async function until(sub: string, key: string, want: number, limitMs = 1000): Promise<number> {
+async function answers(sub: string, key: string, want: number, limitMs = 1000): Promise<number> {
   const started = performance.now();
   for (;;) {
     const got = await status(sub, key);
     const ms = performance.now() - started;
     if (got === want) return ms;
     if (ms > limitMs) throw new Error(`key still answered ${got} (want ${want}) after ${Math.round(ms)} ms`);
-    await new Promise((r) => setTimeout(r, 10));
+    await sleep(10);
   }
+}
+
+/**
+ * Sends `payload` on the change feed, then a key notification for no key as a marker, and resolves once the
+ * marker has been handled (a point update, or a full load if the payload caused one). One LISTEN connection
+ * delivers notifications in order and the source dispatches each as it arrives, so by then `payload` has been
+ * handled too: a negative assertion after this waited for proof, not for a fixed time.
+ */
+async function notifySettled(payload: string): Promise<void> {
+  const s = snapshots();
+  const updates = s.keyUpdates;
+  const loads = s.fullLoads;
+  await svc.service.sql.notify(CHANGE_CHANNEL, payload);
+  await svc.service.sql.notify(CHANGE_CHANNEL, 'key:999999999');
+  await until(`the marker after ${payload}`, () => s.keyUpdates > updates || s.fullLoads > loads);
 }
 
 t.test('a minted key admits and a revoked key is refused within 1 s, without a full reload', async (t) => {
   await createPool('snap-one');
   const full = snapshots().fullLoads;
   const k = await mint('snap-one');
-  t.ok((await until('snap-one', k.key, 200)) < 1000, 'the new key is admitted within 1 s');
+  t.ok((await answers('snap-one', k.key, 200)) < 1000, 'the new key is admitted within 1 s');
   const revoked = await svc.api('DELETE', `/api/v1/pools/snap-one/keys/${k.id}`, { token });
   t.ok(revoked.status === 200 || revoked.status === 204, `revoke answered ${revoked.status}`);
-  t.ok((await until('snap-one', k.key, 401)) < 1000, 'the revoked key is refused within 1 s');
+  t.ok((await answers('snap-one', k.key, 401)) < 1000, 'the revoked key is refused within 1 s');
   t.equal(snapshots().fullLoads, full, 'mint and revoke were point updates: no full reload');
   t.ok(snapshots().keysApplied >= 2, 'both changes went through the point update');
 });
@@ -83,7 +99,7 @@ t.test('a burst of N mints causes no full reload and every key works within 1 s 
   const updates = snapshots().keyUpdates;
   const N = 25;
   const keys = await Promise.all(Array.from({ length: N }, () => mint('snap-burst')));
-  for (const k of keys) await until('snap-burst', k.key, 200);
+  for (const k of keys) await answers('snap-burst', k.key, 200);
   t.equal(snapshots().fullLoads, full, `${N} mints: no full reload`);
   const batches = snapshots().keyUpdates - updates;
   t.ok(batches >= 1 && batches <= N, `${N} mints applied in ${batches} point updates (coalesced when they overlap)`);
@@ -93,31 +109,27 @@ t.test('a burst of N mints causes no full reload and every key works within 1 s 
 t.test('a key of a deleted pool leaves, and a pool change still reloads the whole snapshot', async (t) => {
   const id = await createPool('snap-gone');
   const k = await mint('snap-gone');
-  await until('snap-gone', k.key, 200);
+  await answers('snap-gone', k.key, 200);
   const full = snapshots().fullLoads;
   await svc.service.sql.query(`UPDATE pools SET status = 'deleted' WHERE id = $1`, [id]);
   await svc.service.sql.notify(CHANGE_CHANNEL, `pool:${id}`);
-  await until('snap-gone', k.key, 404);
+  await answers('snap-gone', k.key, 404);
   t.equal(snapshots().fullLoads, full + 1, 'a pool notification is one full reload');
   // A key notification for a key whose pool is gone drops it (here: already gone) without a reload.
-  await svc.service.sql.notify(CHANGE_CHANNEL, `key:${k.id}`);
-  await new Promise((r) => setTimeout(r, 100));
+  await notifySettled(`key:${k.id}`);
   t.equal(snapshots().fullLoads, full + 1, 'a key notification never reloads');
   t.notOk([...snapshots().current.keys.values()].some((e) => e.id === k.id), 'the key is not in the snapshot');
 });
 
 t.test('notifications about rows the snapshot does not hold cost nothing; unknown kinds and webhook changes reload', async (t) => {
   const full = snapshots().fullLoads;
-  await svc.service.sql.notify(CHANGE_CHANNEL, 'token:1');
-  await new Promise((r) => setTimeout(r, 100));
+  await notifySettled('token:1');
   t.equal(snapshots().fullLoads, full, 'token changes do not reload');
   await svc.service.sql.notify(CHANGE_CHANNEL, 'something-new:7');
-  let deadline = Date.now() + 1000;
-  while (snapshots().fullLoads === full && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+  await until('a full reload', () => snapshots().fullLoads > full);
   t.equal(snapshots().fullLoads, full + 1, 'a kind it does not know is a full reload (the safe side)');
   // A destination's deactivation or re-enable decides whether its pools are async: the snapshot holds that.
   await svc.service.sql.notify(CHANGE_CHANNEL, 'webhook:1');
-  deadline = Date.now() + 1000;
-  while (snapshots().fullLoads === full + 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+  await until('a second full reload', () => snapshots().fullLoads > full + 1);
   t.equal(snapshots().fullLoads, full + 2, 'a webhook change is a full reload');
 });

@@ -38,10 +38,10 @@ t.test('close lets in-flight requests on every thread finish, then stops taking 
   await own.service.sql.notify(CHANGE_CHANNEL, `pool:${rows[0]!.id}`);
   await own.service.dataplane!.snapshots.reload();
   const urls = own.service.ports.proxyThreads!.map((p) => `http://127.0.0.1:${p}`);
-  for (const url of urls) t.ok(await until(async () => (await get(url, 'drain.pools.localhost')).status === 200), `${url} serves the pool`);
+  for (const url of urls) t.ok(await until(`${url} to serve the pool`, async () => (await get(url, 'drain.pools.localhost')).status === 200), `${url} serves the pool`);
   origin.reset();
   const slow = urls.map((url) => request(`${url}/delay/1500`, { headers: { host: 'drain.pools.localhost' } }).then(async (r) => ({ status: r.statusCode, text: await r.body.text() })));
-  t.ok(await until(() => origin.active === urls.length), 'one slow request in flight on each thread');
+  t.ok(await until('one slow request per thread', () => origin.active === urls.length), 'one slow request in flight on each thread');
   const closing = own.close();
   closed = true;
   const done = await Promise.all(slow);
@@ -73,7 +73,7 @@ t.test('shared port: every thread listens on the one port, the kernel spreads th
   await shared.service.sql.notify(CHANGE_CHANNEL, `pool:${rows[0]!.id}`);
   await shared.service.dataplane!.snapshots.reload();
   const url = shared.proxyUrl!;
-  t.ok(await until(async () => (await get(url, 'one.pools.localhost')).status === 200), 'the pool is served on the port');
+  t.ok(await until('the pool on the port', async () => (await get(url, 'one.pools.localhost')).status === 200), 'the pool is served on the port');
   // Fresh connections (one per client): the kernel hashes each to one of the listening threads.
   const clients = Array.from({ length: 200 }, () => new Pool(url, { connections: 1 }));
   t.teardown(() => Promise.all(clients.map((c) => c.close())));
@@ -88,7 +88,7 @@ t.test('shared port: every thread listens on the one port, the kernel spreads th
   t.equal(statuses.filter((x) => x === 200).length, 200, 'all served');
   t.ok(origin.workingPeak <= 10, `origin peak ${origin.workingPeak} ≤ max_concurrent 10 across the threads`);
   const served = () => shared.service.dataplaneThreads!.served;
-  t.ok(await until(() => served().reduce((a, b) => a + b, 0) >= 201), 'every request counted');
+  t.ok(await until('every request counted', () => served().reduce((a, b) => a + b, 0) >= 201), 'every request counted');
   t.ok(served().every((n) => n > 0), `every thread served some of them (${served().join(' / ')})`);
 
   // A thread that fails is replaced on the same port (SO_REUSEPORT): the others serve meanwhile.
@@ -104,7 +104,7 @@ t.test('shared port: every thread listens on the one port, the kernel spreads th
   t.ok(during.length > 0 && during.every((s) => s === 200 || s === 0) && ok >= during.length * 0.9, `requests meanwhile: ${ok} of ${during.length} served, the rest reset`);
   t.same(host.ports, Array(THREADS).fill(shared.service.ports.proxy), 'the replacement is on the one port');
   // Fresh connections until one lands on the replacement (it counts from zero once it listens).
-  const takes = await until(async () => {
+  const takes = await until('a connection on the replacement', async () => {
     const c = new Pool(url, { connections: 1 });
     await (await c.request({ path: '/x', method: 'GET', headers: { host: 'one.pools.localhost' } })).body.dump();
     await c.close();

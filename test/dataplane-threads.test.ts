@@ -63,7 +63,7 @@ async function createPool(sub: string, maxConcurrent: number, settings: Record<s
   await svc.service.sql.notify(CHANGE_CHANNEL, `pool:${rows[0]!.id}`);
   await svc.service.dataplane!.snapshots.reload();
   for (const url of threadUrls()) {
-    const known = await until(async () => (await get(url, `${sub}.pools.localhost`)).status !== 404);
+    const known = await until(`pool ${sub} on ${url}`, async () => (await get(url, `${sub}.pools.localhost`)).status !== 404);
     if (!known) throw new Error(`pool ${sub} never reached the thread at ${url}`);
   }
   return rows[0]!.id;
@@ -108,7 +108,7 @@ t.test('max_concurrent holds across the threads under 500 concurrent clients', a
   t.equal(origin.workingPeak, 10, 'and the pool used all of its slots');
   t.ok(heldPeak <= 10, `slots held across the threads peaked at ${heldPeak}`);
   t.comment(`origin connections-level peak (lags behind cross-thread hand-overs): ${origin.peak}`);
-  t.ok(await until(() => governor().state(poolId).inFlight === 0 && governor().state(poolId).queued === 0), 'nothing held or waiting afterwards');
+  t.ok(await until('nothing held or waiting', () => governor().state(poolId).inFlight === 0 && governor().state(poolId).queued === 0), 'nothing held or waiting afterwards');
 });
 
 t.test('a key mint and a revocation take effect in every thread within 1 s', async (t) => {
@@ -119,14 +119,14 @@ t.test('a key mint and a revocation take effect in every thread within 1 s', asy
   const key = minted.body.data.key as string;
   const mintedAt = performance.now();
   for (const url of threadUrls()) {
-    const ok = await until(async () => (await get(url, 'keyed.pools.localhost', { 'x-service-key': key })).status === 200, 1000 - (performance.now() - mintedAt));
+    const ok = await until(`${url} to admit the new key`, async () => (await get(url, 'keyed.pools.localhost', { 'x-service-key': key })).status === 200, 1000 - (performance.now() - mintedAt));
     t.ok(ok, `${url} admits the new key within 1 s of the mint`);
   }
   const revoked = await svc.api('DELETE', `/api/v1/pools/keyed/keys/${minted.body.data.id}`, { token });
   t.equal(revoked.status, 200);
   const revokedAt = performance.now();
   for (const url of threadUrls()) {
-    const gone = await until(async () => (await get(url, 'keyed.pools.localhost', { 'x-service-key': key })).status === 401, 1000 - (performance.now() - revokedAt));
+    const gone = await until(`${url} to refuse the revoked key`, async () => (await get(url, 'keyed.pools.localhost', { 'x-service-key': key })).status === 401, 1000 - (performance.now() - revokedAt));
     t.ok(gone, `${url} refuses the revoked key within 1 s`);
   }
 });
@@ -142,7 +142,7 @@ t.test('/metrics counts the requests served by every thread', async (t) => {
   const scrape = async () => (await (await request(`${svc.metricsUrl}/metrics`)).body.text());
   const admitted = 'poolgate_pool_requests_total{pool="counted",outcome="admitted"}';
   // createPool's probe reached each thread once; its count arrives in the thread's next batch.
-  t.ok(await until(async () => counter(await scrape(), admitted) === THREADS, 3000), 'the probes are counted');
+  t.ok(await until('the probes to be counted', async () => counter(await scrape(), admitted) === THREADS, 3000), 'the probes are counted');
   const before = THREADS;
   const perThread = [7, 5];
   for (const [i, url] of threadUrls().entries()) {
@@ -150,7 +150,7 @@ t.test('/metrics counts the requests served by every thread', async (t) => {
   }
   // Threads send their counts in batches (at most 50 ms apart).
   const want = before + perThread[0]! + perThread[1]!;
-  t.ok(await until(async () => counter(await scrape(), admitted) === want, 3000), `admitted total is ${want}`);
+  t.ok(await until(`admitted total ${want}`, async () => counter(await scrape(), admitted) === want, 3000), `admitted total is ${want}`);
   t.equal(counter(await scrape(), admitted), want, 'and counted once');
 });
 
@@ -162,7 +162,7 @@ t.test('async job intake works from a worker thread: 202, stored by the main thr
   for (const url of threadUrls()) {
     // Async turns on for the pool once the destination is in the thread's snapshot.
     let r = await get(url, 'spill.pools.localhost', { 'x-service-async': 'true' });
-    await until(async () => {
+    await until(`202 from ${url}`, async () => {
       if (r.status === 202) return true;
       r = await get(url, 'spill.pools.localhost', { 'x-service-async': 'true' });
       return r.status === 202;
@@ -173,7 +173,7 @@ t.test('async job intake works from a worker thread: 202, stored by the main thr
     const { rows } = await svc.service.sql.query<{ id: string }>('SELECT id FROM jobs WHERE id = $1', [body.id]);
     t.equal(rows.length, 1, 'the job row is in the store before the 202');
     const delivered = () => receiver.received.some((r) => JSON.parse(r.rawBody.toString()).id === body.id && JSON.parse(r.rawBody.toString()).type === 'async.job.completed');
-    t.ok(await until(delivered, 20_000), 'the job ran and its event was delivered');
+    t.ok(await until('the job event to be delivered', delivered, 20_000), 'the job ran and its event was delivered');
   }
 });
 
@@ -183,7 +183,7 @@ t.test('an HMAC nonce spent on one thread is a replay on the other (one nonce st
   t.equal(minted.status, 201);
   const { key, signing_secret: secret } = minted.body.data as { key: string; signing_secret: string };
   const [first, second] = threadUrls() as [string, string];
-  t.ok(await until(async () => (await get(first, 'signed.pools.localhost', { 'x-service-key': key })).status === 401 && (await get(second, 'signed.pools.localhost', { 'x-service-key': key })).status === 401), 'the key is known to both threads (unsigned: 401)');
+  t.ok(await until('the key on both threads', async () => (await get(first, 'signed.pools.localhost', { 'x-service-key': key })).status === 401 && (await get(second, 'signed.pools.localhost', { 'x-service-key': key })).status === 401), 'the key is known to both threads (unsigned: 401)');
   const headers = { 'x-service-key': key, ...signRequest({ secret, method: 'GET', target: '/x' }) };
   const ok = await get(first, 'signed.pools.localhost', headers);
   t.equal(ok.status, 200, 'a signed request on the first thread');
@@ -201,7 +201,7 @@ t.test('random client aborts, upstream resets and timeouts over both threads lea
   t.comment(JSON.stringify(Object.fromEntries(tally)));
   t.ok((tally.get('200') ?? 0) > TOTAL / 2, 'most were served');
   t.ok((tally.get('502') ?? 0) > 0 && (tally.get('504') ?? 0) > 0 && (tally.get('aborted') ?? 0) > 0, 'resets, timeouts and aborts all happened');
-  t.ok(await until(() => governor().state(poolId).inFlight === 0, 5000), 'zero slots held');
+  t.ok(await until('zero slots held', () => governor().state(poolId).inFlight === 0, 5000), 'zero slots held');
   t.equal(governor().state(poolId).queued, 0, 'zero waiters');
 });
 
@@ -212,18 +212,18 @@ t.test('a thread with an uncaught error closes (what is in flight finishes) and 
   // createPool's last request took a phoenix slot on thread 1, and the thread gives it back just after its
   // answer reached us (by milliseconds under load). Were it still held, the wait below would see 1 before
   // thread 1 had even read the slow request, and the crash would cut that unread request (a reset).
-  t.ok(await until(() => governor().state(poolId).inFlight === 0, 5000), 'no slot held before the slow request');
+  t.ok(await until('no slot held', () => governor().state(poolId).inFlight === 0, 5000), 'no slot held before the slow request');
   // A request in flight on thread 1 when it dies: its slot must not stay taken.
   const inFlight = request(`${url1}/delay/1500`, { headers: { host: 'phoenix.pools.localhost' } }).then(
     (r) => r.body.dump().then(() => r.statusCode),
     () => 'reset',
   );
-  t.ok(await until(() => governor().state(poolId).inFlight === 1, 5000), 'the slow request holds a slot');
+  t.ok(await until('the slow request to hold a slot', () => governor().state(poolId).inFlight === 1, 5000), 'the slow request holds a slot');
   host.crashThread(1);
   t.equal(await inFlight, 200, 'the request in flight when the thread failed still finished');
-  t.ok(await until(() => governor().state(poolId).inFlight === 0, 5000), 'its slot went back to the pool');
+  t.ok(await until('the slot to go back', () => governor().state(poolId).inFlight === 0, 5000), 'its slot went back to the pool');
   // Replaced on a new port here (its old one was ephemeral: proxyPort 0); on a configured port, the same one.
-  const back = await until(async () => (await get(threadUrls()[1]!, 'phoenix.pools.localhost').catch(() => ({ status: 0 }))).status === 200, 10_000);
+  const back = await until('a replacement thread to serve', async () => (await get(threadUrls()[1]!, 'phoenix.pools.localhost').catch(() => ({ status: 0 }))).status === 200, 10_000);
   t.ok(back, 'a replacement thread serves pool traffic');
   t.equal(host.restarts, 1, 'one thread replaced');
   // A pool made after the replacement reaches it (createPool waits for every thread to serve it).

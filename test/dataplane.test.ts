@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { connect } from 'node:net';
 import { Readable } from 'node:stream';
 import { Pool } from 'undici';
+import { until } from './helpers/until.js';
 import { startTestService, type TestService } from './helpers/service.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
 import { createCredential, type CredentialSecret } from '../src/store/credentials.js';
@@ -111,7 +112,8 @@ function rawRequest(text: string): Promise<string> {
   });
 }
 
-const settle = () => new Promise((r) => setTimeout(r, 30));
+/** Waits until the pool's one slot is held (a request sent before is at the origin), instead of a fixed pause. */
+const holding = (sub: string) => until(`a slot held on ${sub}`, () => dp().governor.state(dp().snapshots.current.pools.get(sub)!.id).inFlight === 1);
 
 t.test('the Host header names the pool; unknown hosts and pools are 404 not_found', async (t) => {
   await createPool('route', { requireKey: false });
@@ -184,7 +186,7 @@ t.test('a read key with a method it does not admit is 403 before the origin and 
   const write = await mintKey('readonly', { access: 'write' });
   // Hold the pool's only slot: a request that needed a slot would now wait, not get 403 at once.
   const holder = call('readonly', '/delay/600', { headers: { 'x-service-key': write.key } });
-  await settle();
+  await holding('readonly');
   t.equal(dp().governor.state(poolId).inFlight, 1);
   const before = origin.count;
   for (const [method, path] of [['DELETE', '/x'], ['PUT', '/x'], ['PATCH', '/x'], ['POST', '/other'], ['POST', '/search/../admin'], ['POST', '/search/%2e%2e/admin']] as const) {
@@ -206,7 +208,7 @@ t.test('a read key with a method it does not admit is 403 before the origin and 
 t.test('admission: fail fast 429 with Retry-After, queue timeout 504, the header clamped to the pool queue timeout', async (t) => {
   const poolId = await createPool('admit', { maxConcurrent: 1, requireKey: false, settings: { queueTimeoutMs: 300 } });
   const holder = call('admit', '/delay/1500');
-  await settle();
+  await holding('admit');
   t.equal(dp().governor.state(poolId).inFlight, 1);
 
   for (const v of ['1', 'true', 'yes']) {
@@ -247,7 +249,7 @@ t.test('admission: fail fast 429 with Retry-After, queue timeout 504, the header
 t.test('a queued request is admitted when a slot frees, and reports its wait', async (t) => {
   await createPool('queued', { maxConcurrent: 1, requireKey: false });
   const holder = call('queued', '/delay/300');
-  await settle();
+  await holding('queued');
   const waiter = await call('queued', '/');
   t.equal(waiter.status, 200);
   t.ok(Number(waiter.headers['x-service-queued-ms']) >= 150, `queued ${waiter.headers['x-service-queued-ms']} ms`);
@@ -384,9 +386,16 @@ t.test('bodies: POST bodies reach the origin, HEAD keeps the length, oversized b
       this.push(Buffer.alloc(65536, 2));
     },
   });
-  const streamed = await call('bodies', '/up', { method: 'POST', body: endless }).catch((err: Error) => err);
-  if (streamed instanceof Error) t.pass('the connection was closed on the oversized body');
-  else t.equal(streamed.status, 413, 'a streamed oversized body is 413');
+  const streamed = await call('bodies', '/up', { method: 'POST', body: endless }).catch((err: Error & { code?: string }) => err);
+  if (streamed instanceof Error) {
+    // The 413 went out and the connection closed while undici was still sending: undici reports the closed
+    // socket (its SocketError, or the reset/broken pipe under it), never a timeout or a refused connection.
+    const code = (streamed as Error & { code?: string }).code ?? streamed.name;
+    t.ok(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE'].includes(code), `the connection was closed on the oversized body (${code}: ${streamed.message})`);
+  } else {
+    t.equal(streamed.status, 413, 'a streamed oversized body is 413');
+    t.equal(streamed.json?.error, 'payload_too_large');
+  }
   t.equal(dp().governor.state(dp().snapshots.current.pools.get('bodies')!.id).inFlight, 0);
   // Last: an origin 429 with Retry-After pauses the pool's RPM gate for 7 s.
   const upstream429 = await call('bodies', '/status/429');
@@ -423,7 +432,7 @@ t.test('each request is counted once in the Prometheus metrics of its pool', asy
   await call('counted', '/');
   await call('counted', '/', { headers: { 'x-service-key': 'pgk_wrong' } });
   const holder = call('counted', '/delay/300');
-  await settle();
+  await holding('counted');
   await call('counted', '/', { headers: { 'x-service-no-queue': '1' } });
   await holder;
   const text = await metricsText();
@@ -440,11 +449,11 @@ t.test('shutdown drains in-flight requests; the access log has one JSON line per
   await call('logged', '/x', { headers: { 'x-service-queue-timeout-ms': 'bad' } });
   // Shutdown lets the request in flight finish, then stops taking traffic.
   const inFlight = call('logged', '/delay/300');
-  await settle();
+  await holding('logged');
   await svc.service.dataplane!.close();
   t.equal((await inFlight).status, 200, 'the in-flight request finished during shutdown');
   const fresh = new Pool(svc.proxyUrl!);
-  t.rejects(fresh.request({ path: '/', method: 'GET', headers: { host: 'logged.pools.localhost' } }), 'no new connections after close');
+  await t.rejects(fresh.request({ path: '/', method: 'GET', headers: { host: 'logged.pools.localhost' } }), { code: 'ECONNREFUSED' }, 'no new connections after close: the port is closed');
   await fresh.destroy();
   const lines = readFileSync(accessLogFile, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
   const ok = lines.find((l) => l.path === '/logged-path');

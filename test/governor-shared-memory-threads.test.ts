@@ -5,7 +5,8 @@ import { once } from 'node:events';
 import { SharedMemoryGovernor } from '../src/governor/shared-memory.js';
 import type { Admission } from '../src/governor/governor.js';
 import type { LoadPlan, LoadResult } from './helpers/shared-governor-worker.js';
-import { counters, driven, sleep, spawn, until } from './helpers/shared-governor-threads.js';
+import { counters, driven, spawn } from './helpers/shared-governor-threads.js';
+import { sleep, until } from './helpers/until.js';
 import { pool } from './helpers/governor-suite.js';
 
 t.test('4 workers under random load: in-flight never exceeds the pool or budget limit; all settle; nothing left', async (t) => {
@@ -89,7 +90,7 @@ t.test('FIFO across threads: waiters queued by 4 workers are served exactly in a
     const w = (i * 7 + (i >> 2)) % 4;
     who.push(w);
     ws[w]!.send({ cmd: 'acquire', id: i, poolId: 1, waitMs: 60_000 });
-    await until(() => gov.state(1).queued === i + 1, `waiter ${i} queued`);
+    await until(`waiter ${i} queued`, () => gov.state(1).queued === i + 1, 30_000, 2);
   }
   held.permit.release();
   // Each waiter, once granted, releases; the next one is then granted (in whichever thread it waits).
@@ -101,7 +102,7 @@ t.test('FIFO across threads: waiters queued by 4 workers are served exactly in a
     ws[who[i]!]!.send({ cmd: 'release', id: i });
   }
   t.same(orders, Array.from({ length: 24 }, (_, i) => i), 'grant order equals arrival order across threads');
-  await until(() => gov.state(1).inFlight === 0, 'the last release');
+  await until('the last release', () => gov.state(1).inFlight === 0, 30_000, 2);
   t.same(gov.state(1), { inFlight: 0, queued: 0, effectiveLimit: 1, remaining: 1 });
 });
 
@@ -116,7 +117,7 @@ t.test('a release in one worker hands the slot to a waiter in another; timeouts 
   t.match(await b!.reply((r) => r.id === 2), { ok: false, reason: 'queue_timeout' }, 'a waiter in worker B times out');
   b!.send({ cmd: 'acquire', id: 3, poolId: 1, waitMs: 30_000 });
   b!.send({ cmd: 'acquire', id: 4, poolId: 1, waitMs: 30_000 });
-  await until(() => gov.state(1).queued === 2, 'two waiters');
+  await until('two waiters', () => gov.state(1).queued === 2, 30_000, 2);
   t.match(gov.acquire({ poolId: 1, waitMs: 1000 }), { ok: false, reason: 'queue_full' }, 'the queue limit counts waiters of every thread');
   b!.send({ cmd: 'abort', id: 3 });
   t.match(await b!.reply((r) => r.id === 3), { ok: false, reason: 'aborted' });
@@ -145,7 +146,7 @@ t.test("budget across threads: a freed slot goes to the oldest waiter among the 
   await a!.reply((r) => r.id === 2);
   // Worker B waits on pool 2 first, then the main thread on pool 1.
   b!.send({ cmd: 'acquire', id: 3, poolId: 2, waitMs: 30_000 });
-  await until(() => gov.state(2).queued === 1, "worker B's waiter");
+  await until("worker B's waiter", () => gov.state(2).queued === 1, 30_000, 2);
   const mine = gov.acquire({ poolId: 1, waitMs: 30_000 });
   t.ok(mine instanceof Promise);
   a!.send({ cmd: 'release', id: 1 });
@@ -156,6 +157,6 @@ t.test("budget across threads: a freed slot goes to the oldest waiter among the 
   t.ok(got.ok, 'then the main thread');
   if (got.ok) got.permit.release();
   b!.send({ cmd: 'release', id: 3 });
-  await until(() => gov.state(2).inFlight === 0, 'the last release');
+  await until('the last release', () => gov.state(2).inFlight === 0, 30_000, 2);
   t.equal(gov.state(1).inFlight + gov.state(2).inFlight, 0);
 });

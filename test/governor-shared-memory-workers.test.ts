@@ -3,7 +3,8 @@
 import t from 'tap';
 import { SharedMemoryGovernor } from '../src/governor/shared-memory.js';
 import type { Admission } from '../src/governor/governor.js';
-import { counters, Driven, driven, sleep, spawn, until } from './helpers/shared-governor-threads.js';
+import { counters, Driven, driven, spawn } from './helpers/shared-governor-threads.js';
+import { sleep, until } from './helpers/until.js';
 import { pool } from './helpers/governor-suite.js';
 
 t.test('a worker that died holding slots and waiting: reclaim gives its slots back and serves the next waiter', async (t) => {
@@ -18,7 +19,7 @@ t.test('a worker that died holding slots and waiting: reclaim gives its slots ba
   await d.reply((r) => r.id === 1);
   await d.reply((r) => r.id === 2);
   d.send({ cmd: 'acquire', id: 3, poolId: 1, waitMs: 30_000 });
-  await until(() => gov.state(1).queued === 1, 'the worker waiting');
+  await until('the worker waiting', () => gov.state(1).queued === 1, 30_000, 2);
   const mine = gov.acquire({ poolId: 1, waitMs: 30_000 });
   t.ok(mine instanceof Promise, 'the main thread waits behind the worker');
   await d.worker.terminate();
@@ -40,7 +41,7 @@ t.test('close: a worker detaching refuses its own waiters; the main close refuse
   const held = gov.acquire({ poolId: 1, waitMs: 0 }) as Admission;
   a!.send({ cmd: 'acquire', id: 1, poolId: 1, waitMs: 30_000 });
   b!.send({ cmd: 'acquire', id: 2, poolId: 1, waitMs: 30_000 });
-  await until(() => gov.state(1).queued === 2, 'two waiters');
+  await until('two waiters', () => gov.state(1).queued === 2, 30_000, 2);
   a!.send({ cmd: 'close' });
   t.match(await a!.reply((r) => r.id === 1), { ok: false, reason: 'unavailable' }, "worker A's close refused its waiter");
   t.equal(gov.state(1).queued, 1, "worker B's waiter still waits");
@@ -60,7 +61,7 @@ t.test('reconfigure in the main thread reaches the workers: a raised limit admit
   const held = gov.acquire({ poolId: 1, waitMs: 0 }) as Admission;
   w.send({ cmd: 'acquire', id: 1, poolId: 1, waitMs: 30_000 });
   w.send({ cmd: 'acquire', id: 2, poolId: 1, waitMs: 30_000 });
-  await until(() => gov.state(1).queued === 2, 'two waiters');
+  await until('two waiters', () => gov.state(1).queued === 2, 30_000, 2);
   gov.configure([pool(1, { maxConcurrent: 2 }), pool(2)], []);
   t.match(await w.reply((r) => r.id === 1), { ok: true }, 'the raised limit admitted the oldest waiter');
   gov.configure([pool(2)], []);

@@ -69,7 +69,7 @@ t.test('a data plane node whose Redis is gone is live but not ready (governorFai
   t.same(ready.body.checks.governor, { ok: true, detail: 'redis', required: true });
 
   redis.kill('SIGKILL');
-  await until(async () => (await get(`${svc.metricsUrl}/readyz`)).status === 503, 10_000);
+  await until('readyz 503', async () => (await get(`${svc.metricsUrl}/readyz`)).status === 503, 10_000);
   const down = await get(`${svc.metricsUrl}/readyz`);
   t.equal(down.body.status, 'failing');
   t.equal(down.body.checks.governor.ok, false);
@@ -78,7 +78,7 @@ t.test('a data plane node whose Redis is gone is live but not ready (governorFai
   t.equal((await get(`${svc.metricsUrl}/livez`)).status, 200, 'still live: a restart would not bring Redis back');
 
   redis = await startRedisServer(port);
-  await until(async () => (await get(`${svc.metricsUrl}/readyz`)).status === 200, 15_000);
+  await until('readyz 200', async () => (await get(`${svc.metricsUrl}/readyz`)).status === 200, 15_000);
   t.pass('ready again once Redis answers');
 });
 

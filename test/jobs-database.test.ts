@@ -12,6 +12,7 @@ import { needServer, PG_URL } from './helpers/servers.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { RESULT_BODY_CAP } from '../src/jobs/job-limits.js';
 import { soak } from './helpers/soak.js';
+import { until } from './helpers/until.js';
 
 /**
  * The runner's limits here: the result cap is the default 8 MiB in the soak run (test/soak/jobs-database.test.ts)
@@ -96,13 +97,6 @@ if (skip) {
       }
       if (Date.now() > end) throw new Error(`no event for ${jobId}`);
       await new Promise((r) => setTimeout(r, 50));
-    }
-  };
-  const until = async (what: string, cond: () => boolean | Promise<boolean>) => {
-    const end = Date.now() + 10_000;
-    while (!(await cond())) {
-      if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-      await new Promise((r) => setTimeout(r, 20));
     }
   };
 

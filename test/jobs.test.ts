@@ -14,6 +14,7 @@ import { startOrigin, type Origin } from './helpers/origin.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { JOB_BODY_CAP, RESULT_BODY_CAP, RETRY_BASE_MS, retryDelayMs } from '../src/jobs/job-limits.js';
 import { soak } from './helpers/soak.js';
+import { until } from './helpers/until.js';
 
 /**
  * The runner's limits here: the result cap is the default 8 MiB in the soak run (test/soak/jobs.test.ts)
@@ -118,15 +119,6 @@ async function poll(url: string, key: string | null) {
   return { status: res.statusCode, headers: res.headers, body, json: (() => { try { return JSON.parse(body.toString()); } catch { return null; } })() };
 }
 
-async function until<T>(what: string, fn: () => Promise<T | null | undefined | false>, ms = 15_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 /** Polls the job until it reaches a terminal status; returns the poll JSON. */
 async function settled(pollUrl: string, key: string): Promise<any> {

@@ -9,6 +9,7 @@ import { Pool } from 'undici';
 import { startTestService, type TestService } from './helpers/service.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { soak } from './helpers/soak.js';
+import { sleep } from './helpers/until.js';
 
 const TERM_MS = 200;
 /** Leases taken by crashing clients: 10,000 in the soak run (test/soak/), 1,000 in the default suite. */
@@ -35,7 +36,6 @@ t.teardown(async () => {
   rmSync(logDir, { recursive: true, force: true });
 });
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const governor = () => svc.service.dataplane!.governor;
 
 async function createPool(sub: string, maxConcurrent: number, settings: Record<string, unknown>): Promise<{ id: number; key: string }> {

@@ -1,13 +1,14 @@
 // The lock API through its real uWS listener with undici as the client: routing, pool auth, acquire
 // (grant, fail fast, waits, bodies), renew (extension, the request-deadline cap, reclaim), release with
 // outcome reports, the access log, and one shared limit with proxy traffic to a real https origin.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { Pool } from 'undici';
 import { startTestService, type TestService } from './helpers/service.js';
+import { sleep, until } from './helpers/until.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { MemoryGovernor } from '../src/governor/memory.js';
@@ -42,7 +43,6 @@ t.teardown(async () => {
 });
 
 const dp = () => svc.service.dataplane!;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A pool made with SQL (lease and queue settings are not in the Control API), announced on the change feed. */
 async function createPool(sub: string, o: { maxConcurrent?: number; requireKey?: boolean; settings?: Record<string, unknown> } = {}): Promise<number> {
@@ -282,59 +282,89 @@ t.test('acquire bodies: malformed or invalid → 400, over 4 KiB → 413; nothin
   await release('lk-body', key, empty.json.slotId);
 });
 
+/**
+ * A lock listener over the service's snapshot with a governor of its own and a clock the test moves: the
+ * lease registry takes its time from `clock`, so a test about lease terms jumps time instead of sleeping
+ * around them (issue 28 §1). The janitor's timer still runs on real time, but it only reclaims what the
+ * clock says is overdue, so a lease is held or reclaimed by the clock alone.
+ */
+async function lockOnClock(t: Test, pools: number[]): Promise<{ on: Pool; governor: MemoryGovernor; advance: (ms: number) => number; now: () => number }> {
+  let now = Date.now();
+  const governor = new MemoryGovernor();
+  const snapshots = dp().snapshots;
+  governor.configure([...snapshots.current.pools.values()].filter((p) => pools.includes(p.id)).map((p) => ({ poolId: p.id, maxConcurrent: p.maxConcurrent, queueLength: 10, queueTimeoutMs: 1000, budgetId: null, reservedConcurrent: 0 })), []);
+  const server = await LockServer.start({ host: '127.0.0.1', port: 0, governor, snapshots, log: createLogger('silent'), accessLog: null, clock: () => now });
+  const on = new Pool(`http://127.0.0.1:${server.port}`);
+  t.teardown(async () => {
+    await on.close();
+    await server.close();
+  });
+  return { on, governor, advance: (ms) => (now += ms), now: () => now };
+}
+
 t.test('renew extends the lease by a term, never past requestDeadline; then 409 capped; gone slots are 404', async (t) => {
   const id = await createPool('lk-renew', { settings: { leaseTermMs: 1000, renewIntervalMs: 300, requestTimeoutMs: 1500 } });
-  await createPool('lk-renew-other');
+  const otherId = await createPool('lk-renew-other');
   const key = await mintKey('lk-renew');
   const otherKey = await mintKey('lk-renew-other');
-  const g = (await acquire('lk-renew', key)).json;
-  await sleep(100);
-  const r1 = await renew('lk-renew', key, g.slotId);
+  const c = await lockOnClock(t, [id, otherId]);
+  const at = (path: string, k: string, o: { raw?: string } = {}) => post(path, { key: k, on: c.on, ...o });
+  const granted = c.now();
+  const g = (await at('/pools/lk-renew/lock/acquire', key)).json;
+  t.equal(g.leaseDeadline, granted + 1000, 'the first term from the grant');
+  t.equal(g.requestDeadline, granted + 1500, 'the cap is requestTimeoutMs from the grant');
+  c.advance(100);
+  const r1 = await at(`/pools/lk-renew/lock/${g.slotId}/renew`, key);
   t.equal(r1.status, 200);
   t.same(Object.keys(r1.json), ['leaseDeadline']);
-  t.ok(r1.json.leaseDeadline > g.leaseDeadline, 'extended');
-  t.ok(Math.abs(r1.json.leaseDeadline - (Date.now() + 1000)) < 200, 'by one term from now');
-  const withBody = await post(`/pools/lk-renew/lock/${g.slotId}/renew`, { key, raw: 'ignored' });
+  t.equal(r1.json.leaseDeadline, c.now() + 1000, 'extended by one term from now');
+  const withBody = await at(`/pools/lk-renew/lock/${g.slotId}/renew`, key, { raw: 'ignored' });
   t.equal(withBody.status, 200, 'a renew body is read and ignored');
-  t.equal((await renew('lk-renew-other', otherKey, g.slotId)).status, 404, 'a slotId of another pool is not found');
-  t.same((await release('lk-renew-other', otherKey, g.slotId)).json, { released: false }, 'nor released through another pool');
-  await sleep(500);
-  const r2 = await renew('lk-renew', key, g.slotId);
+  t.equal((await at(`/pools/lk-renew-other/lock/${g.slotId}/renew`, otherKey)).status, 404, 'a slotId of another pool is not found');
+  t.same((await at(`/pools/lk-renew-other/lock/${g.slotId}/release`, otherKey)).json, { released: false }, 'nor released through another pool');
+  c.advance(500);
+  const r2 = await at(`/pools/lk-renew/lock/${g.slotId}/renew`, key);
   t.equal(r2.status, 200);
   t.equal(r2.json.leaseDeadline, g.requestDeadline, 'the extension stops at requestDeadline');
-  const capped = await renew('lk-renew', key, g.slotId);
+  const capped = await at(`/pools/lk-renew/lock/${g.slotId}/renew`, key);
   t.equal(capped.status, 409);
   t.equal(capped.json.error, 'capped');
-  t.equal(dp().governor.state(id).inFlight, 1, 'a capped slot is still held until released');
-  t.same((await release('lk-renew', key, g.slotId)).json, { released: true });
-  const after = await renew('lk-renew', key, g.slotId);
+  t.equal(c.governor.state(id).inFlight, 1, 'a capped slot is still held until released');
+  t.same((await at(`/pools/lk-renew/lock/${g.slotId}/release`, key)).json, { released: true });
+  const after = await at(`/pools/lk-renew/lock/${g.slotId}/renew`, key);
   t.equal(after.status, 404);
   t.equal(after.json.error, 'not_found');
-  t.equal((await renew('lk-renew', key, 'never-granted-slot')).status, 404);
-  t.equal(dp().governor.state(id).inFlight, 0);
+  t.equal((await at('/pools/lk-renew/lock/never-granted-slot/renew', key)).status, 404);
+  t.equal(c.governor.state(id).inFlight, 0);
 });
 
 t.test('no renewal for one term: the slot is reclaimed, a later renew is 404 and release says released:false', async (t) => {
-  // A 1 s term with half of it as slack at each step: timers on a loaded 2-core machine run late by 100s of ms.
+  // The clock decides: held until one term after the last renewal to the millisecond, however late the
+  // machine runs the janitor's timer; reclaimed by the janitor (no request asks) once the term has passed.
   const id = await createPool('lk-reclaim', { maxConcurrent: 1, settings: { leaseTermMs: 1000, renewIntervalMs: 250 } });
   const key = await mintKey('lk-reclaim');
-  const g = (await acquire('lk-reclaim', key)).json;
+  const c = await lockOnClock(t, [id]);
+  const at = (path: string) => post(path, { key, on: c.on });
+  const g = (await at('/pools/lk-reclaim/lock/acquire')).json;
   t.equal(g.termMs, 1000);
-  t.equal((await acquire('lk-reclaim', key)).status, 429, 'the pool is full while the lease is held');
+  t.equal((await at('/pools/lk-reclaim/lock/acquire')).status, 429, 'the pool is full while the lease is held');
   // Renewing keeps it beyond its first term.
-  await sleep(500);
-  t.equal((await renew('lk-reclaim', key, g.slotId)).status, 200);
-  await sleep(700);
-  t.equal(dp().governor.state(id).inFlight, 1, 'still held: renewed within its term');
-  await sleep(1000);
-  t.equal(dp().governor.state(id).inFlight, 0, 'reclaimed one term after the last renewal');
-  const r = await renew('lk-reclaim', key, g.slotId);
+  c.advance(500);
+  const renewed = await at(`/pools/lk-reclaim/lock/${g.slotId}/renew`);
+  t.equal(renewed.status, 200);
+  c.advance(999);
+  t.equal(c.governor.state(id).inFlight, 1, 'still held: renewed within its term');
+  c.advance(1);
+  t.equal(c.now(), renewed.json.leaseDeadline, 'the clock is at one term after the last renewal');
+  await until('the janitor to reclaim the lease', () => c.governor.state(id).inFlight === 0);
+  t.pass('reclaimed one term after the last renewal');
+  const r = await at(`/pools/lk-reclaim/lock/${g.slotId}/renew`);
   t.equal(r.status, 404);
   t.equal(r.json.error, 'not_found');
-  t.same((await release('lk-reclaim', key, g.slotId)).json, { released: false });
-  const next = await acquire('lk-reclaim', key);
+  t.same((await post(`/pools/lk-reclaim/lock/${g.slotId}/release`, { key, on: c.on })).json, { released: false });
+  const next = await at('/pools/lk-reclaim/lock/acquire');
   t.equal(next.status, 200, 'the reclaimed slot is free for the next caller');
-  await release('lk-reclaim', key, next.json.slotId);
+  await post(`/pools/lk-reclaim/lock/${next.json.slotId}/release`, { key, on: c.on });
 });
 
 t.test('release: valid outcome → released:true; again → released:false; an invalid report is 400 and keeps the slot', async (t) => {
@@ -426,8 +456,7 @@ t.test('the release outcome reaches the permit: status, throttled, retryAfterMs,
   t.equal(shortRes.status, 200, JSON.stringify(shortRes.json));
   const short = shortRes.json;
   t.equal(short.termMs, 100);
-  await sleep(250);
-  t.equal(seen.length, 2);
+  await until('the janitor to settle the unrenewed lease', () => seen.length === 2);
   t.match(seen[1], { dropped: true });
 });
 
@@ -445,15 +474,14 @@ t.test('leases and proxy traffic share one limit: held leases block proxy reques
   t.equal(origin.count, before, 'and never reached the origin');
   // A queued proxy request gets the slot a lease frees.
   const queued = viaProxy('/queued', { 'x-service-queue-timeout-ms': '3000' });
-  await sleep(100);
+  await until('the proxy request to queue', () => dp().governor.state(id).queued === 1);
   await release('lk-shared', key, a.slotId, { status: 200 });
   t.equal((await queued).status, 200, 'the queued proxy request ran once a lease was released');
   await release('lk-shared', key, b.slotId);
 
   // The reverse: proxy requests in flight fill the pool; a lock acquire waits for one of them.
   const slow = [viaProxy('/delay/400'), viaProxy('/delay/400')];
-  await sleep(150);
-  t.equal(dp().governor.state(id).inFlight, 2);
+  await until('both proxy requests to hold a slot', () => dp().governor.state(id).inFlight === 2);
   const refused = await acquire('lk-shared', key);
   t.equal(refused.status, 429, 'proxied requests hold the slots: fail-fast acquire is refused');
   const waited = await acquire('lk-shared', key, { body: { waitMs: 3000 } });

@@ -6,7 +6,7 @@ import { migrate } from '../src/store/migrate.js';
 import type { Queryable, Sql, SqlParam } from '../src/store/sql.js';
 import { RollupBuffer } from '../src/metrics/rollups.js';
 import { minuteRollups } from '../src/store/metrics.js';
-import { bucketOf, quantileMs } from '../src/metrics/latency-buckets.js';
+import { bucketOf, quantileMs } from '../src/domain/latency-buckets.js';
 import { freshPostgresDatabase } from './helpers/service.js';
 import { needServer } from './helpers/servers.js';
 

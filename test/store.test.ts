@@ -18,6 +18,7 @@ import { fromRoot } from '../src/config/paths.js';
 import { freshPostgresDatabase, startTestService } from './helpers/service.js';
 import { needServer } from './helpers/servers.js';
 import { seedPgliteDataDir } from './helpers/pglite-template.js';
+import { until } from './helpers/until.js';
 
 const MIGRATIONS = readdirSync(fromRoot('src', 'store', 'migrations'))
   .filter((f) => f.endsWith('.sql'))
@@ -46,11 +47,6 @@ async function engine(name: 'pglite' | 'postgres'): Promise<EngineUnderTest> {
   };
 }
 
-async function until(cond: () => boolean, ms = 3000): Promise<boolean> {
-  const end = Date.now() + ms;
-  while (!cond() && Date.now() < end) await new Promise((r) => setTimeout(r, 10));
-  return cond();
-}
 
 /** Every file under dir, read as bytes. */
 function filesUnder(dir: string): string[] {
@@ -127,7 +123,7 @@ for (const name of ['pglite', 'postgres'] as const) {
       const unlisten = await sql.listen('store_test_chan', (p) => got.push(p));
       const payloads = ['pool:1', 'key:7', 'ünïcode ✓ "quoted" \'single\'', ''];
       for (const p of payloads) await sql.notify('store_test_chan', p);
-      t.ok(await until(() => got.length >= payloads.length), `received ${got.length}`);
+      t.ok(await until('every payload', () => got.length >= payloads.length, 3000), `received ${got.length}`);
       t.same(got, payloads);
       if (e.url) {
         // The change feed crosses processes: a notification from another connection arrives too.
@@ -135,7 +131,7 @@ for (const name of ['pglite', 'postgres'] as const) {
         await other.connect();
         await other.query(`SELECT pg_notify('store_test_chan', 'from-another-connection')`);
         await other.end();
-        t.ok(await until(() => got.includes('from-another-connection')), 'a notification from another connection arrives');
+        t.ok(await until('the other connection\'s notification', () => got.includes('from-another-connection'), 3000), 'a notification from another connection arrives');
       }
       await unlisten();
       const seen = got.length;

@@ -17,20 +17,12 @@ import { startReceiver } from './helpers/receiver.js';
 import { REDIS_URL } from './helpers/servers.js';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
+import { until } from './helpers/until.js';
 
 const ROOT = fromRoot();
 const BIN = 'bin/poolgate.js';
 const TOPOLOGY_REDIS = `${REDIS_URL}/13`;
 
-async function until<T>(what: string, fn: () => Promise<T | null | undefined | false>, ms = 15_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 t.test('compose topology as processes: one limit over two data plane nodes; a job accepted on one node delivered by the worker', async (t) => {
   const db = await freshPostgresDatabase();

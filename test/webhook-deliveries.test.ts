@@ -18,6 +18,7 @@ import { verifyDelivery } from '../src/index.js';
 import { OFFLOAD_AT_BYTES } from '../src/webhooks/envelope-body.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import type { JobEvent } from '../src/jobs/job-event.js';
+import { until } from './helpers/until.js';
 
 const receiver = await startReceiver();
 t.teardown(() => receiver.close());
@@ -76,15 +77,6 @@ async function endpointState(id: number) {
   return rows[0]!;
 }
 
-async function until<T>(what: string, fn: () => Promise<T | undefined | false>, timeoutMs = 15_000): Promise<T> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
 
 t.test('a terminal job event is POSTed once per active destination with the exact envelope and signed headers', async (t) => {
   const pool = await newPool(svc, boot.team.id);

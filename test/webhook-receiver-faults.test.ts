@@ -10,6 +10,7 @@ import { enqueueJobEvent } from '../src/webhooks/outbox.js';
 import { Deliverer } from '../src/webhooks/deliverer.js';
 import { createLogger } from '../src/log.js';
 import type { JobEvent } from '../src/jobs/job-event.js';
+import { until } from './helpers/until.js';
 
 const receiver = await startReceiver();
 t.teardown(() => receiver.close());
@@ -54,15 +55,6 @@ async function attempts(hookId: number) {
   return rows;
 }
 
-async function until<T>(what: string, fn: () => Promise<T | undefined | false>, timeoutMs = 20_000): Promise<T> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 t.test('hang, reset, redirect, 3xx/4xx/5xx are failures; a healthy receiver is served meanwhile', async (t) => {
   const faults: Array<[string, Behaviour, RegExp, number | null]> = [

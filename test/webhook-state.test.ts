@@ -17,18 +17,10 @@ import { FAILURES_BEFORE_DEACTIVATION } from '../src/webhooks/deliverer.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { verifyDelivery } from '../src/index.js';
 import type { JobEvent } from '../src/jobs/job-event.js';
+import { until } from './helpers/until.js';
 
 const hex = (n: number) => randomBytes(n).toString('hex');
 
-async function until<T>(what: string, fn: () => Promise<T | undefined | false>, timeoutMs = 15_000): Promise<T> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 const engines: Engine[] = ['pglite'];
 if (!(await needServer('postgres'))) engines.push('postgres');

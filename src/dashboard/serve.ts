@@ -3,9 +3,8 @@
 // The pages do everything through the public Control API with the session cookie; nothing here reads
 // or writes the store.
 import { readdirSync, readFileSync } from 'node:fs';
-import type { FastifyReply } from 'fastify';
+import type { FastifyInstance, FastifyReply } from 'fastify';
 import { fromRoot } from '../config/paths.js';
-import type { TypedApp } from '../control/context.js';
 
 export const DASHBOARD_PATH = '/dashboard';
 
@@ -85,7 +84,7 @@ export function sendPage(reply: FastifyReply, entry: 'app' | 'intake'): FastifyR
   return reply.code(200).headers(SECURITY_HEADERS).type('text/html; charset=utf-8').send(shell(entry));
 }
 
-export function dashboardRoutes(app: TypedApp): void {
+export function dashboardRoutes(app: FastifyInstance): void {
   const page = { config: { public: true }, schema: { hide: true } } as const;
   app.get(DASHBOARD_PATH, page, async (_req, reply) => sendPage(reply, 'app'));
   // Every page of the single-page app gets the same shell; the script routes by path.

@@ -8,7 +8,7 @@ import { buildConnector, Pool, type Dispatcher } from 'undici';
 import type { Socket } from 'node:net';
 import { cutUpstream, hookedConnector } from './origin-socket.js';
 import type { Governor, Outcome } from '../governor/governor.js';
-import { CidrList } from '../policies/cidr.js';
+import { CidrList } from '../domain/cidr.js';
 import { guardedConnector, targetRefusalOf, type ConnectTargets } from '../security/ssrf-connect-guard.js';
 import { governorHeaders } from '../pool-request/refusal.js';
 import type { ClientSide as ClientResponse } from '../pool-request/client-response.js';

@@ -15,6 +15,7 @@ import type { PoolEntry, Snapshot } from '../pool-request/snapshot.js';
 import { asyncEligible, asyncRequested, JOB_TOO_LARGE, spillAndAnswer, type JobIntake } from '../jobs/job-intake.js';
 import type { JobReason } from '../jobs/job-event.js';
 import { JOB_BODY_CAP } from '../jobs/job-limits.js';
+import type { SqlJobOutcome } from '../jobs/sql-job.js';
 import { failureBody, type DbFailure } from './errors.js';
 import { errorBody, httpStatus } from '../errors/catalogue.js';
 import { DbUpstreams, type RunResult, type SqlStatement, type StatementResult } from './upstream.js';
@@ -86,11 +87,6 @@ function errorJson(f: Exclude<DbFailure, { kind: 'aborted' }>, index: number | u
   if (index !== undefined) r.body.index = index;
   return r;
 }
-
-/** What the async jobs runner gets for a stored SQL request: the job detail, or the error answer. */
-export type SqlJobOutcome =
-  | { ok: true; status: 200; detail: { kind: 'database'; columns?: unknown[]; rows?: unknown[]; results?: unknown[] } & Record<string, unknown> }
-  | { ok: false; status: number; body: Record<string, unknown> };
 
 /**
  * Runs a stored SQL request (the body a client POSTed to a database pool) for the async jobs runner, with

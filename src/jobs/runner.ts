@@ -4,11 +4,10 @@
 import { abortableOf, type Governor, type Permit } from '../governor/governor.js';
 import type { Logger } from '../log.js';
 import type { ForwardBuffered } from '../pool-request/buffered.js';
-import { runSqlRequest } from '../db/sql-over-http.js';
-import type { DbUpstreams } from '../db/upstream.js';
 import type { PoolEntry, Snapshot } from '../pool-request/snapshot.js';
 import type { Queryable, Sql } from '../store/sql.js';
 import type { JobEvent } from './job-event.js';
+import type { RunSqlJob } from './sql-job.js';
 import type { SecretBox } from '../security/secret-box.js';
 import {
   claimJob,
@@ -49,8 +48,8 @@ export interface JobRunnerOptions extends JobRunnerTuning {
   snapshot: () => Snapshot;
   /** Sends an HTTP pool's job to its origin (the data plane's forward stage, src/dataplane/forward.ts forwardBuffered). */
   forward: ForwardBuffered;
-  /** Connections of database pools (the data plane's when it shares the process). */
-  databases: DbUpstreams;
+  /** Runs a database pool's job on that pool's connections (db/sql-over-http.ts runSqlRequest, with the data plane's connections when it shares the process). */
+  runSql: RunSqlJob;
   /** Writes the job's event to the webhook outbox, in the caller's transaction. */
   enqueue: EnqueueJobEvent;
   log: Logger;
@@ -334,7 +333,7 @@ export class JobRunner {
    */
   async #runSql(pool: PoolEntry, job: ClaimedJob, permit: Permit): Promise<void> {
     const started = performance.now();
-    const r = await runSqlRequest(this.#o.databases, pool, job.request.body ?? Buffer.alloc(0));
+    const r = await this.#o.runSql(pool, job.request.body ?? Buffer.alloc(0));
     const latencyMs = performance.now() - started;
     const answered = r.ok || r.body.error === 'database_error';
     permit.release(answered ? { status: r.status, latencyMs } : { dropped: true, latencyMs });

@@ -2,7 +2,7 @@
 // never one write per request.
 import { addMinuteRollups, type MinuteRollup } from '../store/metrics.js';
 import type { Queryable } from '../store/sql.js';
-import { bucketOf, LATENCY_BUCKETS } from './latency-buckets.js';
+import { bucketOf, LATENCY_BUCKETS } from '../domain/latency-buckets.js';
 
 export type RollupField = 'requests' | 'admitted' | 'queued' | 'rejected';
 

@@ -3,7 +3,7 @@
 // else is refused (not stripped), since reaching the pool around the proxy is the attack.
 import type { AccessProxyPolicy } from '../store/pool-settings.js';
 import { headerValue } from '../pool-request/exchange.js';
-import { CidrList } from './cidr.js';
+import { CidrList } from '../domain/cidr.js';
 import { refuse, type Policy, type PolicyRefusal, type PolicyRequest } from './policy.js';
 
 /**

@@ -1,7 +1,7 @@
 // The client address policies judge: the socket's, or, only when the socket's peer is a configured
 // trusted proxy, the rightmost X-Forwarded-For entry that is not itself a trusted proxy.
-import type { CidrList } from './cidr.js';
-import { parseAddress } from './cidr.js';
+import type { CidrList } from '../domain/cidr.js';
+import { parseAddress } from '../domain/cidr.js';
 
 export function clientAddress(peer: string, forwardedFor: string | undefined, trusted: CidrList): string {
   if (forwardedFor === undefined || trusted.size === 0 || !trusted.hasText(peer)) return peer;

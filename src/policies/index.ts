@@ -5,7 +5,7 @@ import type { KeyEntry, PoolEntry } from '../pool-request/snapshot.js';
 import type { PoolSettings } from '../store/pool-settings.js';
 import type { ConnectTargets } from '../security/ssrf-connect-guard.js';
 import { accessProxyPolicy } from './access-proxy.js';
-import { CidrList } from './cidr.js';
+import { CidrList } from '../domain/cidr.js';
 import { clientAddress } from './client-address.js';
 import { hmacPolicy } from './hmac.js';
 import { ipAllowlistPolicy } from './ip-allowlist.js';

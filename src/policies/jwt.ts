@@ -8,7 +8,7 @@ import { guardedConnector, type ConnectTargets } from '../security/ssrf-connect-
 import { systemLookup } from '../security/targets.js';
 import type { JwtPolicy } from '../store/pool-settings.js';
 import { headerValue } from '../pool-request/exchange.js';
-import { importStaticKey } from './jwt-keys.js';
+import { importStaticKey } from '../domain/jwt-keys.js';
 import { refuse, type Policy, type PolicyRefusal, type PolicyRequest, type Verdict } from './policy.js';
 
 export const DEFAULT_JWT_HEADER = 'authorization';

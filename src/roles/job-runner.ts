@@ -1,5 +1,6 @@
 // The worker role's job runner: claims async jobs and sends them upstream within the pools' limits.
 import { DbUpstreams } from '../db/upstream.js';
+import { runSqlRequest } from '../db/sql-over-http.js';
 import { Upstreams, forwardBuffered } from '../dataplane/forward.js';
 import type { Dataplane } from '../dataplane/server.js';
 import type { SnapshotFeed } from '../pool-request/snapshot.js';
@@ -41,7 +42,8 @@ export async function startJobRunner(rc: RoleContext, dataplane: Dataplane | nul
   });
   const { governor, snapshots, databases } = admission;
   const runner = new JobRunner({
-    sql, box, governor, snapshot: () => snapshots.current, forward: (pool, req, cap) => forwardBuffered(upstreams, pool, req, cap), databases, enqueue: enqueueJobEvent, log,
+    sql, box, governor, snapshot: () => snapshots.current, forward: (pool, req, cap) => forwardBuffered(upstreams, pool, req, cap),
+    runSql: (pool, body) => runSqlRequest(databases, pool, body), enqueue: enqueueJobEvent, log,
     poolDomain: config.poolDomain, lockApiUrl: rc.lockApiUrl, exclusiveStore: !config.databaseUrl, ...tuning,
   });
   try {

@@ -1,7 +1,7 @@
 // Stored credential records: origin credentials, database roles and outbound webhook auth.
 // The secret fields are sealed with the master key; only id, name and method are ever shown.
 import type { SecretBox } from '../security/secret-box.js';
-import type { AuthMethod } from '../control/schemas.js';
+import type { AuthMethod } from '../domain/credential.js';
 import type { Queryable } from './sql.js';
 
 /** The secret fields each method needs (spec: auth_method values; `bearer_static` is also webhook auth). */

@@ -1,6 +1,6 @@
 // Per-pool per-minute traffic rollups (pool_metrics_minute): the data plane's batch writer, retention
 // pruning, and the sums the metrics summary reads.
-import { LATENCY_BUCKETS, quantileMs } from '../metrics/latency-buckets.js';
+import { LATENCY_BUCKETS, quantileMs } from '../domain/latency-buckets.js';
 import type { Queryable } from './sql.js';
 
 /** Counts one pool saw in one minute; added to whatever the row already holds. */
@@ -14,7 +14,7 @@ export interface MinuteRollup {
   rejected: number;
   /** Admitted requests whose upstream failed (5xx answered by poolgate, connection errors). */
   upstreamErrors?: number;
-  /** Fixed-bucket histograms (src/metrics/latency-buckets.ts), added element-wise; null: none observed. */
+  /** Fixed-bucket histograms (src/domain/latency-buckets.ts), added element-wise; null: none observed. */
   queueWaitHist?: readonly number[] | null;
   upstreamHist?: readonly number[] | null;
   /** An effective limit sampled in the minute; the row keeps the lowest. */

@@ -2,8 +2,8 @@
 // leaves them to the dashboard; these are the settings every part reads, with their documented defaults.
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
-import { parseCidr } from '../policies/cidr.js';
-import { importStaticKey } from '../policies/jwt-keys.js';
+import { parseCidr } from '../domain/cidr.js';
+import { importStaticKey } from '../domain/jwt-keys.js';
 
 const Method = Type.String({ pattern: '^[A-Z]{1,20}$' });
 const HeaderName = Type.String({ pattern: "^[a-z0-9!#$%&'*+.^_`|~-]{1,64}$" });

@@ -1,5 +1,5 @@
 // Pool rows and their Control API view (spec: Pool, with the embedded PoolBudget).
-import type { PoolT } from '../control/schemas.js';
+import type { PoolT } from '../domain/pool.js';
 import type { Queryable } from './sql.js';
 
 export interface PoolRow {

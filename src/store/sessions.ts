@@ -1,6 +1,6 @@
 // Dashboard sessions and one-time sign-in links (tables dashboard_sessions, dashboard_login_links). The
 // browser holds the session secret in an HttpOnly cookie; the store holds its SHA-256 only, as for tokens.
-import { ABILITIES } from '../control/schemas.js';
+import { ABILITIES } from '../domain/abilities.js';
 import { randomToken, sha256Hex } from '../security/tokens.js';
 import type { Queryable, Sql } from './sql.js';
 

@@ -1,6 +1,6 @@
 // Webhook destinations, their pool attachments and their delivery history (tables webhook_endpoints,
 // pool_webhooks, webhook_delivery_attempts). Every lookup is scoped to the team.
-import type { WebhookEndpointT } from '../control/schemas.js';
+import type { WebhookEndpointT } from '../domain/webhook.js';
 import { CHANGE_CHANNEL, DELIVERY_CHANNEL, type Queryable, type Sql } from './sql.js';
 
 export interface WebhookRow {

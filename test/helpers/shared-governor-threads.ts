@@ -6,7 +6,6 @@ import type { SharedMemoryGovernor, SharedGovernorHandle } from '../../src/gover
 import type { Command, LoadPlan, WorkerInput } from './shared-governor-worker.js';
 
 const WORKER = new URL('./shared-governor-worker.js', import.meta.url);
-export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export interface Reply {
   id?: number;
@@ -72,10 +71,3 @@ export async function driven(gov: SharedMemoryGovernor, t: Test, shared = counte
   return d;
 }
 
-export async function until(cond: () => boolean, what: string, ms = 30_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(2);
-  }
-}

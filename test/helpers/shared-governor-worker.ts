@@ -4,6 +4,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { SharedMemoryGovernor, type SharedGovernorHandle } from '../../src/governor/shared-memory.js';
 import { abortableOf, type Outcome, type Permit } from '../../src/governor/governor.js';
 import { seeded } from './governor-suite.js';
+import { sleep } from './until.js';
 
 export interface LoadPlan {
   /** Pools to pick from at random; `counter` indexes `holders`, `budgetCounter` (or -1) too. */
@@ -45,7 +46,6 @@ const input = workerData as WorkerInput;
 const gov = SharedMemoryGovernor.attach(input.handle);
 const holders = new Int32Array(input.holders);
 const checks = new Int32Array(input.checks);
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function load(plan: LoadPlan): Promise<LoadResult> {
   const rnd = seeded(plan.seed);

@@ -15,17 +15,11 @@ import type { JobEvent } from '../../src/jobs/job-event.js';
 import { startTestService } from './service.js';
 import { startReceiver } from './receiver.js';
 import { spawnListening } from './process.js';
+import { until } from './until.js';
 
 const ROOT = fromRoot();
 const BIN = join(ROOT, 'bin', 'poolgate.js');
 
-async function until(what: string, fn: () => boolean | Promise<boolean>, timeoutMs: number): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await fn())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 export async function crashMidBurst(t: Test, events: number, destinations: number, drainTimeoutMs: number): Promise<void> {
   const receiver = await startReceiver();
