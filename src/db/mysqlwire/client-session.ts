@@ -26,6 +26,7 @@ import { ClientStatement, LONG_DATA_LIMIT, longDataFor, prepareOk, remember } fr
 import type { ResponseKind } from './response-scanner.js';
 import { CLEAR, DIRTY, PIN, PIN_MASK, PIN_REASONS, sessionEffects } from './session-state.js';
 import { directReads } from '../direct-reads.js';
+import { killRequest, processKill, type KillRequest } from './kill.js';
 import { LastCheck } from '../wire-recheck.js';
 
 /** Largest client packet: statements and execute packets up to 16 MiB - 1 (no split packets). */
@@ -49,11 +50,18 @@ export interface SessionDeps {
   tls: SecureContext | null;
   /** Refusals and errors always, successful logins sampled (src/db/wire-log.ts). */
   wireLog?: WireLog;
+  /** The listener's sessions by the id their greeting gave (KILL <id> is mapped through it). */
+  sessions: { byId(id: number): ClientSession | undefined };
 }
+
+/** MariaDB's COM_STMT_EXECUTE id for "the statement prepared just before" (pipelined prepare + execute). */
+const LAST_PREPARED = 0xffffffff;
 
 type Phase = 'handshake' | 'switch' | 'command' | 'closed';
 
 export class ClientSession {
+  /** The connection id this client's greeting gave it (what it may name in KILL). */
+  readonly id: number;
   readonly #deps: SessionDeps;
   readonly #onClose: (s: ClientSession) => void;
   #socket: Socket;
@@ -84,6 +92,10 @@ export class ClientSession {
   #idleTimer: NodeJS.Timeout | null = null;
   readonly #statements = new Map<number, ClientStatement>();
   #nextStatement = 1;
+  /** The id of the last COM_STMT_PREPARE that succeeded; 0 after one that failed (MariaDB's direct execute names it by LAST_PREPARED). */
+  #lastPrepared = 0;
+  /** wirePoolMode 'session': the first statement's server connection and slot stay with the client until it leaves. */
+  #session = false;
   readonly #abort = new AbortController();
   /** #abort as the governor takes it (made once per session, not per statement). */
   readonly #abortable = abortableOf(this.#abort.signal);
@@ -99,6 +111,7 @@ export class ClientSession {
 
   /** `accepted` must not be read yet (the listener accepts with pauseOnConnect): its reads are taken over here. */
   constructor(accepted: Socket, id: number, deps: SessionDeps, onClose: (s: ClientSession) => void) {
+    this.id = id;
     this.#deps = deps;
     this.#onClose = onClose;
     const socket = directReads(accepted, (c) => this.#fromTcp(c));
@@ -270,6 +283,7 @@ export class ClientSession {
     if (refused) return this.#fail(seq + 1, refused[0], refused[1]);
     this.#pool = pool;
     this.#keyHash = keyHash;
+    this.#session = pool.settings.wirePoolMode === 'session';
     this.#phase = 'command';
     this.#frames.limit = MAX_CLIENT_PACKET;
     if (this.#loginTimer) clearTimeout(this.#loginTimer);
@@ -313,6 +327,8 @@ export class ClientSession {
         return;
       }
       case COM.QUERY: {
+        const kill = killRequest(p);
+        if (kill) return this.#kill(kill);
         const effects = sessionEffects(p, this.#pool!.database!.name, this.#conn !== null && !this.#conn.clean);
         if ((effects & PIN_MASK) !== 0 && this.#pool!.settings.wireSessionState === 'refuse') return this.#refuseState();
         return this.#forward(p, 'result', effects);
@@ -326,7 +342,7 @@ export class ClientSession {
       case COM.STMT_EXECUTE:
         return this.#execute(p);
       case COM.STMT_SEND_LONG_DATA: {
-        const st = p.length >= 7 ? this.#statements.get(p.readUInt32LE(1)) : undefined;
+        const st = p.length >= 7 ? this.#statement(p.readUInt32LE(1)) : undefined;
         // No answer is ever sent to long data; a bad one is reported by the execute.
         if (st) {
           st.longBytes += p.length;
@@ -335,10 +351,10 @@ export class ClientSession {
         return;
       }
       case COM.STMT_CLOSE:
-        if (p.length >= 5) this.#statements.delete(p.readUInt32LE(1));
+        if (p.length >= 5) this.#statements.delete(p.readUInt32LE(1) === LAST_PREPARED ? this.#lastPrepared : p.readUInt32LE(1));
         return;
       case COM.STMT_RESET: {
-        const st = p.length >= 5 ? this.#statements.get(p.readUInt32LE(1)) : undefined;
+        const st = p.length >= 5 ? this.#statement(p.readUInt32LE(1)) : undefined;
         if (!st) return this.#send(wireError(1, 'unknownStatement', 'Unknown prepared statement handler given to mysqld_stmt_reset'));
         st.longData = [];
         st.longBytes = 0;
@@ -355,6 +371,11 @@ export class ClientSession {
       }
       case COM.RESET_CONNECTION:
         return this.#resetSession();
+      case COM.PROCESS_KILL: {
+        const kill = processKill(p);
+        if (!kill) return this.#send(wireError(1, 'unknownCommand', 'malformed COM_PROCESS_KILL'));
+        return this.#kill(kill);
+      }
       case COM.CHANGE_USER:
         return this.#send(wireError(1, 'notSupported', 'COM_CHANGE_USER is not supported by poolgate: connect again as the other pool'));
       case COM.STMT_FETCH:
@@ -363,6 +384,11 @@ export class ClientSession {
         // Binlog and replication commands, shutdown, process kill/info, debug, ...: refused without closing.
         return this.#send(wireError(1, p[0]! <= 0x1f ? 'notSupported' : 'unknownCommand', `command 0x${p[0]!.toString(16)} is not supported by poolgate`));
     }
+  }
+
+  /** A client statement by id; LAST_PREPARED names the one prepared just before (none when that prepare failed). */
+  #statement(id: number): ClientStatement | undefined {
+    return this.#statements.get(id === LAST_PREPARED ? this.#lastPrepared : id);
   }
 
   #status(): number {
@@ -424,6 +450,8 @@ export class ClientSession {
   }
 
   async #prepare(p: Buffer): Promise<void> {
+    this.#lastPrepared = 0;
+    if (killRequest(p)) return this.#send(wireError(1, 'notSupported', 'KILL cannot be prepared through poolgate: send it as a query (KILL [QUERY] <connection id>)'));
     const payload = Buffer.from(p);
     await this.#withServer(async (conn) => {
       const a = await conn.run(frame(0, payload), 'prepare', null);
@@ -432,7 +460,9 @@ export class ClientSession {
         const st = new ClientStatement(payload, ok.params, sessionEffects(payload, this.#pool!.database!.name, false));
         remember(conn, st.key, { id: ok.id, params: ok.params });
         const id = this.#nextStatement++;
+        if (this.#nextStatement >= LAST_PREPARED) this.#nextStatement = 1;
         this.#statements.set(id, st);
+        this.#lastPrepared = id;
         // The answer as the server sent it, with poolgate's statement id.
         a.bytes!.writeUInt32LE(id, 5);
       }
@@ -442,7 +472,7 @@ export class ClientSession {
   }
 
   async #execute(p: Buffer): Promise<void> {
-    const st = p.length >= 10 ? this.#statements.get(p.readUInt32LE(1)) : undefined;
+    const st = p.length >= 10 ? this.#statement(p.readUInt32LE(1)) : undefined;
     if (!st) return this.#send(wireError(1, 'unknownStatement', 'Unknown prepared statement handler given to mysqld_stmt_execute'));
     if ((p[5]! & 0x07) !== 0) return this.#send(wireError(1, 'notSupported', 'cursors are not supported by poolgate: execute without a cursor type'));
     if (st.longBytes > LONG_DATA_LIMIT) {
@@ -487,6 +517,41 @@ export class ClientSession {
       this.#settle('proxied', 200);
     }
     this.#send(okPacket(1, STATUS.AUTOCOMMIT));
+  }
+
+  /**
+   * KILL [QUERY] <id>: `id` is a greeting id. Only the client's own sessions may be named: the same pool
+   * logged in with the same key (the mariadb CLI's Ctrl-C and the connectors' destroy() send KILL from a
+   * second connection with the same credentials), as a server lets a user kill only its own threads. Any
+   * other id is 1094, as the server answers for a thread that does not exist. KILL QUERY stops the
+   * statement the session is running (KILL QUERY upstream, from a separate server connection);
+   * KILL [CONNECTION] ends the session (its statement killed upstream, its transaction rolled back).
+   */
+  #kill(k: KillRequest): void {
+    if (k.kind === 'unmapped') {
+      return this.#send(wireError(1, 'notSupported', 'poolgate maps only KILL [CONNECTION | QUERY] <connection id>, sent alone; KILL USER, KILL QUERY ID and KILL inside PREPARE, EXECUTE IMMEDIATE or with other statements are not supported'));
+    }
+    const target = this.#deps.sessions.byId(k.id);
+    if (!target || !target.#ownedBy(this)) return this.#send(wireError(1, 'unknownThread', `Unknown thread id: ${k.id}`));
+    if (k.kind === 'query') {
+      target.#killQuery();
+      this.#send(okPacket(1, this.#status()));
+      return;
+    }
+    // Killing its own connection ends it, as the server does (no answer comes back).
+    if (target !== this) this.#send(okPacket(1, this.#status()));
+    target.close();
+  }
+
+  /** Whether `other` logged in to the same pool with the same key (or both without one). */
+  #ownedBy(other: ClientSession): boolean {
+    return this.#phase === 'command' && this.#pool !== null && other.#pool !== null && this.#pool.id === other.#pool.id && this.#keyHash === other.#keyHash;
+  }
+
+  /** Stops the statement running now, if any (its server connection is not reused: a late KILL QUERY could land on the next one). */
+  #killQuery(): void {
+    const running = this.#running;
+    if (running && this.#pool) void this.#deps.servers.killQuery(this.#pool, running, false);
   }
 
   /** The pool as the current snapshot has it, checked again on every admission (suspension, key revocation). */
@@ -573,12 +638,15 @@ export class ClientSession {
       if (!(err instanceof ServerLost)) throw err;
       this.#running = null;
       this.#conn = null;
+      // The client left mid-command (close() cut the server connection): nothing was lost upstream.
+      if ((this.#phase as Phase) === 'closed') return;
       const hadState = this.#pins !== 0;
       this.#unpin(PIN_MASK);
       this.#settle('upstream_aborted', 502);
       this.#logRefusal('upstream lost', 'lostConnection', 'lost connection to the database during the command');
-      // Bytes of a result already went out: no clean ERR can follow them.
+      // Bytes of a result already went out: no clean ERR can follow them. In session mode the session is gone.
       if (err.forwarded) this.close();
+      else if (this.#session) this.#fail(1, 'lostConnection', 'Lost connection to the database during the command; the session (wirePoolMode session) ended');
       else this.#send(wireError(1, 'lostConnection', `Lost connection to the database during the command; any open transaction was rolled back${hadState ? ' and the session state (variables, temporary tables, locks) is gone' : ''}`));
       return;
     }
@@ -588,6 +656,13 @@ export class ClientSession {
     if (!conn.alive) {
       // Gone after its answer: whatever it held is gone with it.
       this.#unpin(PIN_MASK);
+    }
+    if (this.#session && conn.alive) {
+      // wirePoolMode 'session': the client keeps its server connection (and slot) until it leaves, as if
+      // connected to the database itself; the hold is no latency sample.
+      this.#conn = conn;
+      this.#heldPinned = true;
+      return;
     }
     if (!conn.alive || (conn.clean && this.#pins === 0)) {
       this.#conn = null;
@@ -635,6 +710,8 @@ export class ClientSession {
     const conn = this.#conn;
     this.#conn = null;
     if (running) {
+      // The statement is stopped upstream too: a cut connection alone leaves it running on the server.
+      if (this.#pool && running.busy) void this.#deps.servers.killQuery(this.#pool, running, false);
       running.destroy();
     } else if (conn) {
       this.#deps.servers.reset(this.#pool ?? undefined, conn);

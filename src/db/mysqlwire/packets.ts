@@ -78,6 +78,7 @@ export const COM = {
   QUERY: 0x03,
   FIELD_LIST: 0x04,
   STATISTICS: 0x09,
+  PROCESS_KILL: 0x0c,
   PING: 0x0e,
   CHANGE_USER: 0x11,
   STMT_PREPARE: 0x16,
