@@ -15,7 +15,7 @@ import type { DataplaneMetrics } from '../../pool-request/release.js';
 import type { Policies } from '../../policies/index.js';
 import type { OutcomeName } from '../../pool-request/exchange.js';
 import { FrameReader, type Packet } from './frame-reader.js';
-import { BASE_CAPABILITIES, CLIENT, COM, MARIADB, STATUS, VARIANT_CAPABILITIES, VARIANT_MARIADB_METADATA, authSwitchPacket, eofPacket, frame, handshakePacket, okPacket } from './packets.js';
+import { BASE_CAPABILITIES, CLIENT, COM, MARIADB, STATUS, VARIANT_CAPABILITIES, VARIANT_MARIADB_METADATA, authSwitchPacket, eofPacket, frame, handshakePacket, okPacket, readNulString } from './packets.js';
 import { parseHandshakeResponse, type HandshakeResponse } from './client-handshake.js';
 import { makeNonce, scrambleMatches } from './scramble.js';
 import { refusalError, wireError, type WireError } from './wire-errors.js';
@@ -29,8 +29,11 @@ import { directReads } from '../direct-reads.js';
 import { killRequest, processKill, type KillRequest } from './kill.js';
 import { LastCheck } from '../wire-recheck.js';
 
-/** Largest client packet: statements and execute packets up to 16 MiB - 1 (no split packets). */
-export const MAX_CLIENT_PACKET = 0xffffff - 1;
+/**
+ * Largest client packet: 64 MiB (MySQL 8's default max_allowed_packet). One of 16 MiB or more comes split
+ * and goes to the server split the same way; the server's own max_allowed_packet applies after this.
+ */
+export const MAX_CLIENT_PACKET = 64 << 20;
 /** Largest login packet (a handshake response with connection attributes is well under this). */
 const MAX_LOGIN_PACKET = 64 * 1024;
 /** Handshake packets are small; a client must finish logging in within this. */
@@ -57,7 +60,8 @@ export interface SessionDeps {
 /** MariaDB's COM_STMT_EXECUTE id for "the statement prepared just before" (pipelined prepare + execute). */
 const LAST_PREPARED = 0xffffffff;
 
-type Phase = 'handshake' | 'switch' | 'command' | 'closed';
+/** `change`: a COM_CHANGE_USER was answered with an auth switch; the client's scramble comes next. */
+type Phase = 'handshake' | 'switch' | 'command' | 'change' | 'closed';
 
 export class ClientSession {
   /** The connection id this client's greeting gave it (what it may name in KILL). */
@@ -66,7 +70,7 @@ export class ClientSession {
   readonly #onClose: (s: ClientSession) => void;
   #socket: Socket;
   readonly #frames = new FrameReader(MAX_LOGIN_PACKET);
-  readonly #nonce = makeNonce();
+  #nonce = makeNonce();
   #phase: Phase = 'handshake';
   #busy = false;
   #hello: HandshakeResponse | null = null;
@@ -104,7 +108,7 @@ export class ClientSession {
   /** The slot held now was held pinned at some point: its hold time is no latency sample. */
   #heldPinned = false;
   /** When #livePool's check last passed. */
-  readonly #lastCheck = new LastCheck();
+  #lastCheck = new LastCheck();
 
   /** Where the TCP connection's bytes go: the packet reader, until a TLS upgrade takes them. */
   #fromTcp: (chunk: Buffer) => void = (c) => this.#onData(c);
@@ -200,6 +204,7 @@ export class ClientSession {
   #packet(p: Packet): void | Promise<void> {
     if (this.#phase === 'handshake') return this.#handshake(p);
     if (this.#phase === 'switch') return this.#authenticate(p.seq, p.payload);
+    if (this.#phase === 'change') return this.#changed(p.seq, p.payload);
     // Every command starts a new exchange at sequence 0. Anything else is a desynchronised client (MariaDB
     // answers 1156 too): running it could execute bytes the client meant as something else, e.g. a
     // START TRANSACTION that commits the open transaction. The session is closed and its transaction rolled back.
@@ -265,16 +270,9 @@ export class ClientSession {
     let keyHash: string | null = null;
     let key: KeyEntry | null = null;
     if (scramble.length > 0) {
-      const now = this.#deps.clock();
-      for (const [hash, entry] of snap.keys) {
-        if (entry.poolId !== pool.id || (entry.expiresAt !== null && entry.expiresAt <= now)) continue;
-        if (scrambleMatches(scramble, this.#nonce, hash, entry)) {
-          keyHash = hash;
-          key = entry;
-          break;
-        }
-      }
-      if (!key) return denied('unknown pool or invalid key');
+      const found = this.#keyFor(pool, scramble);
+      if (!found) return denied('unknown pool or invalid key');
+      [keyHash, key] = found;
     } else if (pool.requireKey) return denied('the pool key is the password');
     if (h.database && h.database !== pool.database.name) {
       return this.#fail(seq + 1, 'dbAccessDenied', `Access denied for user '${h.user}' to database '${h.database}' (the pool's database is '${pool.database.name}')`);
@@ -290,6 +288,61 @@ export class ClientSession {
     this.#loginTimer = null;
     this.#deps.wireLog?.loggedIn({ pool: pool.subdomain, peer: this.#socket.remoteAddress ?? '', user: h.user });
     // fast_auth_success, then OK.
+    this.#send(frame(seq + 1, Buffer.from([0x01, 0x03])));
+    this.#send(okPacket(seq + 2, STATUS.AUTOCOMMIT));
+  }
+
+  /** The live key of `pool` whose caching_sha2_password scramble (over #nonce) is `scramble`. */
+  #keyFor(pool: PoolEntry, scramble: Buffer): [string, KeyEntry] | null {
+    const now = this.#deps.clock();
+    for (const [hash, entry] of this.#deps.snapshots.current.keys) {
+      if (entry.poolId !== pool.id || (entry.expiresAt !== null && entry.expiresAt <= now)) continue;
+      if (scrambleMatches(scramble, this.#nonce, hash, entry)) return [hash, entry];
+    }
+    return null;
+  }
+
+  /**
+   * COM_CHANGE_USER, which pools send to reset a connection: to the same pool (the user names it), the key
+   * is checked again (auth switch to caching_sha2_password with a new nonce) and the session is reset as
+   * COM_RESET_CONNECTION does; to another user it is refused and the session stays as it was (a session's
+   * pool is chosen at login: another pool is another connection).
+   */
+  #changeUser(p: Buffer): void {
+    const u = readNulString(p, 1);
+    if (!u) return this.#send(wireError(1, 'unknownCommand', 'malformed COM_CHANGE_USER'));
+    const pool = this.#pool!;
+    if (u[0].toLowerCase() !== pool.subdomain.toLowerCase()) {
+      this.#logRefusal('change user refused', 'notSupported', `to user '${u[0]}'`);
+      return this.#send(wireError(1, 'notSupported', `COM_CHANGE_USER to another user ('${u[0]}') is not supported by poolgate: the user names the pool (${pool.subdomain}), and another pool needs another connection; this session is unchanged`));
+    }
+    let o = u[1];
+    const authLen = p[o];
+    if (authLen === undefined) return this.#send(wireError(1, 'unknownCommand', 'malformed COM_CHANGE_USER'));
+    o += 1 + authLen;
+    const db = o < p.length ? readNulString(p, o) : null;
+    if (db && db[0] !== '' && db[0] !== pool.database!.name) {
+      return this.#send(wireError(1, 'dbAccessDenied', `Access denied for user '${u[0]}' to database '${db[0]}' (the pool's database is '${pool.database!.name}'); this session is unchanged`));
+    }
+    if (db && db[1] + 2 <= p.length) this.#collation = p[db[1]]!;
+    this.#nonce = makeNonce();
+    this.#phase = 'change';
+    this.#send(authSwitchPacket(1, 'caching_sha2_password', this.#nonce));
+  }
+
+  /** The client's scramble after COM_CHANGE_USER: the session is reset (a wrong key ends it, as a failed login). */
+  #changed(seq: number, scramble: Buffer): void {
+    const pool = this.#pool!;
+    let keyHash: string | null = null;
+    if (scramble.length > 0) {
+      const found = this.#keyFor(pool, scramble);
+      if (!found) return this.#fail(seq + 1, 'accessDenied', `Access denied for user '${pool.subdomain}' (unknown pool or invalid key)`);
+      keyHash = found[0];
+    } else if (pool.requireKey) return this.#fail(seq + 1, 'accessDenied', `Access denied for user '${pool.subdomain}' (the pool key is the password)`);
+    this.#keyHash = keyHash;
+    this.#lastCheck = new LastCheck();
+    this.#phase = 'command';
+    this.#dropSession();
     this.#send(frame(seq + 1, Buffer.from([0x01, 0x03])));
     this.#send(okPacket(seq + 2, STATUS.AUTOCOMMIT));
   }
@@ -377,7 +430,7 @@ export class ClientSession {
         return this.#kill(kill);
       }
       case COM.CHANGE_USER:
-        return this.#send(wireError(1, 'notSupported', 'COM_CHANGE_USER is not supported by poolgate: connect again as the other pool'));
+        return this.#changeUser(p);
       case COM.STMT_FETCH:
         return this.#send(wireError(1, 'notSupported', 'cursors (COM_STMT_FETCH) are not supported by poolgate'));
       default:
@@ -508,6 +561,13 @@ export class ClientSession {
   }
 
   #resetSession(): void {
+    this.#dropSession();
+    this.#send(okPacket(1, STATUS.AUTOCOMMIT));
+  }
+
+  /** Forgets the client's statements and session state; its server connection (if kept) goes back reset. */
+  #dropSession(): void {
+    this.#lastPrepared = 0;
     this.#statements.clear();
     this.#unpin(PIN_MASK);
     const conn = this.#conn;
@@ -516,7 +576,6 @@ export class ClientSession {
       this.#deps.servers.reset(this.#pool ?? undefined, conn);
       this.#settle('proxied', 200);
     }
-    this.#send(okPacket(1, STATUS.AUTOCOMMIT));
   }
 
   /**
