@@ -4,7 +4,7 @@
 // transaction keeps both until the server reports it closed.
 import type { WireLog } from '../wire-log.js';
 import { TLSSocket, type SecureContext } from 'node:tls';
-import { Duplex } from 'node:stream';
+import type { Duplex } from 'node:stream';
 import type { Socket } from 'node:net';
 import { abortableOf, type Admission, type Governor, type Permit } from '../../governor/governor.js';
 import type { Logger } from '../../log.js';
@@ -26,6 +26,7 @@ import { ClientStatement, LONG_DATA_LIMIT, longDataFor, prepareOk, remember } fr
 import type { ResponseKind } from './response-scanner.js';
 import { CLEAR, DIRTY, PIN, PIN_MASK, PIN_REASONS, sessionEffects } from './session-state.js';
 import { directReads } from '../direct-reads.js';
+import { replaying } from '../replay-stream.js';
 import { killRequest, processKill, type KillRequest } from './kill.js';
 import { LastCheck } from '../wire-recheck.js';
 
@@ -779,28 +780,4 @@ export class ClientSession {
     this.#settle(conn && conn.clean && !running ? 'proxied' : 'client_aborted', conn && conn.clean && !running ? 200 : 0);
     this.#onClose(this);
   }
-}
-
-/** A duplex over `raw` that first yields `head` (bytes already read off it). */
-function replaying(raw: Socket, head: Buffer): { stream: Duplex; push: (chunk: Buffer) => void } {
-  const d = new Duplex({
-    read: () => void raw.resume(),
-    write: (chunk: Buffer, _enc, cb) => void raw.write(chunk, cb),
-    final: (cb) => {
-      raw.end();
-      cb();
-    },
-    destroy: (err, cb) => {
-      raw.destroy();
-      cb(err);
-    },
-  });
-  d.push(head);
-  const push = (c: Buffer): void => {
-    if (!d.push(c)) raw.pause();
-  };
-  raw.on('end', () => d.push(null));
-  raw.on('error', (err) => d.destroy(err));
-  raw.on('close', () => d.destroy());
-  return { stream: d, push };
 }
