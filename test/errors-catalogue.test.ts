@@ -80,6 +80,7 @@ t.test('the wire listeners answer with the SQLSTATEs and errnos they always did'
     unknownCommand: [1047, '08S01'],
     notSupported: [1235, '42000'],
     unknownStatement: [1243, 'HY000'],
+    unknownThread: [1094, 'HY000'],
     tooBusy: [1040, '08004'],
     rateLimited: [1226, '42000'],
     unavailable: [1053, '08S01'],

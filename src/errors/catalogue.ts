@@ -51,6 +51,11 @@ export const ERRORS = {
     message: 'Unknown prepared statement handler',
     when: 'COM_STMT_EXECUTE / RESET / SEND_LONG_DATA of a statement id this client never prepared',
   },
+  unknown_thread: {
+    mysql: { errno: 1094, sqlstate: 'HY000' },
+    message: 'Unknown thread id',
+    when: 'a MySQL KILL of an id that is not one of this client\'s sessions (same pool, same key); a KILL poolgate cannot map is refused as not supported',
+  },
   payload_too_large: {
     http: { status: 413 },
     mysql: { errno: 1153, sqlstate: '08S01' },

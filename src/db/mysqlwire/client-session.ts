@@ -4,7 +4,7 @@
 // transaction keeps both until the server reports it closed.
 import type { WireLog } from '../wire-log.js';
 import { TLSSocket, type SecureContext } from 'node:tls';
-import { Duplex } from 'node:stream';
+import type { Duplex } from 'node:stream';
 import type { Socket } from 'node:net';
 import { abortableOf, type Admission, type Governor, type Permit } from '../../governor/governor.js';
 import type { Logger } from '../../log.js';
@@ -15,7 +15,7 @@ import type { DataplaneMetrics } from '../../pool-request/release.js';
 import type { Policies } from '../../policies/index.js';
 import type { OutcomeName } from '../../pool-request/exchange.js';
 import { FrameReader, type Packet } from './frame-reader.js';
-import { BASE_CAPABILITIES, CLIENT, COM, MARIADB, STATUS, VARIANT_CAPABILITIES, VARIANT_MARIADB_METADATA, authSwitchPacket, eofPacket, frame, handshakePacket, okPacket } from './packets.js';
+import { BASE_CAPABILITIES, CLIENT, COM, MARIADB, STATUS, VARIANT_CAPABILITIES, VARIANT_MARIADB_METADATA, authSwitchPacket, eofPacket, frame, handshakePacket, okPacket, readNulString } from './packets.js';
 import { parseHandshakeResponse, type HandshakeResponse } from './client-handshake.js';
 import { makeNonce, scrambleMatches } from './scramble.js';
 import { refusalError, wireError, type WireError } from './wire-errors.js';
@@ -26,10 +26,15 @@ import { ClientStatement, LONG_DATA_LIMIT, longDataFor, prepareOk, remember } fr
 import type { ResponseKind } from './response-scanner.js';
 import { CLEAR, DIRTY, PIN, PIN_MASK, PIN_REASONS, sessionEffects } from './session-state.js';
 import { directReads } from '../direct-reads.js';
+import { replaying } from '../replay-stream.js';
+import { killRequest, processKill, type KillRequest } from './kill.js';
 import { LastCheck } from '../wire-recheck.js';
 
-/** Largest client packet: statements and execute packets up to 16 MiB - 1 (no split packets). */
-export const MAX_CLIENT_PACKET = 0xffffff - 1;
+/**
+ * Largest client packet: 64 MiB (MySQL 8's default max_allowed_packet). One of 16 MiB or more comes split
+ * and goes to the server split the same way; the server's own max_allowed_packet applies after this.
+ */
+export const MAX_CLIENT_PACKET = 64 << 20;
 /** Largest login packet (a handshake response with connection attributes is well under this). */
 const MAX_LOGIN_PACKET = 64 * 1024;
 /** Handshake packets are small; a client must finish logging in within this. */
@@ -49,18 +54,26 @@ export interface SessionDeps {
   tls: SecureContext | null;
   /** Refusals and errors always, successful logins sampled (src/db/wire-log.ts). */
   wireLog?: WireLog;
+  /** The listener's sessions by the id their greeting gave (KILL <id> is mapped through it). */
+  sessions: { byId(id: number): ClientSession | undefined };
 }
 
-type Phase = 'handshake' | 'switch' | 'command' | 'closed';
+/** MariaDB's COM_STMT_EXECUTE id for "the statement prepared just before" (pipelined prepare + execute). */
+const LAST_PREPARED = 0xffffffff;
+
+/** `change`: a COM_CHANGE_USER was answered with an auth switch; the client's scramble comes next. */
+type Phase = 'handshake' | 'switch' | 'command' | 'change' | 'closed';
 
 export class ClientSession {
+  /** The connection id this client's greeting gave it (what it may name in KILL). */
+  readonly id: number;
   readonly #deps: SessionDeps;
   readonly #onClose: (s: ClientSession) => void;
   #socket: Socket;
   /** A session whose login was logged, for its end line (src/db/wire-log.ts). */
   #session: { start: number; user: string; peer: string; transactions: number; reason: string | undefined } | null = null;
   readonly #frames = new FrameReader(MAX_LOGIN_PACKET);
-  readonly #nonce = makeNonce();
+  #nonce = makeNonce();
   #phase: Phase = 'handshake';
   #busy = false;
   #hello: HandshakeResponse | null = null;
@@ -86,6 +99,10 @@ export class ClientSession {
   #idleTimer: NodeJS.Timeout | null = null;
   readonly #statements = new Map<number, ClientStatement>();
   #nextStatement = 1;
+  /** The id of the last COM_STMT_PREPARE that succeeded; 0 after one that failed (MariaDB's direct execute names it by LAST_PREPARED). */
+  #lastPrepared = 0;
+  /** wirePoolMode 'session': the first statement's server connection and slot stay with the client until it leaves. */
+  #session = false;
   readonly #abort = new AbortController();
   /** #abort as the governor takes it (made once per session, not per statement). */
   readonly #abortable = abortableOf(this.#abort.signal);
@@ -94,13 +111,14 @@ export class ClientSession {
   /** The slot held now was held pinned at some point: its hold time is no latency sample. */
   #heldPinned = false;
   /** When #livePool's check last passed. */
-  readonly #lastCheck = new LastCheck();
+  #lastCheck = new LastCheck();
 
   /** Where the TCP connection's bytes go: the packet reader, until a TLS upgrade takes them. */
   #fromTcp: (chunk: Buffer) => void = (c) => this.#onData(c);
 
   /** `accepted` must not be read yet (the listener accepts with pauseOnConnect): its reads are taken over here. */
   constructor(accepted: Socket, id: number, deps: SessionDeps, onClose: (s: ClientSession) => void) {
+    this.id = id;
     this.#deps = deps;
     this.#onClose = onClose;
     const socket = directReads(accepted, (c) => this.#fromTcp(c));
@@ -190,6 +208,7 @@ export class ClientSession {
   #packet(p: Packet): void | Promise<void> {
     if (this.#phase === 'handshake') return this.#handshake(p);
     if (this.#phase === 'switch') return this.#authenticate(p.seq, p.payload);
+    if (this.#phase === 'change') return this.#changed(p.seq, p.payload);
     // Every command starts a new exchange at sequence 0. Anything else is a desynchronised client (MariaDB
     // answers 1156 too): running it could execute bytes the client meant as something else, e.g. a
     // START TRANSACTION that commits the open transaction. The session is closed and its transaction rolled back.
@@ -255,16 +274,9 @@ export class ClientSession {
     let keyHash: string | null = null;
     let key: KeyEntry | null = null;
     if (scramble.length > 0) {
-      const now = this.#deps.clock();
-      for (const [hash, entry] of snap.keys) {
-        if (entry.poolId !== pool.id || (entry.expiresAt !== null && entry.expiresAt <= now)) continue;
-        if (scrambleMatches(scramble, this.#nonce, hash, entry)) {
-          keyHash = hash;
-          key = entry;
-          break;
-        }
-      }
-      if (!key) return denied('unknown pool or invalid key');
+      const found = this.#keyFor(pool, scramble);
+      if (!found) return denied('unknown pool or invalid key');
+      [keyHash, key] = found;
     } else if (pool.requireKey) return denied('the pool key is the password');
     if (h.database && h.database !== pool.database.name) {
       return this.#fail(seq + 1, 'dbAccessDenied', `Access denied for user '${h.user}' to database '${h.database}' (the pool's database is '${pool.database.name}')`);
@@ -273,6 +285,7 @@ export class ClientSession {
     if (refused) return this.#fail(seq + 1, refused[0], refused[1]);
     this.#pool = pool;
     this.#keyHash = keyHash;
+    this.#session = pool.settings.wirePoolMode === 'session';
     this.#phase = 'command';
     this.#frames.limit = MAX_CLIENT_PACKET;
     if (this.#loginTimer) clearTimeout(this.#loginTimer);
@@ -281,6 +294,61 @@ export class ClientSession {
       this.#session = { start: performance.now(), user: h.user, peer: this.#socket.remoteAddress ?? '', transactions: 0, reason: undefined };
     }
     // fast_auth_success, then OK.
+    this.#send(frame(seq + 1, Buffer.from([0x01, 0x03])));
+    this.#send(okPacket(seq + 2, STATUS.AUTOCOMMIT));
+  }
+
+  /** The live key of `pool` whose caching_sha2_password scramble (over #nonce) is `scramble`. */
+  #keyFor(pool: PoolEntry, scramble: Buffer): [string, KeyEntry] | null {
+    const now = this.#deps.clock();
+    for (const [hash, entry] of this.#deps.snapshots.current.keys) {
+      if (entry.poolId !== pool.id || (entry.expiresAt !== null && entry.expiresAt <= now)) continue;
+      if (scrambleMatches(scramble, this.#nonce, hash, entry)) return [hash, entry];
+    }
+    return null;
+  }
+
+  /**
+   * COM_CHANGE_USER, which pools send to reset a connection: to the same pool (the user names it), the key
+   * is checked again (auth switch to caching_sha2_password with a new nonce) and the session is reset as
+   * COM_RESET_CONNECTION does; to another user it is refused and the session stays as it was (a session's
+   * pool is chosen at login: another pool is another connection).
+   */
+  #changeUser(p: Buffer): void {
+    const u = readNulString(p, 1);
+    if (!u) return this.#send(wireError(1, 'unknownCommand', 'malformed COM_CHANGE_USER'));
+    const pool = this.#pool!;
+    if (u[0].toLowerCase() !== pool.subdomain.toLowerCase()) {
+      this.#logRefusal('change user refused', 'notSupported', `to user '${u[0]}'`);
+      return this.#send(wireError(1, 'notSupported', `COM_CHANGE_USER to another user ('${u[0]}') is not supported by poolgate: the user names the pool (${pool.subdomain}), and another pool needs another connection; this session is unchanged`));
+    }
+    let o = u[1];
+    const authLen = p[o];
+    if (authLen === undefined) return this.#send(wireError(1, 'unknownCommand', 'malformed COM_CHANGE_USER'));
+    o += 1 + authLen;
+    const db = o < p.length ? readNulString(p, o) : null;
+    if (db && db[0] !== '' && db[0] !== pool.database!.name) {
+      return this.#send(wireError(1, 'dbAccessDenied', `Access denied for user '${u[0]}' to database '${db[0]}' (the pool's database is '${pool.database!.name}'); this session is unchanged`));
+    }
+    if (db && db[1] + 2 <= p.length) this.#collation = p[db[1]]!;
+    this.#nonce = makeNonce();
+    this.#phase = 'change';
+    this.#send(authSwitchPacket(1, 'caching_sha2_password', this.#nonce));
+  }
+
+  /** The client's scramble after COM_CHANGE_USER: the session is reset (a wrong key ends it, as a failed login). */
+  #changed(seq: number, scramble: Buffer): void {
+    const pool = this.#pool!;
+    let keyHash: string | null = null;
+    if (scramble.length > 0) {
+      const found = this.#keyFor(pool, scramble);
+      if (!found) return this.#fail(seq + 1, 'accessDenied', `Access denied for user '${pool.subdomain}' (unknown pool or invalid key)`);
+      keyHash = found[0];
+    } else if (pool.requireKey) return this.#fail(seq + 1, 'accessDenied', `Access denied for user '${pool.subdomain}' (the pool key is the password)`);
+    this.#keyHash = keyHash;
+    this.#lastCheck = new LastCheck();
+    this.#phase = 'command';
+    this.#dropSession();
     this.#send(frame(seq + 1, Buffer.from([0x01, 0x03])));
     this.#send(okPacket(seq + 2, STATUS.AUTOCOMMIT));
   }
@@ -319,6 +387,8 @@ export class ClientSession {
         return;
       }
       case COM.QUERY: {
+        const kill = killRequest(p);
+        if (kill) return this.#kill(kill);
         const effects = sessionEffects(p, this.#pool!.database!.name, this.#conn !== null && !this.#conn.clean);
         if ((effects & PIN_MASK) !== 0 && this.#pool!.settings.wireSessionState === 'refuse') return this.#refuseState();
         return this.#forward(p, 'result', effects);
@@ -332,7 +402,7 @@ export class ClientSession {
       case COM.STMT_EXECUTE:
         return this.#execute(p);
       case COM.STMT_SEND_LONG_DATA: {
-        const st = p.length >= 7 ? this.#statements.get(p.readUInt32LE(1)) : undefined;
+        const st = p.length >= 7 ? this.#statement(p.readUInt32LE(1)) : undefined;
         // No answer is ever sent to long data; a bad one is reported by the execute.
         if (st) {
           st.longBytes += p.length;
@@ -341,10 +411,10 @@ export class ClientSession {
         return;
       }
       case COM.STMT_CLOSE:
-        if (p.length >= 5) this.#statements.delete(p.readUInt32LE(1));
+        if (p.length >= 5) this.#statements.delete(p.readUInt32LE(1) === LAST_PREPARED ? this.#lastPrepared : p.readUInt32LE(1));
         return;
       case COM.STMT_RESET: {
-        const st = p.length >= 5 ? this.#statements.get(p.readUInt32LE(1)) : undefined;
+        const st = p.length >= 5 ? this.#statement(p.readUInt32LE(1)) : undefined;
         if (!st) return this.#send(wireError(1, 'unknownStatement', 'Unknown prepared statement handler given to mysqld_stmt_reset'));
         st.longData = [];
         st.longBytes = 0;
@@ -361,14 +431,24 @@ export class ClientSession {
       }
       case COM.RESET_CONNECTION:
         return this.#resetSession();
+      case COM.PROCESS_KILL: {
+        const kill = processKill(p);
+        if (!kill) return this.#send(wireError(1, 'unknownCommand', 'malformed COM_PROCESS_KILL'));
+        return this.#kill(kill);
+      }
       case COM.CHANGE_USER:
-        return this.#send(wireError(1, 'notSupported', 'COM_CHANGE_USER is not supported by poolgate: connect again as the other pool'));
+        return this.#changeUser(p);
       case COM.STMT_FETCH:
         return this.#send(wireError(1, 'notSupported', 'cursors (COM_STMT_FETCH) are not supported by poolgate'));
       default:
         // Binlog and replication commands, shutdown, process kill/info, debug, ...: refused without closing.
         return this.#send(wireError(1, p[0]! <= 0x1f ? 'notSupported' : 'unknownCommand', `command 0x${p[0]!.toString(16)} is not supported by poolgate`));
     }
+  }
+
+  /** A client statement by id; LAST_PREPARED names the one prepared just before (none when that prepare failed). */
+  #statement(id: number): ClientStatement | undefined {
+    return this.#statements.get(id === LAST_PREPARED ? this.#lastPrepared : id);
   }
 
   #status(): number {
@@ -430,6 +510,8 @@ export class ClientSession {
   }
 
   async #prepare(p: Buffer): Promise<void> {
+    this.#lastPrepared = 0;
+    if (killRequest(p)) return this.#send(wireError(1, 'notSupported', 'KILL cannot be prepared through poolgate: send it as a query (KILL [QUERY] <connection id>)'));
     const payload = Buffer.from(p);
     await this.#withServer(async (conn) => {
       const a = await conn.run(frame(0, payload), 'prepare', null);
@@ -438,7 +520,9 @@ export class ClientSession {
         const st = new ClientStatement(payload, ok.params, sessionEffects(payload, this.#pool!.database!.name, false));
         remember(conn, st.key, { id: ok.id, params: ok.params });
         const id = this.#nextStatement++;
+        if (this.#nextStatement >= LAST_PREPARED) this.#nextStatement = 1;
         this.#statements.set(id, st);
+        this.#lastPrepared = id;
         // The answer as the server sent it, with poolgate's statement id.
         a.bytes!.writeUInt32LE(id, 5);
       }
@@ -448,7 +532,7 @@ export class ClientSession {
   }
 
   async #execute(p: Buffer): Promise<void> {
-    const st = p.length >= 10 ? this.#statements.get(p.readUInt32LE(1)) : undefined;
+    const st = p.length >= 10 ? this.#statement(p.readUInt32LE(1)) : undefined;
     if (!st) return this.#send(wireError(1, 'unknownStatement', 'Unknown prepared statement handler given to mysqld_stmt_execute'));
     if ((p[5]! & 0x07) !== 0) return this.#send(wireError(1, 'notSupported', 'cursors are not supported by poolgate: execute without a cursor type'));
     if (st.longBytes > LONG_DATA_LIMIT) {
@@ -484,6 +568,13 @@ export class ClientSession {
   }
 
   #resetSession(): void {
+    this.#dropSession();
+    this.#send(okPacket(1, STATUS.AUTOCOMMIT));
+  }
+
+  /** Forgets the client's statements and session state; its server connection (if kept) goes back reset. */
+  #dropSession(): void {
+    this.#lastPrepared = 0;
     this.#statements.clear();
     this.#unpin(PIN_MASK);
     const conn = this.#conn;
@@ -492,7 +583,41 @@ export class ClientSession {
       this.#deps.servers.reset(this.#pool ?? undefined, conn);
       this.#settle('proxied', 200);
     }
-    this.#send(okPacket(1, STATUS.AUTOCOMMIT));
+  }
+
+  /**
+   * KILL [QUERY] <id>: `id` is a greeting id. Only the client's own sessions may be named: the same pool
+   * logged in with the same key (the mariadb CLI's Ctrl-C and the connectors' destroy() send KILL from a
+   * second connection with the same credentials), as a server lets a user kill only its own threads. Any
+   * other id is 1094, as the server answers for a thread that does not exist. KILL QUERY stops the
+   * statement the session is running (KILL QUERY upstream, from a separate server connection);
+   * KILL [CONNECTION] ends the session (its statement killed upstream, its transaction rolled back).
+   */
+  #kill(k: KillRequest): void {
+    if (k.kind === 'unmapped') {
+      return this.#send(wireError(1, 'notSupported', 'poolgate maps only KILL [CONNECTION | QUERY] <connection id>, sent alone; KILL USER, KILL QUERY ID and KILL inside PREPARE, EXECUTE IMMEDIATE or with other statements are not supported'));
+    }
+    const target = this.#deps.sessions.byId(k.id);
+    if (!target || !target.#ownedBy(this)) return this.#send(wireError(1, 'unknownThread', `Unknown thread id: ${k.id}`));
+    if (k.kind === 'query') {
+      target.#killQuery();
+      this.#send(okPacket(1, this.#status()));
+      return;
+    }
+    // Killing its own connection ends it, as the server does (no answer comes back).
+    if (target !== this) this.#send(okPacket(1, this.#status()));
+    target.close();
+  }
+
+  /** Whether `other` logged in to the same pool with the same key (or both without one). */
+  #ownedBy(other: ClientSession): boolean {
+    return this.#phase === 'command' && this.#pool !== null && other.#pool !== null && this.#pool.id === other.#pool.id && this.#keyHash === other.#keyHash;
+  }
+
+  /** Stops the statement running now, if any (its server connection is not reused: a late KILL QUERY could land on the next one). */
+  #killQuery(): void {
+    const running = this.#running;
+    if (running && this.#pool) void this.#deps.servers.killQuery(this.#pool, running, false);
   }
 
   /** The pool as the current snapshot has it, checked again on every admission (suspension, key revocation). */
@@ -579,12 +704,15 @@ export class ClientSession {
       if (!(err instanceof ServerLost)) throw err;
       this.#running = null;
       this.#conn = null;
+      // The client left mid-command (close() cut the server connection): nothing was lost upstream.
+      if ((this.#phase as Phase) === 'closed') return;
       const hadState = this.#pins !== 0;
       this.#unpin(PIN_MASK);
       this.#settle('upstream_aborted', 502);
       this.#logRefusal('upstream lost', 'lostConnection', 'lost connection to the database during the command');
-      // Bytes of a result already went out: no clean ERR can follow them.
+      // Bytes of a result already went out: no clean ERR can follow them. In session mode the session is gone.
       if (err.forwarded) this.close();
+      else if (this.#session) this.#fail(1, 'lostConnection', 'Lost connection to the database during the command; the session (wirePoolMode session) ended');
       else this.#send(wireError(1, 'lostConnection', `Lost connection to the database during the command; any open transaction was rolled back${hadState ? ' and the session state (variables, temporary tables, locks) is gone' : ''}`));
       return;
     }
@@ -594,6 +722,13 @@ export class ClientSession {
     if (!conn.alive) {
       // Gone after its answer: whatever it held is gone with it.
       this.#unpin(PIN_MASK);
+    }
+    if (this.#session && conn.alive) {
+      // wirePoolMode 'session': the client keeps its server connection (and slot) until it leaves, as if
+      // connected to the database itself; the hold is no latency sample.
+      this.#conn = conn;
+      this.#heldPinned = true;
+      return;
     }
     if (!conn.alive || (conn.clean && this.#pins === 0)) {
       this.#conn = null;
@@ -642,6 +777,8 @@ export class ClientSession {
     const conn = this.#conn;
     this.#conn = null;
     if (running) {
+      // The statement is stopped upstream too: a cut connection alone leaves it running on the server.
+      if (this.#pool && running.busy) void this.#deps.servers.killQuery(this.#pool, running, false);
       running.destroy();
     } else if (conn) {
       this.#deps.servers.reset(this.#pool ?? undefined, conn);
@@ -657,28 +794,4 @@ export class ClientSession {
       });
     }
   }
-}
-
-/** A duplex over `raw` that first yields `head` (bytes already read off it). */
-function replaying(raw: Socket, head: Buffer): { stream: Duplex; push: (chunk: Buffer) => void } {
-  const d = new Duplex({
-    read: () => void raw.resume(),
-    write: (chunk: Buffer, _enc, cb) => void raw.write(chunk, cb),
-    final: (cb) => {
-      raw.end();
-      cb();
-    },
-    destroy: (err, cb) => {
-      raw.destroy();
-      cb(err);
-    },
-  });
-  d.push(head);
-  const push = (c: Buffer): void => {
-    if (!d.push(c)) raw.pause();
-  };
-  raw.on('end', () => d.push(null));
-  raw.on('error', (err) => d.destroy(err));
-  raw.on('close', () => d.destroy());
-  return { stream: d, push };
 }

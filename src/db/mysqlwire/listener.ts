@@ -42,7 +42,8 @@ export class MysqlListener {
   /** What the greeting announces (server-identity.ts). */
   readonly identity: ServerIdentity;
   readonly #server: Server;
-  readonly #sessions = new Set<ClientSession>();
+  /** Every session by the connection id its greeting gave (KILL <id> names one). */
+  readonly #sessions = new Map<number, ClientSession>();
   #nextId = 1;
   #port = 0;
   #closing: Promise<void> | null = null;
@@ -75,6 +76,7 @@ export class MysqlListener {
       log: opts.log,
       tls,
       wireLog: new WireLog(opts.log, 'mysqlwire', opts.logSample ?? 1),
+      sessions: { byId: (id: number) => this.#sessions.get(id) },
     };
     // Accepted paused: each session's reads are taken over before anything is read (direct-reads.ts).
     this.#server = createServer({ pauseOnConnect: true }, (socket: Socket) => {
@@ -82,9 +84,13 @@ export class MysqlListener {
         socket.destroy();
         return;
       }
-      const id = this.#nextId++;
-      if (this.#nextId > 0x7fffffff) this.#nextId = 1;
-      this.#sessions.add(new ClientSession(socket, id, deps, (s) => this.#sessions.delete(s)));
+      // An id still in use is skipped after a wrap: KILL must name exactly one session.
+      let id = this.#nextId;
+      while (this.#sessions.has(id)) id = id >= 0x7fffffff ? 1 : id + 1;
+      this.#nextId = id >= 0x7fffffff ? 1 : id + 1;
+      this.#sessions.set(id, new ClientSession(socket, id, deps, (s) => {
+        if (this.#sessions.get(s.id) === s) this.#sessions.delete(s.id);
+      }));
     });
   }
 
@@ -108,7 +114,7 @@ export class MysqlListener {
   /** Client sessions, those in a transaction, and upstream connections open (for tests and diagnostics). */
   counts(poolId?: number): { clients: number; inTransaction: number; serverConnections: number } {
     let inTransaction = 0;
-    for (const s of this.#sessions) if (s.pinned) inTransaction++;
+    for (const s of this.#sessions.values()) if (s.pinned) inTransaction++;
     return { clients: this.#sessions.size, inTransaction, serverConnections: this.servers.openCount(poolId) };
   }
 
@@ -116,7 +122,7 @@ export class MysqlListener {
   close(): Promise<void> {
     this.#closing ??= (async () => {
       const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
-      for (const s of [...this.#sessions]) s.close();
+      for (const s of [...this.#sessions.values()]) s.close();
       await closed;
       this.identity.close();
       this.servers.close();

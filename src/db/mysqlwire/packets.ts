@@ -78,6 +78,7 @@ export const COM = {
   QUERY: 0x03,
   FIELD_LIST: 0x04,
   STATISTICS: 0x09,
+  PROCESS_KILL: 0x0c,
   PING: 0x0e,
   CHANGE_USER: 0x11,
   STMT_PREPARE: 0x16,
@@ -90,11 +91,31 @@ export const COM = {
   RESET_CONNECTION: 0x1f,
 } as const;
 
+function header(len: number, seq: number): Buffer {
+  const h = Buffer.allocUnsafe(4);
+  h.writeUIntLE(len, 0, 3);
+  h[3] = seq & 0xff;
+  return h;
+}
+
 /** utf8mb4_general_ci: the collation poolgate announces. */
 export const DEFAULT_COLLATION = 45;
 
-/** Frames `payload` as one packet with sequence id `seq` (payload under 16 MiB). */
+/**
+ * Frames `payload` as one packet with sequence id `seq`; a payload of 16 MiB - 1 or more is split as the
+ * protocol does (pieces of 0xFFFFFF bytes with rising sequence ids, then a shorter one, maybe empty).
+ */
 export function frame(seq: number, payload: Buffer): Buffer {
+  if (payload.length >= MAX_PAYLOAD) {
+    const pieces: Buffer[] = [];
+    let at = 0;
+    for (;;) {
+      const n = Math.min(MAX_PAYLOAD, payload.length - at);
+      pieces.push(header(n, seq++), payload.subarray(at, at + n));
+      at += n;
+      if (n < MAX_PAYLOAD) return Buffer.concat(pieces);
+    }
+  }
   const out = Buffer.allocUnsafe(4 + payload.length);
   out.writeUIntLE(payload.length, 0, 3);
   out[3] = seq & 0xff;

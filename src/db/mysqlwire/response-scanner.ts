@@ -25,13 +25,19 @@ export class ResponseScanner {
   readonly #peek = Buffer.alloc(PEEK);
   #peekHave = 0;
   #continued = false;
-  /** The server status flags last seen (ERR packets carry none: the previous flags stand). */
+  /** The server status flags last seen (ERR packets carry none: the previous flags stand, so start() takes them). */
   status = 0;
   /** The answer ended with an ERR packet. */
   error = false;
 
-  start(kind: ResponseKind): void {
+  /**
+   * `status`: the connection's flags before the command. An answer that is only an ERR carries none, and
+   * they stand; starting from 0 instead would read as "autocommit off, in a transaction" and keep the
+   * connection with the client (an error as the first answer on a new connection).
+   */
+  start(kind: ResponseKind, status: number): void {
     this.#kind = kind;
+    this.status = status;
     this.#state = kind === 'fields' ? 'defs' : 'first';
     this.#count = 0;
     this.#sections = [];

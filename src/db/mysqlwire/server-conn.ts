@@ -100,7 +100,7 @@ export class ServerConn {
   run(cmd: Buffer, kind: ResponseKind, sink: Socket | null): Promise<Answer> {
     if (this.#gone) return Promise.reject(new ServerLost(false));
     if (this.#job) return Promise.reject(new Error('server connection busy'));
-    this.#scanner.start(kind);
+    this.#scanner.start(kind, this.status);
     this.commands++;
     return new Promise((resolve, reject) => {
       this.#job = { resolve, reject, sink, chunks: [], forwarded: false };

@@ -197,17 +197,17 @@ export class ServerPool {
   /**
    * Stops the statement running on `conn` (its deadline passed): `KILL QUERY` from a separate session of
    * the same role, outside the pool's count; if that fails or the statement has not stopped within the
-   * grace, the connection is cut. The client then gets the server's ERR (or ERR 1317 naming the lost connection).
+   * grace, the connection is cut (unless `cutAfterGrace` is false: a client's own KILL QUERY, or a connection
+   * cut already). The client then gets the server's ERR (or ERR 1317 naming the lost connection).
    */
-  async killQuery(pool: PoolEntry, conn: ServerConn): Promise<void> {
+  async killQuery(pool: PoolEntry, conn: ServerConn, cutAfterGrace = true): Promise<void> {
     const command = conn.commands;
     if (!conn.busy) return;
     conn.doomed = true;
     const cut = () => {
       if (conn.busy && conn.commands === command) conn.destroy();
     };
-    const grace = setTimeout(cut, KILL_GRACE_MS);
-    grace.unref();
+    if (cutAfterGrace) setTimeout(cut, KILL_GRACE_MS).unref();
     let killer: ServerConn | null = null;
     try {
       killer = new ServerConn(await upstreamLogin(this.#target(pool, 0, 45)), 0, 45, '');

@@ -34,7 +34,7 @@ const lower = (b: number) => (b >= 0x41 && b <= 0x5a ? b | 0x20 : b);
 const isWord = (b: number | undefined) => b !== undefined && ((b | 0x20) >= 0x61 && (b | 0x20) <= 0x7a || (b >= 0x30 && b <= 0x39) || b === 0x5f || b === 0x24);
 
 /** Skips spaces and comments from `i`; `/*!` (versioned) comments are code, so only their opening is skipped. */
-function skipBlank(p: Buffer, i: number): number {
+export function skipBlank(p: Buffer, i: number): number {
   for (;;) {
     while (i < p.length && SPACE.has(p[i]!)) i++;
     if (p[i] === 0x2f && p[i + 1] === 0x2a) {
@@ -55,7 +55,7 @@ function skipBlank(p: Buffer, i: number): number {
 }
 
 /** Whether the word at `i` is `word` (lower case) followed by a non-word byte. */
-function wordAt(p: Buffer, i: number, word: string): boolean {
+export function wordAt(p: Buffer, i: number, word: string): boolean {
   if (i + word.length > p.length) return false;
   for (let k = 0; k < word.length; k++) if (lower(p[i + k]!) !== word.charCodeAt(k)) return false;
   return !isWord(p[i + word.length]);

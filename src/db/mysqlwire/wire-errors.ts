@@ -24,6 +24,8 @@ export const WIRE_ERROR = {
   notSupported: mysqlError('not_implemented'),
   /** COM_STMT_EXECUTE / SEND_LONG_DATA of a statement id this client never prepared. */
   unknownStatement: mysqlError('unknown_statement'),
+  /** KILL of an id that is not one of the client's own sessions (poolgate's greeting ids, never server thread ids). */
+  unknownThread: mysqlError('unknown_thread'),
   /** Governor: the pool's queue is full, or no slot opened within the queue wait (both 1040). */
   tooBusy: mysqlError('too_many_requests'),
   /** Governor: the pool's RPM gate is shut. */

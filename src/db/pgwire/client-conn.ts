@@ -25,6 +25,8 @@ import { ClientStatements, type Expect, QUERY_END, SYNC } from './statements.js'
 import { Outbox } from './outbox.js';
 import { ALL_PINS, NONE, PIN, PIN_REASONS, queryEffect, statementEffect, type Effect } from './pinning.js';
 import { directReads } from '../direct-reads.js';
+import { replaying } from '../replay-stream.js';
+import type { Duplex } from 'node:stream';
 import { LastCheck } from '../wire-recheck.js';
 
 /** Where pinned clients are counted, by kind of session state. */
@@ -177,7 +179,8 @@ export class ClientConn implements ServerLink {
     this.address = accepted.remoteAddress ?? '';
     this.#reader = new FrameReader(MAX_STARTUP_BYTES, true);
     this.#statements = new ClientStatements(ctx.maxPreparedStatements);
-    const socket = directReads(accepted, (chunk) => this.#onData(chunk));
+    // After direct TLS starts, the connection's bytes go to the stream TLS reads (#directTls).
+    const socket = directReads(accepted, (chunk) => (this.#direct ? this.#direct(chunk) : this.#onData(chunk)));
     this.tcp = socket;
     this.#socket = socket;
     socket.setNoDelay(true);
@@ -185,6 +188,11 @@ export class ClientConn implements ServerLink {
     this.#loginTimer = setTimeout(() => this.#fatal(SQLSTATE.protocolViolation, 'login timed out'), ctx.loginTimeoutMs);
     this.#loginTimer.unref();
   }
+
+  /** Some byte came before any TLS: a 0x16 later is no ClientHello. */
+  #heardFirst = false;
+  /** Direct TLS: where the connection's raw bytes go (the stream under the TLSSocket). */
+  #direct: ((chunk: Buffer) => void) | null = null;
 
   /** The client has gone (read through a getter: it changes across awaits). */
   /** When the logged login finished (null: this session's login was not logged, nor is its end). */
@@ -213,6 +221,10 @@ export class ClientConn implements ServerLink {
 
   #onData(chunk: Buffer): void {
     if (this.#gone) return;
+    // A TLS ClientHello (record type 0x16) as the very first byte: direct TLS negotiation (PostgreSQL 17's
+    // sslnegotiation=direct), with no SSLRequest before it.
+    if (this.#phase === 'first' && !this.#heardFirst && chunk.length > 0 && chunk[0] === 0x16 && !(this.#socket instanceof TLSSocket)) return this.#directTls(chunk);
+    if (chunk.length > 0) this.#heardFirst = true;
     this.#inChunk = true;
     const err = this.#reader.push(chunk, this.#onFrame);
     this.#inChunk = false;
@@ -288,19 +300,54 @@ export class ClientConn implements ServerLink {
     }
   }
 
+  /**
+   * Direct TLS: with a certificate, TLS starts on the bytes already read (the ClientHello), and the client
+   * must choose ALPN `postgresql` as PostgreSQL 17 demands (a client that names another protocol gets TLS's
+   * own no_application_protocol alert). Without one, the connection is closed at once, logged as what it
+   * is: a TLS client cannot read a plaintext error.
+   */
+  #directTls(hello: Buffer): void {
+    if (!this.#ctx.tls) {
+      this.#ctx.wireLog.refused('login refused', { pool: null, peer: this.address, code: SQLSTATE.protocolViolation, message: 'direct TLS negotiation (sslnegotiation=direct), but the listener has no certificate (wireTlsCertFile)' });
+      this.#socket.destroy();
+      this.#closed();
+      return;
+    }
+    this.#phase = 'tls';
+    const raw = this.#socket;
+    raw.removeAllListeners('error');
+    raw.removeAllListeners('close');
+    const replay = replaying(raw, hello);
+    this.#direct = replay.push;
+    const tls = this.#tlsOver(replay.stream, true);
+    this.#socket = tls;
+    this.#attach(tls);
+  }
+
+  /** The TLS server side over `under`; `direct`: ALPN `postgresql` is required. */
+  #tlsOver(under: Duplex | Socket, direct: boolean): TLSSocket {
+    const tls = new TLSSocket(under, { isServer: true, secureContext: this.#ctx.tls!, ALPNProtocols: ['postgresql'] });
+    tls.on('data', (chunk: Buffer) => this.#onData(chunk));
+    tls.on('secure', () => {
+      if (direct && tls.alpnProtocol !== 'postgresql') {
+        this.#ctx.wireLog.refused('login refused', { pool: null, peer: this.address, code: SQLSTATE.protocolViolation, message: 'direct TLS negotiation without ALPN postgresql' });
+        tls.destroy();
+        return;
+      }
+      const name = (tls as TLSSocket & { servername?: string | false }).servername;
+      this.#servername = typeof name === 'string' ? name : null;
+      this.#phase = 'first';
+    });
+    return tls;
+  }
+
   #startTls(): void {
     this.#phase = 'tls';
     const raw = this.#socket;
     raw.removeAllListeners('data');
     raw.write(SSL_YES);
     // TLS reads the connection's handle itself from here on: only the decrypted bytes reach #onData.
-    const tls = new TLSSocket(raw, { isServer: true, secureContext: this.#ctx.tls! });
-    tls.on('data', (chunk: Buffer) => this.#onData(chunk));
-    tls.on('secure', () => {
-      const name = (tls as TLSSocket & { servername?: string | false }).servername;
-      this.#servername = typeof name === 'string' ? name : null;
-      this.#phase = 'first';
-    });
+    const tls = this.#tlsOver(raw, false);
     this.#socket = tls;
     this.#attach(tls);
   }
