@@ -102,7 +102,7 @@ export class ClientSession {
   /** The id of the last COM_STMT_PREPARE that succeeded; 0 after one that failed (MariaDB's direct execute names it by LAST_PREPARED). */
   #lastPrepared = 0;
   /** wirePoolMode 'session': the first statement's server connection and slot stay with the client until it leaves. */
-  #session = false;
+  #sessionMode = false;
   readonly #abort = new AbortController();
   /** #abort as the governor takes it (made once per session, not per statement). */
   readonly #abortable = abortableOf(this.#abort.signal);
@@ -285,7 +285,7 @@ export class ClientSession {
     if (refused) return this.#fail(seq + 1, refused[0], refused[1]);
     this.#pool = pool;
     this.#keyHash = keyHash;
-    this.#session = pool.settings.wirePoolMode === 'session';
+    this.#sessionMode = pool.settings.wirePoolMode === 'session';
     this.#phase = 'command';
     this.#frames.limit = MAX_CLIENT_PACKET;
     if (this.#loginTimer) clearTimeout(this.#loginTimer);
@@ -712,7 +712,7 @@ export class ClientSession {
       this.#logRefusal('upstream lost', 'lostConnection', 'lost connection to the database during the command');
       // Bytes of a result already went out: no clean ERR can follow them. In session mode the session is gone.
       if (err.forwarded) this.close();
-      else if (this.#session) this.#fail(1, 'lostConnection', 'Lost connection to the database during the command; the session (wirePoolMode session) ended');
+      else if (this.#sessionMode) this.#fail(1, 'lostConnection', 'Lost connection to the database during the command; the session (wirePoolMode session) ended');
       else this.#send(wireError(1, 'lostConnection', `Lost connection to the database during the command; any open transaction was rolled back${hadState ? ' and the session state (variables, temporary tables, locks) is gone' : ''}`));
       return;
     }
@@ -723,7 +723,7 @@ export class ClientSession {
       // Gone after its answer: whatever it held is gone with it.
       this.#unpin(PIN_MASK);
     }
-    if (this.#session && conn.alive) {
+    if (this.#sessionMode && conn.alive) {
       // wirePoolMode 'session': the client keeps its server connection (and slot) until it leaves, as if
       // connected to the database itself; the hold is no latency sample.
       this.#conn = conn;
