@@ -32,14 +32,14 @@ if (skip) {
       ([rows]) => ({ rows }),
       (err: { errno?: number }) => ({ err }),
     );
-    t.ok(await until(async () => (await sleeping('20')) === 1, 10_000), 'the statement runs upstream');
+    t.ok(await until('the statement runs upstream', async () => (await sleeping('20')) === 1, 10_000), 'the statement runs upstream');
     await b.query(`KILL QUERY ${a.threadId}`);
     const r = await q;
     const ms = performance.now() - started;
     t.ok(ms < 10_000, `A's statement ended after ${Math.round(ms)} ms, not 20 s (${JSON.stringify(r)})`);
-    t.ok(await until(async () => (await sleeping('20')) === 0, 5_000), 'nothing sleeps upstream');
+    t.ok(await until('nothing sleeps upstream', async () => (await sleeping('20')) === 0, 5_000), 'nothing sleeps upstream');
     t.same((await a.query('SELECT 1 AS one'))[0], [{ one: 1 }], "A's session goes on");
-    t.ok(await until(() => governor.state(w.poolId).inFlight === 0), 'no slot held');
+    t.ok(await until('no slot held', () => governor.state(w.poolId).inFlight === 0), 'no slot held');
     await Promise.all([a.end(), b.end()]);
   });
 
@@ -70,7 +70,7 @@ if (skip) {
     await a.query('INSERT INTO t VALUES (2)');
     await b.query(`KILL ${a.threadId}`);
     await t.rejects(a.query('SELECT 1'), 'A is disconnected');
-    t.ok(await until(async () => ((await direct.query('SELECT COUNT(*) AS n FROM t'))[0] as Array<{ n: number }>)[0]!.n == 0), 'its insert was rolled back');
+    t.ok(await until('its insert was rolled back', async () => ((await direct.query('SELECT COUNT(*) AS n FROM t'))[0] as Array<{ n: number }>)[0]!.n == 0), 'its insert was rolled back');
     t.same((await b.query('SELECT 1 AS one'))[0], [{ one: 1 }], 'the killer goes on');
     await b.end();
   });
@@ -91,11 +91,11 @@ if (skip) {
   t.test("MariaDB Connector/Node.js: destroy() during a query stops it upstream", async (t) => {
     const conn = await mariadb.createConnection({ host: '127.0.0.1', port: w.port, user: w.sub, password: w.key, database: w.db, connectTimeout: 20_000 });
     const q = conn.query('SELECT SLEEP(20)').catch((err: Error) => err);
-    t.ok(await until(async () => (await sleeping('20')) === 1, 10_000), 'the statement runs upstream');
+    t.ok(await until('the statement runs upstream', async () => (await sleeping('20')) === 1, 10_000), 'the statement runs upstream');
     const started = performance.now();
     conn.destroy();
     t.ok((await q) instanceof Error, 'the query ends with an error');
-    t.ok(await until(async () => (await sleeping('20')) === 0, 8_000), `nothing sleeps upstream after ${Math.round(performance.now() - started)} ms`);
-    t.ok(await until(() => governor.state(w.poolId).inFlight === 0), 'no slot held');
+    t.ok(await until('nothing sleeps upstream', async () => (await sleeping('20')) === 0, 8_000), `nothing sleeps upstream after ${Math.round(performance.now() - started)} ms`);
+    t.ok(await until('no slot held', () => governor.state(w.poolId).inFlight === 0), 'no slot held');
   });
 }

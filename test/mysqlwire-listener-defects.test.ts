@@ -73,10 +73,10 @@ if (skip) {
     t.same((await b.query('SELECT @mine AS m'))[0], [{ m: null }], "B does not see A's session");
     t.same((await a.query('SELECT @mine AS m'))[0], [{ m: 7 }], 'A does');
     await a.end();
-    t.ok(await until(() => governor.state(w.poolId).inFlight === 1), "A's slot comes back when it leaves");
+    t.ok(await until("A's slot back", () => governor.state(w.poolId).inFlight === 1), "A's slot comes back when it leaves");
     const c = await w.connect();
     t.not(await id(c), b1, 'a new session does not get the connection B holds');
     await Promise.all([b.end(), c.end()]);
-    t.ok(await until(() => governor.state(w.poolId).inFlight === 0), 'every slot back');
+    t.ok(await until('every slot back', () => governor.state(w.poolId).inFlight === 0), 'every slot back');
   });
 }

@@ -55,7 +55,7 @@ t.test('accepted async jobs and their deliveries survive the store lost and back
   t.ok(await when(async () => (await control()).status === 503, 10_000), 'the store is away (the Control API says 503)');
   // The jobs' origin calls end during the outage: their results cannot be written yet.
   await new Promise((r) => setTimeout(r, 2000));
-  pg.start();
+  await pg.start();
   t.ok(await when(async () => (await control()).status === 200, 20_000), 'the store is back');
 
   const terminal = new Map<string, string>();

@@ -60,7 +60,7 @@ t.test('the store lost and back under load', { skip }, async (t) => {
   t.ok(statuses.length > 0 && statuses.every((s) => s === 200), `pool traffic kept flowing from the snapshot (${statuses.length} requests, all 200)`);
 
   const startedAt = performance.now();
-  pg.start();
+  await pg.start();
   const back = await when(async () => (await control()).status === 200, 20_000);
   t.comment(JSON.stringify({ controlDownAfterMs: down && Math.round(down - killedAt), pgStartMs: Math.round(performance.now() - startedAt), controlBackAfterStartMs: back && Math.round(back - startedAt), poolRequests: statuses.length, poolNon200: statuses.filter((x) => x !== 200).length }));
   t.ok(back, 'the Control API answers again by itself once the store is back');

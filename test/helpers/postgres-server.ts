@@ -1,6 +1,6 @@
 // A private PostgreSQL from the machine's initdb and pg_ctl, on a temp dir and a free loopback port, for tests
 // that SIGKILL the store and start it again. As root, the server runs as the `postgres` user (initdb refuses root).
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { chmodSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,13 +10,23 @@ export interface PostgresServer {
   url: string;
   /** SIGKILLs the postmaster (its backends exit with it). */
   kill(): void;
-  start(): void;
+  start(): Promise<void>;
   stop(): void;
 }
 
+function command(cmd: string, args: string[]): [string, string[]] {
+  return process.getuid?.() === 0 ? ['su', ['postgres', '-c', [cmd, ...args.map((a) => `'${a}'`)].join(' ')]] : [cmd, args];
+}
+
 function run(cmd: string, args: string[]): void {
-  if (process.getuid?.() === 0) execFileSync('su', ['postgres', '-c', [cmd, ...args.map((a) => `'${a}'`)].join(' ')], { stdio: 'ignore' });
-  else execFileSync(cmd, args, { stdio: 'ignore' });
+  const [file, argv] = command(cmd, args);
+  execFileSync(file, argv, { stdio: 'ignore' });
+}
+
+/** Without blocking this process's event loop (a service under test runs in it). */
+function runAsync(cmd: string, args: string[]): Promise<void> {
+  const [file, argv] = command(cmd, args);
+  return new Promise((resolve, reject) => execFile(file, argv, (err) => (err ? reject(err) : resolve())));
 }
 
 export async function startPostgresServer(): Promise<PostgresServer> {
@@ -27,8 +37,23 @@ export async function startPostgresServer(): Promise<PostgresServer> {
   const port = await freePort();
   run('initdb', ['-D', data, '-A', 'trust', '-U', 'postgres', '--no-sync']);
   const opts = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off`;
-  const start = () => run('pg_ctl', ['-D', data, '-o', opts, '-l', join(dir, 'log'), '-w', 'start']);
-  start();
+  const pgStart = ['-D', data, '-o', opts, '-l', join(dir, 'log'), '-w', 'start'];
+  run('pg_ctl', pgStart);
+  /**
+   * Starts it again after kill(): the killed postmaster's backends hold its shared memory until each notices
+   * it is gone (an idle one at once, a busy one after its statement), and a new postmaster refuses to start
+   * until then, as it would for an operator's restart: retried for up to 15 s.
+   */
+  const start = async () => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await runAsync('pg_ctl', pgStart);
+      } catch (err) {
+        if (attempt >= 30) throw err;
+        await new Promise((r) => setTimeout(r, 500));
+      }
+    }
+  };
   return {
     url: `postgres://postgres@127.0.0.1:${port}/postgres`,
     kill() {
