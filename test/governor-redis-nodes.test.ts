@@ -23,6 +23,7 @@ import { selfSignedCert, startOrigin } from './helpers/origin.js';
 import { needServer, REDIS_URL } from './helpers/servers.js';
 import { freePort, startRedisServer } from './helpers/redis-server.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
+import { dataplaneNodeEnv } from './helpers/failover-load.js';
 
 const ROOT = fromRoot();
 /** A database index of its own, so this test's pool ids cannot meet another run's keys on the shared Redis. */
@@ -115,24 +116,7 @@ t.test('N dataplane processes share one max_concurrent through Redis', { skip: s
   await createPool('two-nodes');
   await createPool('four-nodes');
 
-  const env = {
-    DATABASE_URL: control.config.databaseUrl!,
-    REDIS_URL: NODES_REDIS,
-    POOLGATE_PROXY_PORT: '0',
-    POOLGATE_METRICS_PORT: '0',
-    POOLGATE_CONTROL_PORT: '0',
-    POOLGATE_LOCK_PORT: '0',
-    POOLGATE_PG_PORT: '0',
-    POOLGATE_MYSQL_PORT: '0',
-    POOLGATE_HOST: '127.0.0.1',
-    POOLGATE_ALLOW_PRIVATE_TARGETS: 'true',
-    POOLGATE_ORIGIN_CA_FILE: origin.caFile,
-    POOLGATE_ACCESS_LOG_SAMPLE: '0',
-    POOLGATE_ACCESS_LOG_FILE: '/dev/null',
-    POOLGATE_LOG_LEVEL: 'warn',
-    POOLGATE_SECRET_KEY: '8bd1c66aa145021514e54f707f670054a4e9fae607bdd34b0fb93d406979ce43', // a patterned key is refused (issue 26 item 8)
-    POOLGATE_DATA_DIR: control.config.dataDir,
-  };
+  const env = dataplaneNodeEnv(control, origin.caFile, { REDIS_URL: NODES_REDIS, POOLGATE_LOG_LEVEL: 'warn' });
   const nodes: Node[] = [];
   t.teardown(() => Promise.all(nodes.map(stopNode)));
   // Four processes start side by side; the two-node run uses the first two.

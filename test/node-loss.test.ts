@@ -15,7 +15,7 @@ import { fromRoot } from '../src/config/paths.js';
 import { needServer } from './helpers/servers.js';
 import { startTestService } from './helpers/service.js';
 import { freePort, startRedisServer } from './helpers/redis-server.js';
-import { countingOrigin, pacedLoad, startNode, stopNode, when, type Node } from './helpers/failover-load.js';
+import { countingOrigin, dataplaneNodeEnv, pacedLoad, startNode, stopNode, when, type Node } from './helpers/failover-load.js';
 import { soak } from './helpers/soak.js';
 
 const haproxy = spawnSync('haproxy', ['-v']).status === 0;
@@ -77,20 +77,7 @@ t.test('a data plane node SIGKILLed behind HAProxy', { skip }, async (t) => {
   const poolId = rows[0]!.id;
   await control.service.sql.notify(CHANGE_CHANNEL, `pool:${poolId}`);
 
-  const env = {
-    DATABASE_URL: control.config.databaseUrl!,
-    REDIS_URL: `redis://127.0.0.1:${redisPort}`,
-    POOLGATE_GOVERNOR_LEASE_TERM_MS: String(TERM_MS),
-    POOLGATE_PROXY_PORT: '0', POOLGATE_METRICS_PORT: '0', POOLGATE_CONTROL_PORT: '0', POOLGATE_LOCK_PORT: '0', POOLGATE_PG_PORT: '0', POOLGATE_MYSQL_PORT: '0',
-    POOLGATE_HOST: '127.0.0.1',
-    POOLGATE_ALLOW_PRIVATE_TARGETS: 'true',
-    POOLGATE_ORIGIN_CA_FILE: origin.caFile,
-    POOLGATE_ACCESS_LOG_SAMPLE: '0',
-    POOLGATE_ACCESS_LOG_FILE: '/dev/null',
-    POOLGATE_LOG_LEVEL: 'error',
-    POOLGATE_SECRET_KEY: '6af3155227223324a26dd4f2feb41b57dc670939f70d0520f0e494f2469bccf7', // a patterned key is refused (issue 26 item 8)
-    POOLGATE_DATA_DIR: control.config.dataDir,
-  };
+  const env = dataplaneNodeEnv(control, origin.caFile, { REDIS_URL: `redis://127.0.0.1:${redisPort}`, POOLGATE_GOVERNOR_LEASE_TERM_MS: String(TERM_MS) });
   const nodes: Node[] = await Promise.all([0, 1, 2].map(() => startNode(env)));
   t.teardown(() => Promise.all(nodes.map(stopNode)));
 

@@ -20,6 +20,39 @@ export interface Node {
   metrics: number;
 }
 
+/** A node's master key: random-looking, since a patterned key is refused (issue 26 item 8). */
+const NODE_SECRET_KEY = '65cac2973939490da978688cf7fa47c08054ccaae7cc913bef96c3348e1525b1';
+
+/**
+ * The environment of a `dataplane` node beside a test's control service: its store and data dir, every port free,
+ * loopback origins trusted through `originCaFile`, no access log; `extra` adds the Redis target and the setting
+ * under test.
+ */
+export function dataplaneNodeEnv(
+  control: { config: { databaseUrl: string | null; dataDir: string } },
+  originCaFile: string,
+  extra: Record<string, string>,
+): Record<string, string> {
+  return {
+    DATABASE_URL: control.config.databaseUrl!,
+    POOLGATE_PROXY_PORT: '0',
+    POOLGATE_METRICS_PORT: '0',
+    POOLGATE_CONTROL_PORT: '0',
+    POOLGATE_LOCK_PORT: '0',
+    POOLGATE_PG_PORT: '0',
+    POOLGATE_MYSQL_PORT: '0',
+    POOLGATE_HOST: '127.0.0.1',
+    POOLGATE_ALLOW_PRIVATE_TARGETS: 'true',
+    POOLGATE_ORIGIN_CA_FILE: originCaFile,
+    POOLGATE_ACCESS_LOG_SAMPLE: '0',
+    POOLGATE_ACCESS_LOG_FILE: '/dev/null',
+    POOLGATE_LOG_LEVEL: 'error',
+    POOLGATE_SECRET_KEY: NODE_SECRET_KEY,
+    POOLGATE_DATA_DIR: control.config.dataDir,
+    ...extra,
+  };
+}
+
 export async function startNode(env: Record<string, string>): Promise<Node> {
   const { child, listening } = await spawnListening([join(fromRoot(), 'bin', 'poolgate.js'), 'dataplane'], {
     cwd: fromRoot(),

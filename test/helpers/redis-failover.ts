@@ -9,7 +9,7 @@ import { connectRedis } from '../../src/governor/redis-connect.js';
 import { parseHostList, parseSentinelUrl, type RedisTarget } from '../../src/config/redis-target.js';
 import { startTestService } from './service.js';
 import { startClusterTopology, startSentinelTopology } from './redis-topology.js';
-import { countingOrigin, figures, pacedLoad, startNode, stopNode, when, type FailoverFigures, type Node } from './failover-load.js';
+import { countingOrigin, dataplaneNodeEnv, figures, pacedLoad, startNode, stopNode, when, type FailoverFigures, type Node } from './failover-load.js';
 
 export interface ScenarioOptions {
   /** Traffic before the kill and after Redis is back, ms. */
@@ -77,26 +77,8 @@ export async function failoverScenario(t: Test, topology: 'sentinel' | 'cluster'
     await control.service.sql.notify(CHANGE_CHANNEL, `pool:${ids[i]}`);
   }
 
-  const env = (policy: string) => ({
-    DATABASE_URL: control.config.databaseUrl!,
-    ...redisEnv,
-    POOLGATE_GOVERNOR_FAILURE_POLICY: policy,
-    POOLGATE_GOVERNOR_FAIL_OPEN_DIVISOR: '2',
-    POOLGATE_PROXY_PORT: '0',
-    POOLGATE_METRICS_PORT: '0',
-    POOLGATE_CONTROL_PORT: '0',
-    POOLGATE_LOCK_PORT: '0',
-    POOLGATE_PG_PORT: '0',
-    POOLGATE_MYSQL_PORT: '0',
-    POOLGATE_HOST: '127.0.0.1',
-    POOLGATE_ALLOW_PRIVATE_TARGETS: 'true',
-    POOLGATE_ORIGIN_CA_FILE: origin.caFile,
-    POOLGATE_ACCESS_LOG_SAMPLE: '0',
-    POOLGATE_ACCESS_LOG_FILE: '/dev/null',
-    POOLGATE_LOG_LEVEL: 'error',
-    POOLGATE_SECRET_KEY: '65cac2973939490da978688cf7fa47c08054ccaae7cc913bef96c3348e1525b1', // a patterned key is refused (issue 26 item 8)
-    POOLGATE_DATA_DIR: control.config.dataDir,
-  });
+  const env = (policy: string) =>
+    dataplaneNodeEnv(control, origin.caFile, { ...redisEnv, POOLGATE_GOVERNOR_FAILURE_POLICY: policy, POOLGATE_GOVERNOR_FAIL_OPEN_DIVISOR: '2' });
   const pairs: Node[][] = [];
   t.teardown(() => Promise.all(pairs.flat().map(stopNode)));
   for (const policy of POLICIES) pairs.push(await Promise.all([startNode(env(policy)), startNode(env(policy))]));
