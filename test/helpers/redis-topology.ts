@@ -213,3 +213,18 @@ export async function startClusterTopology(): Promise<ClusterTopology> {
     throw err;
   }
 }
+
+/**
+ * A Cluster test's process sometimes stayed alive after its last test (ioredis Cluster connections outliving the
+ * topology; not found yet, issue 27): once the file is done, what is still open is printed and the process ends
+ * with the result tap already has, instead of tap's 120 s timeout hiding it. The timer is unref'd: it fires only
+ * when something else still holds the process.
+ */
+export function reportLeftoversAtExit(t: { teardown(fn: () => void): void }): void {
+  t.teardown(() => {
+    setTimeout(() => {
+      process.stderr.write(`# still open after the last test: ${JSON.stringify(process.getActiveResourcesInfo())}\n`);
+      process.exit(process.exitCode ?? 0);
+    }, 5000).unref();
+  });
+}
