@@ -38,7 +38,7 @@ USER node
 VOLUME ["/data"]
 # control, proxy (pool traffic), lock API, metrics, PostgreSQL wire, MySQL wire (config/default.json)
 EXPOSE 7070 7071 7072 9465 15432 13306
-# Readiness of every role this process runs (store, snapshot, governor, listeners): docs/decisions/health.md.
+# Readiness of every role this process runs (store, snapshot, governor, listeners): docs/operations.md.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.POOLGATE_METRICS_PORT || 9465) + '/readyz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
 # SIGTERM (docker stop) drains in-flight work, then closes the store.

@@ -1,4 +1,4 @@
-// The HTTP layer's own CPU cost, the figure behind docs/decisions/http-front-door.md: a uWebSockets.js 20.30
+// The HTTP layer's own CPU cost, the figure behind docs/http-front-door.md: a uWebSockets.js 20.30
 // server and a node:http server (llhttp) answering the same small GET, each driven by autocannon at the same
 // paced rate and connection count, alternated in rounds; CPU = utime+stime of the server process per request.
 // Usage: node bench/front-door-cpu.mjs [rate=2000] [seconds=8] [rounds=3]

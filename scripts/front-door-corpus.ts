@@ -1,6 +1,6 @@
 // Runs the framing corpus (test/helpers/http-corpus.ts) against nginx (reverse proxy to a recording origin) and
 // against a bare node:http server (llhttp, the candidate strict parser), and prints a markdown table for
-// docs/decisions/http-front-door.md. Usage: npx tsx scripts/front-door-corpus.ts  (needs `nginx` on PATH). nginx
+// docs/http-front-door.md. Usage: npx tsx scripts/front-door-corpus.ts  (needs `nginx` on PATH). nginx
 // refuses a wrong X-Service-Key with 401 (`if ... return 401`), as poolgate refuses a wrong key.
 import { spawn } from 'node:child_process';
 import { createServer, type Server } from 'node:http';

@@ -1,5 +1,5 @@
 // Liveness and readiness of one poolgate process (every role it runs), served without auth at /livez, /readyz
-// and /healthz on the control port and on the metrics port (docs/decisions/health.md).
+// and /healthz on the control port and on the metrics port (docs/operations.md).
 
 /** One dependency's state: `ok` false makes the process not ready (unless `required` is false). */
 export interface CheckResult {

@@ -145,7 +145,7 @@ t.test('the Dockerfile exposes the ports config/default.json binds, and its heal
   t.match(dockerfile, `(process.env.POOLGATE_METRICS_PORT || ${String(shipped.metricsPort)}) + '/readyz'`);
   t.match(dockerfile, /^ENV[^]*POOLGATE_HOST=0\.0\.0\.0/m);
   t.match(dockerfile, /^CMD \["node", "--max-semi-space-size=32", "bin\/poolgate\.js", "start"\]$/m);
-  // One runtime flag set wherever poolgate is started (docs/decisions/runtime.md).
+  // One runtime flag set wherever poolgate is started (docs/runtime.md).
   const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { scripts: { start: string } };
   t.match(pkg.scripts.start, /^node --max-semi-space-size=32 bin\/poolgate\.js start$/);
   t.match(readFileSync(join(root, 'bin', 'poolgate.js'), 'utf8'), /^#!\/usr\/bin\/env -S node --max-semi-space-size=32\n/);

@@ -1,7 +1,7 @@
 // Issue 15's proof: each byte sequence of the corpus (test/helpers/http-corpus.ts) sent to the proxy port on its
 // own connection; the answer, the close, and what reached the origin are asserted. Cases uWebSockets.js 20.30
 // cannot answer (it parses them silently or closes) are `todo` with the reason, so the suite shows them until
-// the front door changes (docs/decisions/http-front-door.md).
+// the front door changes (docs/http-front-door.md).
 import t from 'tap';
 import { startTestService, type TestService } from './helpers/service.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
@@ -13,7 +13,7 @@ import { uwsLoads } from '../src/http/uws.js';
 /** The uWS door is tested only where its native build loads (Node 20); on Node 24 poolgate refuses the option. */
 const PARSERS = uwsLoads() ? (['uws', 'node'] as const) : (['node'] as const);
 
-/** What uWS 20.30 does instead, measured with raw sockets (docs/decisions/http-front-door.md). */
+/** What uWS 20.30 does instead, measured with raw sockets (docs/http-front-door.md). */
 const UWS_2030: Record<string, string> = {
   'two Content-Length, smuggled request behind the body': 'closed without an answer: uWS closes a connection that sends a request while one is pending',
   'Transfer-Encoding and Content-Length': 'uWS closes the connection before any handler runs',

@@ -1,5 +1,5 @@
 // Issue 20 item 1: liveness and readiness per role, without auth, on the control port and on the metrics port of
-// every role (docs/decisions/health.md): store reachable, snapshot loaded, governor backend reachable, listeners up.
+// every role (docs/operations.md): store reachable, snapshot loaded, governor backend reachable, listeners up.
 import t from 'tap';
 import { request } from 'undici';
 import { startTestService } from './helpers/service.js';

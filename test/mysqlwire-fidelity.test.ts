@@ -32,7 +32,7 @@ if (skip) {
     await c.end();
   });
 
-  // Classes of failures in mysql2's own integration suite through poolgate (docs/decisions/mysqlwire.md,
+  // Classes of failures in mysql2's own integration suite through poolgate (docs/mysqlwire.md,
   // "mysql2's integration suite"), reproduced here since CI cannot fetch it.
   t.test('a MariaDB JSON column reaches mysql2 parsed, as directly (the greeting offers MariaDB extended metadata)', async (t) => {
     // MariaDB stores JSON as LONGTEXT and marks it only in extended column metadata (format "json"), which

@@ -1,5 +1,5 @@
 // What pins a MySQL client (issue 14): the statement-text rules of src/db/mysqlwire/session-state.ts, one
-// case per rule in docs/decisions/mysqlwire.md ("Session state: automatic pinning").
+// case per rule in docs/mysqlwire.md ("Session state: automatic pinning").
 import t from 'tap';
 import { CLEAR, DIRTY, PIN, sessionEffects } from '../src/db/mysqlwire/session-state.js';
 

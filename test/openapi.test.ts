@@ -112,7 +112,7 @@ t.test('every route the Control API serves is in the document (only the document
   }
   t.ok(served.includes('GET /api/v1/me'), 'the route tree was read');
   const documented = new Set((await svc.openapi()).operations.map((o) => `${o.method} ${o.path}`));
-  // The dashboard's HTML pages and assets (/dashboard…) and the health probes (docs/decisions/health.md) are not API operations.
+  // The dashboard's HTML pages and assets (/dashboard…) and the health probes (docs/operations.md) are not API operations.
   const probes = ['GET /livez', 'GET /readyz', 'GET /healthz'];
   const missing = served.filter((r) => !documented.has(r) && r !== 'GET /api/v1/openapi.json' && !/^GET \/dashboard(\/|\*|$)/.test(r) && !probes.includes(r));
   t.same(missing, [], 'no served route is missing from the document');

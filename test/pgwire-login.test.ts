@@ -1,5 +1,5 @@
 // Logins and bad input on the PostgreSQL wire listener: every refusal is a clean ErrorResponse with its
-// SQLSTATE (docs/decisions/pgwire.md), garbage and oversized frames end only that connection, and nothing
+// SQLSTATE (docs/pgwire.md), garbage and oversized frames end only that connection, and nothing
 // is left held. Also: wire transactions are counted in the pool's metrics.
 import t from 'tap';
 import { connect } from 'node:net';

@@ -38,7 +38,7 @@ export async function startPoolgate(extraEnv = {}, opts = {}) {
   };
   // An empty POOLGATE_CONFIG would be read as a file name; drop it unless the caller set one.
   if (!env.POOLGATE_CONFIG) delete env.POOLGATE_CONFIG;
-  // As `npm start` and the bin's shebang run it (docs/decisions/runtime.md).
+  // As `npm start` and the bin's shebang run it (docs/runtime.md).
   const node = opts.node ?? process.execPath;
   const child = spawn(...pinned(opts.pin, node, [...RUNTIME_FLAGS, ...(opts.nodeArgs ?? []), opts.bin ?? BIN, 'start']), { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';

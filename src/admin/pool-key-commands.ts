@@ -53,7 +53,7 @@ export const poolKeyCommands: Record<string, Command> = {
   },
 
   'pool delete': {
-    usage: 'admin pool delete <subdomain> --team TEAM   (revokes its keys; docs/decisions/pool-deletion.md)',
+    usage: 'admin pool delete <subdomain> --team TEAM   (revokes its keys; docs/pools.md)',
     options: { team: { type: 'string' }, pool: { type: 'string' } },
     positional: 'pool',
     async run(v, deps) {

@@ -189,7 +189,7 @@ export const ConfigSchema = Type.Object(
       default: 64,
       env: 'POOLGATE_WEBHOOK_DESTINATION_CONCURRENCY',
       description:
-        'Ceiling of one destination\'s adaptive in-flight limit per worker process: the limit starts at 8 (or this, if lower), grows while the receiver answers fast and backs off on errors and slow answers (docs/decisions/deliveries.md).',
+        'Ceiling of one destination\'s adaptive in-flight limit per worker process: the limit starts at 8 (or this, if lower), grows while the receiver answers fast and backs off on errors and slow answers (docs/jobs-and-webhooks.md).',
     }),
     webhookReplayRetentionHours: Type.Integer({
       minimum: 1,
@@ -230,7 +230,7 @@ export const ConfigSchema = Type.Object(
       default: 'auto',
       env: 'POOLGATE_PROXY_HTTP_PARSER',
       description:
-        "The proxy port's HTTP/1.1 server. 'node' (node:http's llhttp, the default): answers pipelined, HTTP/1.0 and malformed requests as RFC 9112 asks and authenticates before 100 Continue; several data plane threads share one port through SO_REUSEPORT. 'uws' (uWebSockets.js 20.30): only where its native build loads (Node 20 on linux; start-up is refused otherwise), closes pipelined requests unanswered and does not answer HTTP/1.0 or malformed ones, so only behind a strict HTTP proxy. 'auto' is 'node'. See docs/decisions/http-front-door.md.",
+        "The proxy port's HTTP/1.1 server. 'node' (node:http's llhttp, the default): answers pipelined, HTTP/1.0 and malformed requests as RFC 9112 asks and authenticates before 100 Continue; several data plane threads share one port through SO_REUSEPORT. 'uws' (uWebSockets.js 20.30): only where its native build loads (Node 20 on linux; start-up is refused otherwise), closes pipelined requests unanswered and does not answer HTTP/1.0 or malformed ones, so only behind a strict HTTP proxy. 'auto' is 'node'. See docs/http-front-door.md.",
     }),
     proxyBodyLimit: Type.Integer({
       minimum: 0,
@@ -265,7 +265,7 @@ export const ConfigSchema = Type.Object(
       default: 1,
       env: 'POOLGATE_DATAPLANE_THREADS',
       description:
-        'Threads serving pool traffic (0: one per CPU). Above 1 the pool listener runs in worker threads sharing the limits through shared memory (not with redisUrl); see docs/decisions/dataplane-threads.md.',
+        'Threads serving pool traffic (0: one per CPU). Above 1 the pool listener runs in worker threads sharing the limits through shared memory (not with redisUrl); see docs/http-data-plane.md.',
     }),
     dataplaneThreadPorts: Type.Union([Type.Literal('shared'), Type.Literal('each')], {
       default: 'shared',

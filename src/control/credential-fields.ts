@@ -27,7 +27,7 @@ const RESERVED_HEADERS = new Set(['host', 'content-length', 'transfer-encoding',
 
 /**
  * Fields a method may leave out: a database role without a password (the usual local MariaDB root, a trust-auth
- * PostgreSQL role) is attached with its username alone; docs/decisions/database-pools.md.
+ * PostgreSQL role) is attached with its username alone; docs/database-pools.md.
  */
 const OPTIONAL_FIELDS: Partial<Record<AuthMethod, readonly string[]>> = { postgres_role: ['password'] };
 

@@ -1,7 +1,7 @@
 // Message framing checks uWebSockets.js 20.30 leaves to us (RFC 9112 §6): it frames a body by the first of
 // two Content-Length headers and decodes any Transfer-Encoding as chunked. A request whose length the proxy
 // and a front proxy could read differently is refused before any other stage, and its connection is closed
-// (docs/decisions/http-front-door.md).
+// (docs/http-front-door.md).
 import { reply, type Reply } from '../pool-request/exchange.js';
 
 const DIGITS = /^[0-9]{1,15}$/;

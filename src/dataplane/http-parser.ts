@@ -1,4 +1,4 @@
-// Which HTTP/1.1 server takes the proxy port (docs/decisions/http-front-door.md, docs/decisions/runtime.md).
+// Which HTTP/1.1 server takes the proxy port (docs/http-front-door.md, docs/runtime.md).
 import type { Config } from '../config/schema.js';
 
 export type ProxyHttpParser = 'uws' | 'node';

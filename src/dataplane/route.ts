@@ -1,6 +1,6 @@
 // Stage 1, route: the Host header `<subdomain>.{pool_domain}` names the pool (port ignored, any case). A client that
 // cannot set Host (fetch drops it; *.localhost may not resolve) names the pool in `X-Service-Pool: <subdomain>`,
-// read only when the Host is not under the pool domain (docs/decisions/pool-addressing.md).
+// read only when the Host is not under the pool domain (docs/http-data-plane.md).
 import { reply, type Exchange, type Stage, type Reply } from '../pool-request/exchange.js';
 
 const NOT_FOUND: Reply = reply(404, 'not_found', 'no pool at this host');

@@ -4,7 +4,7 @@
 // decoded, dot segments removed; slashes merged) and that canonical path is what the origin receives; a path
 // whose meaning depends on the origin's decoder (escaped `/` `\` `%`, a raw `\`, `;`, a control byte) is
 // refused instead. Envoy's normalize_path + merge_slashes + path_with_escaped_slashes_action=REJECT_REQUEST.
-// (docs/decisions/http-front-door.md)
+// (docs/http-front-door.md)
 
 /** RFC 3986 §2.3 unreserved: ALPHA / DIGIT / "-" / "." / "_" / "~". */
 function unreserved(c: number): boolean {

@@ -118,7 +118,7 @@ export class Dataplane {
   readonly policies: Policies;
   #port = 0;
   readonly #opts: DataplaneOptions;
-  /** The pool listener: uWS, or node:http with proxyHttpParser 'node' (docs/decisions/http-front-door.md). */
+  /** The pool listener: uWS, or node:http with proxyHttpParser 'node' (docs/http-front-door.md). */
   readonly #app: TemplatedApp | null = null;
   readonly #node: NodeServer | null = null;
   /** Stage 1: finds the pool, and with it the backend whose chain runs next. */

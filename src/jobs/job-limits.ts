@@ -1,4 +1,4 @@
-// The fixed limits of async jobs (documented in docs/decisions/jobs.md).
+// The fixed limits of async jobs (documented in docs/jobs-and-webhooks.md).
 
 /** Largest request body spilled with a job; larger is 413 (a job's request lives in one store row). */
 export const JOB_BODY_CAP = 1024 * 1024;

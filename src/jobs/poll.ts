@@ -65,7 +65,7 @@ const json = (status: number, value: unknown, extra: Array<[string, string]> = [
 });
 const error = (status: number, code: HttpCode, message: string, extra: Array<[string, string]> = []) => json(status, errorBody(code, message), extra);
 
-/** The poll answer's JSON (documented in docs/decisions/jobs.md). */
+/** The poll answer's JSON (documented in docs/jobs-and-webhooks.md). */
 export function jobJson(job: JobView, poolHost: string, poll: string, database = false): Record<string, unknown> {
   let result: Record<string, unknown> | null = null;
   if (job.result && database) {

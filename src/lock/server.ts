@@ -83,7 +83,7 @@ export class LockServer {
     this.#clock = opts.clock ?? Date.now;
     this.leases = opts.leases ?? new MemoryLeaseRegistry({ governor: opts.governor, clock: this.#clock });
     // Stage 4 (policies) runs in #acquire on the body read whole; a stage added here runs for every endpoint.
-    // Method scope (stage 3) is not applied: the lock API forwards nothing (docs/decisions/lock.md).
+    // Method scope (stage 3) is not applied: the lock API forwards nothing (docs/lock.md).
     this.#stages = [authenticateStage(this.#clock)];
     // No request timeout: an acquire may wait in the governor's queue as long as it asked (its own deadline).
     this.#server = createServer({ headersTimeout: 10_000, requestTimeout: 0, keepAliveTimeout: 10_000 }, (req, res) => this.#handle(req, res));
@@ -276,7 +276,7 @@ export class LockServer {
   async #release(call: LockCall, pool: PoolEntry, body: Buffer): Promise<void> {
     const parsed = parseJsonObject(body);
     const outcome = parsed.ok ? parseOutcome(parsed.value) : parsed;
-    // Validated before anything changes: a refused report leaves the slot held (docs/decisions/lock.md).
+    // Validated before anything changes: a refused report leaves the slot held (docs/lock.md).
     if (!outcome.ok) return sendError(call.client, call.head, 400, 'bad_request', outcome.message);
     const released = await Promise.resolve(this.leases.release(pool.id, call.route.slotId!, outcome.value, leaseTerms(pool))).catch((err: unknown) =>
       this.#storeDown(call, err),

@@ -1,6 +1,6 @@
 // The client side of one pool request over node:http (proxyHttpParser 'node'): the same contract as the uWS
 // ClientResponse, so the stages do not know which parser took the request. node:http answers pipelined
-// requests in order, HTTP/1.0, and malformed requests itself (docs/decisions/http-front-door.md).
+// requests in order, HTTP/1.0, and malformed requests itself (docs/http-front-door.md).
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Reply } from './exchange.js';
 import { ClientState, type ClientSide } from './client-response.js';

@@ -1,4 +1,4 @@
-// The readiness checks the roles add to the process's Health (docs/decisions/health.md).
+// The readiness checks the roles add to the process's Health (docs/operations.md).
 import type { HealthCheck } from '../health.js';
 import type { RedisGovernor } from '../governor/redis.js';
 import type { SnapshotFeed } from '../pool-request/snapshot.js';

@@ -71,7 +71,7 @@ export async function listPools(db: Queryable, teamId: number, budgetId?: number
 }
 
 /**
- * Deletes a live pool of the team (beyond the spec; docs/decisions/pool-deletion.md): the row stays with status
+ * Deletes a live pool of the team (beyond the spec; docs/pools.md): the row stays with status
  * 'deleted' (its subdomain is never given to another pool, its metrics and job history stay readable), its live
  * keys are revoked and its budget attachment dropped, in one transaction. Null when there is no such live pool.
  */

@@ -1,6 +1,6 @@
 // The webhook deliverer (worker role): claims due outbox rows in batches, signs each with its destination's
 // current secret, POSTs it over a warm keep-alive connection, and records the outcomes in batches, keeping
-// each destination's failure streak (8 → deactivated). See docs/decisions/deliveries.md.
+// each destination's failure streak (8 → deactivated). See docs/jobs-and-webhooks.md.
 //
 // Two loops, each one statement at a time: the recorder writes every outcome gathered so far (one
 // statement), the claimer claims due rows for every destination with room (one statement) and sends them.

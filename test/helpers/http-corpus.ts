@@ -1,7 +1,7 @@
 // The HTTP/1.1 framing corpus of issue 15: byte sequences a front door must answer exactly (RFC 9110/9112),
 // each with the answer an operator exposing the proxy to the internet expects. Shared by the conformance test
 // (against poolgate) and scripts/front-door-corpus.ts (against nginx, for the table in
-// docs/decisions/http-front-door.md).
+// docs/http-front-door.md).
 import { connect } from 'node:net';
 
 export interface CorpusCase {

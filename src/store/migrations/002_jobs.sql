@@ -1,5 +1,5 @@
 -- Async jobs: the spilled request, its claim lease while a runner holds it, and the stored result.
--- Statuses: queued → running → completed | failed | expired (see docs/decisions/jobs.md).
+-- Statuses: queued → running → completed | failed | expired (see docs/jobs-and-webhooks.md).
 
 CREATE TABLE jobs (
   id                text PRIMARY KEY,            -- job_<32 random bytes, base64url>: unguessable
