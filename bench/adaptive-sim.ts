@@ -1,12 +1,12 @@
 // Adaptive concurrency and RPM learning: the simulated convergence curves (ASCII charts) and the cost of
-// learning on the governor's release path, written to the "Adaptive concurrency and RPM learning" section.
-// Run: npx tsx bench/adaptive-sim.ts   (env N = acquire/release pairs per micro round, default 2,000,000)
+// learning on the governor's release path; with --write-results, the bench:adaptive section of bench/RESULTS.md.
+// Run: npx tsx bench/adaptive-sim.ts [--write-results]   (env N = acquire/release pairs per micro round, default 2,000,000)
 import { loadavg } from 'node:os';
 import { MemoryGovernor } from '../src/governor/memory.js';
 import type { Outcome, PoolLimits } from '../src/governor/governor.js';
 import { simulate, summarize, type SimResult, type UpstreamModel } from '../test/helpers/adaptive-sim.js';
 // @ts-expect-error plain ESM helper without types
-import { machine, writeJson, writeSection } from './lib/results.mjs';
+import { benchCommand, machine, writeJson, writeResults } from './lib/results.mjs';
 
 const N = Number(process.env.N ?? 2_000_000);
 
@@ -125,8 +125,7 @@ async function main(): Promise<void> {
 
   const loadEnd = Math.round(loadavg()[0]! * 100) / 100;
   const us = (v: number) => (1e6 / v).toFixed(2);
-  const body = `Run ${new Date().toISOString().slice(0, 16)}Z on ${m.nproc} × ${m.cpu}, ${m.node}; 1-minute load average ${m.loadavg_1m} at the
-start and ${loadEnd} at the end (other engineers' work shares the machine: the micro figures are noisy, compare
+  const body = `1-minute load average ${m.loadavg_1m} at the start and ${loadEnd} at the end (other engineers' work shares the machine: the micro figures are noisy, compare
 the ratios). \`npx tsx bench/adaptive-sim.ts\` runs the discrete-event
 simulation of \`test/helpers/adaptive-sim.ts\`: clients in a closed loop through the real MemoryGovernor
 (adaptive on, floor 1) against a simulated upstream whose latency is \`base · max(1, in-flight / C)\`
@@ -172,7 +171,7 @@ Per pair that is ${us(micro[0]![1])} µs with a fixed limit, ${us(micro[1]![1])}
 response's header names, ${us(micro[2]![1])} µs when it also parses stated rate limits: well under the tens of µs a proxied
 request costs in the data plane.
 `;
-  writeSection('## Adaptive concurrency and RPM learning', body);
+  writeResults('adaptive', 'Adaptive concurrency and RPM learning', body, { command: benchCommand('npx tsx bench/adaptive-sim.ts', ['N']), m });
   writeJson('adaptive-latest.json', {
     machine: m,
     scenarios: results.map((r) => ({ name: r.scenario.name, summary: r.summary, ideal: r.ideal, curve: r.result.curve })),

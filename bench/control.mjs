@@ -1,10 +1,10 @@
 // Control API benchmark: the real `poolgate start` (embedded PGlite store) under autocannon, reads and a write.
 // Usage: npm run bench:control   (env BENCH_DURATION seconds, default 10; BENCH_CONNECTIONS, default 50;
-// BENCH_WARMUP seconds, default 2; BENCH_POOLS, default 20). Writes bench/out/control-*.json and the
-// "## Control API" section of bench/RESULTS.md.
+// BENCH_WARMUP seconds, default 2; BENCH_POOLS, default 20; -- --write-results). Writes bench/out/control-*.json and,
+// with --write-results, the bench:control section of bench/RESULTS.md.
 import { api, startPoolgate } from './lib/poolgate.mjs';
 import { measure } from './lib/load.mjs';
-import { machine, writeJson, writeSection, RESULTS_PATH } from './lib/results.mjs';
+import { benchCommand, machine, writeJson, writeResults } from './lib/results.mjs';
 
 function intEnv(name, def, min) {
   const raw = process.env[name];
@@ -129,8 +129,9 @@ async function main() {
     '|---|---:|---:|---:|---:|---:|---:|',
     ...rows.map((r) => `| ${r.name} | ${r.rps} | ${r.latency_ms.p50} | ${r.latency_ms.p99} | ${r.requests} | ${r.errors} | ${r.non2xx} |`),
   ];
-  writeSection(
-    '## Control API',
+  writeResults(
+    'control',
+    'Control API',
     [
       '`npm run bench:control` (bench/control.mjs): `poolgate start` with every role in one process on the embedded',
       'PGlite store, a team bootstrapped through `poolgate admin bootstrap`, pools created through',
@@ -138,15 +139,14 @@ async function main() {
       'with a bearer token holding every ability, after a warm-up run; the mint row sends `{"label":"bench"}` and',
       'cycles over the pools, so each request writes one key row and one change notification.',
       '',
-      `- date: ${when.toISOString().slice(0, 16).replace('T', ' ')} UTC`,
-      `- machine: ${m.nproc} CPUs (${m.cpu}), ${m.memory_gib} GiB, ${m.platform}, Node.js ${m.node}; autocannon on the same machine; load average ${m.loadavg_1m} at the start`,
       `- settings: ${settings.duration_s} s per row, ${settings.connections} connections, ${settings.warmup_s} s warm-up, no pipelining, service log level \`${settings.log_level}\``,
       '',
       ...table,
       ...(notes.length ? ['', 'Notes:', '', ...notes.map((n) => `- ${n}`)] : []),
     ].join('\n'),
+    { command: benchCommand('npm run bench:control'), m, date: report.date },
   );
-  log(`wrote ${jsonPath} and the "## Control API" section of ${RESULTS_PATH}`);
+  log(`wrote ${jsonPath}`);
 }
 
 main().catch((err) => {

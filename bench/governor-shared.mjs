@@ -4,12 +4,13 @@
 //   2. one vs two threads of synchronous pairs on the shared governor (one pool, then one pool per thread);
 //   3. hand-overs: a pool of 4 slots, 64 waiting acquires in one thread (memory, shared) vs 32 in each of
 //      two threads (shared), every release handing its slot to a queued waiter, possibly in the other thread.
-// Run: npm run bench:governor-shared   (env BENCH_SECONDS per timed phase, default 3; ROUNDS, default 3)
+// Run: npm run bench:governor-shared   (env BENCH_SECONDS per timed phase, default 3; ROUNDS, default 3;
+// -- --write-results rewrites the bench:governor-shared section of bench/RESULTS.md)
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { loadavg } from 'node:os';
 import { MemoryGovernor } from '../dist/src/governor/memory.js';
 import { SharedMemoryGovernor } from '../dist/src/governor/shared-memory.js';
-import { machine, writeJson, writeSection } from './lib/results.mjs';
+import { benchCommand, machine, writeJson, writeResults } from './lib/results.mjs';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
@@ -111,7 +112,7 @@ async function main() {
   const loadEnd = loadavg()[0];
   const mach = machine();
   const x = (a, b) => `${(a / b).toFixed(2)}×`;
-  const body = `${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC, ${mach.nproc} CPUs (${mach.cpu}), Node ${mach.node}, load average (1 min) ${loadStart.toFixed(2)} at the start, ${loadEnd.toFixed(2)} at the end.
+  const body = `Load average (1 min) ${loadStart.toFixed(2)} at the start, ${loadEnd.toFixed(2)} at the end.
 \`npm run bench:governor-shared\` (bench/governor-shared.mjs): acquire + release pairs of the shared-memory governor
 (\`src/governor/shared-memory.ts\`, state in one SharedArrayBuffer, one short lock per step) beside the memory governor,
 ${ROUNDS} rounds in turn, medians; timed phases ${SECONDS} s each. Worker phases run in worker_threads attached to the
@@ -135,7 +136,7 @@ admission is a release handing its slot to the oldest waiter, which with two wor
 to 0 in flight and 0 queued. The machine is shared by four engineers on 2 CPUs: two threads seldom run at once, so the
 two-thread rows show what the one lock costs under contention more than how throughput scales; all are lower bounds.
 `;
-  writeSection('## Governor: shared memory across threads', body);
+  writeResults('governor-shared', 'Governor: shared memory across threads', body, { command: benchCommand('npm run bench:governor-shared', ['ROUNDS']), m: mach });
   const json = writeJson('governor-shared.json', { machine: mach, loadStart, loadEnd, seconds: SECONDS, rounds: rows, medians: m });
   console.log(body);
   console.log(`raw: ${json}`);

@@ -8,7 +8,8 @@
 // summarised (node:inspector, same process).
 // With BASELINE_ROOT=<a checkout of an earlier commit, with node_modules> the earlier Redis governor runs in
 // the same rounds (before / after side by side).
-// Run: npm run bench:governor   (env BENCH_SECONDS per governor phase, default 4; ROUNDS, default 3; CONCURRENCY, default 256)
+// Run: npm run bench:governor   (env BENCH_SECONDS per governor phase, default 4; ROUNDS, default 3; CONCURRENCY, default 256;
+// -- --write-results rewrites the bench:governor section of bench/RESULTS.md)
 import { execFileSync, spawn } from 'node:child_process';
 import { Session } from 'node:inspector/promises';
 import { freePort } from './lib/child.mjs';
@@ -19,7 +20,7 @@ import { Redis } from 'ioredis';
 import { MemoryGovernor } from '../src/governor/memory.ts';
 import { RedisGovernor } from '../src/governor/redis.ts';
 import { ACQUIRE, RELEASE } from '../src/governor/redis-scripts.ts';
-import { machine, writeJson, writeSection } from './lib/results.mjs';
+import { benchCommand, machine, writeJson, writeResults } from './lib/results.mjs';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 4);
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
@@ -296,9 +297,10 @@ ${profileRows.map(([name, ps]) => `| ${name} | ${ps[0].share.idle}% | ${ps[0].sh
 Heaviest functions (self time, round 1): ${profileRows.map(([name, ps]) => `${name}: ${ps[0].top.map((x) => `${x.fn} ${x.pct}%`).join(', ')}`).join('. ')}.
 `
       : '';
-    writeSection(
-      '## Governor',
-      `${report.date.slice(0, 16).replace('T', ' ')} UTC, ${m.nproc} CPUs (${m.cpu}), Node ${m.node}, load average (1 min) ${loadEnd} at the start, ${loadAfter} at the end.
+    writeResults(
+      'governor',
+      'Governor: memory and Redis',
+      `Load average (1 min) ${loadEnd} at the start, ${loadAfter} at the end.
 Redis ${execFileSync('redis-server', ['--version'], { encoding: 'utf8' }).match(/v=([\d.]+)/)?.[1] ?? '?'}: a private \`redis-server\` started by the benchmark (no persistence), on the same machine.
 \`npm run bench:governor\`${Baseline ? ` with \`BASELINE_ROOT\` (the governor of ${baselineCommit})` : ''}${PROFILE ? ' and `PROFILE=1`' : ''}; one pair = one acquire and one release. The Redis governor
 sends one ACQUIRE script call per pool per event-loop turn for all of that turn's acquires, and one RELEASE call for its releases.
@@ -318,6 +320,7 @@ The memory governor is ${f(memory / redis.pairsPerSec)}× faster than the Redis 
 Refused acquires during the run: ${redis.refused}; leases left after it: ${redis.leasesLeft}. On 2 shared cores
 the governor's process and redis-server compete for CPU, so all figures are lower bounds.
 ${profileText}`,
+      { command: benchCommand('npm run bench:governor', ['ROUNDS', 'CONCURRENCY', 'PROFILE', 'BASELINE_ROOT']), m, date: report.date },
     );
     console.log(JSON.stringify(report, null, 2));
   } finally {

@@ -3,13 +3,13 @@
 // Usage: npm run bench:lock   (env BENCH_DURATION seconds per run, default 5; BENCH_WARMUP, default 1;
 // BENCH_ROUNDS, default 3, each running every variant once; BENCH_CONNECTIONS, default 10 = the pool's
 // max_concurrent, so a cycle never waits or is refused unless the adaptive limit lowers it).
-// Writes bench/out/lock-*.json and the "## Lock API" section of bench/RESULTS.md.
+// Writes bench/out/lock-*.json and, with --write-results, the bench:lock section of bench/RESULTS.md.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
 import { api, startPoolgate } from './lib/poolgate.mjs';
-import { machine, writeJson, writeSection, RESULTS_PATH } from './lib/results.mjs';
+import { benchCommand, machine, writeJson, writeResults } from './lib/results.mjs';
 
 function intEnv(name, def, min) {
   const raw = process.env[name];
@@ -186,23 +186,21 @@ async function main() {
     '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
     ...rows.map((r) => `| ${r.name} | ${r.cycles_per_s} | ${r.min_cycles_per_s}–${r.max_cycles_per_s} | ${r.rps} | ${r.latency_ms.p50} | ${r.latency_ms.p99} | ${(r.cycles_per_s / base).toFixed(2)}× | ${r.refused} | ${r.errors} |`),
   ];
-  writeSection('## Lock API', `\`npm run bench:lock\` (bench/lock.mjs): \`poolgate start\` with every role in one process on the embedded
+  writeResults('lock', 'Lock API', `\`npm run bench:lock\` (bench/lock.mjs): \`poolgate start\` with every role in one process on the embedded
 PGlite store and the in-memory governor; pools made through \`POST /api/v1/pools\` (default max_concurrent
 ${settings.pool_max_concurrent}) and keys minted through the Control API, a fresh pool for each warm-up and each row (a run
 cut off mid-sequence leaves leases held until their term ends, like crashed clients). Each autocannon connection runs a request sequence:
 \`POST /pools/{pool}/lock/acquire\`, then the listed calls on the granted slotId. A cycle is one full sequence;
 with ${settings.connections} connections and max_concurrent ${settings.pool_max_concurrent} no acquire waits or is refused, so the figure is the
-lock API's own cost (uWS listener, pool auth, governor, lease registry, access log), not queueing — except
+lock API's own cost (its node:http listener, pool auth, governor, lease registry, access log), not queueing — except
 where the pool's adaptive limit, fed by the reported outcomes, lowers the effective limit below the connections:
 those acquires are refused (429), counted apart, and only granted cycles count.
 
-- date: ${stamp.slice(0, 16).replace('T', ' ')} UTC
-- machine: ${m.nproc} CPUs (${m.cpu}), ${m.memory_gib} GiB, ${m.platform}, Node.js ${m.node}; autocannon on the same machine; load average ${m.loadavg_1m} at the start
 - settings: ${settings.rounds} rounds, each running every row once for ${settings.duration_s} s after a ${settings.warmup_s} s warm-up (median round shown), ${settings.connections} connections, no pipelining, ${settings.access_log}, service log level \`${settings.log_level}\`
 
 ${table.join('\n')}
-${notes.length ? `\nNotes:\n\n${notes.map((n) => `- ${n}`).join('\n')}\n` : ''}`);
-  log(`wrote ${RESULTS_PATH} and ${path}`);
+${notes.length ? `\nNotes:\n\n${notes.map((n) => `- ${n}`).join('\n')}\n` : ''}`, { command: benchCommand('npm run bench:lock'), m, date: stamp });
+  log(`wrote ${path}`);
 }
 
 main().catch((err) => {

@@ -3,7 +3,8 @@
 // IP allowlist, access proxy, HMAC (every request freshly signed), JWT (ES256, static key), all four.
 // Each is driven by autocannon in turn, side by side in one run.
 // Usage: npm run bench:policies   (env BENCH_DURATION seconds, default 6; BENCH_WARMUP, default 2;
-// BENCH_CONNECTIONS, default 50). Writes bench/out/policies-*.json and the "## Policies" section.
+// BENCH_CONNECTIONS, default 50; -- --write-results). Writes bench/out/policies-*.json and, with --write-results,
+// the bench:policies section of bench/RESULTS.md.
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -15,7 +16,7 @@ import { request } from 'undici';
 import { exportSPKI, generateKeyPair, SignJWT } from 'jose';
 import { api, root, startPoolgate } from './lib/poolgate.mjs';
 import { measure } from './lib/load.mjs';
-import { machine, writeJson, writeSection } from './lib/results.mjs';
+import { benchCommand, machine, writeJson, writeResults } from './lib/results.mjs';
 import { startChild } from './lib/child.mjs';
 import { signRequest } from '../dist/src/index.js';
 import { hmacPolicy } from '../dist/src/policies/hmac.js';
@@ -233,9 +234,10 @@ async function main() {
           : `| ${r.name} | ${r.rps} | ${r.baseline} | ${r.rps_ratio} | ${r.added_us_per_request} | ${r.latency_ms.p50} | ${r.latency_ms.p99} | ${r.non2xx} |`,
       ),
     ].join('\n');
-    writeSection(
-      '## Policies',
-      `Run ${out.date} on ${m.nproc} × ${m.cpu}, ${m.memory_gib} GiB, Node ${m.node}; load average ${load.join(' / ')} (1/5/15 min) when the runs began.
+    writeResults(
+      'policies',
+      'Policies',
+      `Load average ${load.join(' / ')} (1/5/15 min) when the runs began.
 autocannon, ${settings.connections} connections, ${settings.duration_s} s per pool after ${settings.warmup_s} s warm-up, GET / through poolgate
 (every role in one process, ${settings.store}) to a uWS https origin on ${settings.origin_host}; the pools differ only in their
 policies and run one after another in the same process. "added µs/request" is 1/throughput minus the no-policy pool's
@@ -254,6 +256,7 @@ plane awaits none of them except a JWT that is not yet in its verified-token cac
 | --- | ---: |
 ${micro.map((r) => `| ${r.name} | ${r.us_per_check} |`).join('\n')}
 `,
+      { command: benchCommand('npm run bench:policies'), m, date: out.date },
     );
     log(`wrote ${file}`);
   } finally {

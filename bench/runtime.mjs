@@ -4,7 +4,8 @@
 //   BENCH_ROUNDS (default 3), BENCH_DURATION seconds (default 8), BENCH_CONNECTIONS (default 50).
 // The origin (bench/lib/tls-origin.mjs, uWebSockets.js over TLS) runs on BENCH_BEFORE_NODE, where uWS's native build
 // loads; autocannon runs in this process. Figures: requests/s and poolgate's CPU per request (its /proc times, the
-// steadier figure on a shared machine), each the median over the rounds. Writes the "## Runtime: Node 20 → 24" section.
+// steadier figure on a shared machine), each the median over the rounds. With --write-results, rewrites the bench:runtime
+// section of bench/RESULTS.md.
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -13,7 +14,7 @@ import { apiCaller, root, startPoolgate } from './lib/poolgate.mjs';
 import { startChild } from './lib/child.mjs';
 import { measure } from './lib/load.mjs';
 import { cpuMeter } from './lib/cpu.mjs';
-import { machine, writeJson, writeSection } from './lib/results.mjs';
+import { benchCommand, machine, writeJson, writeResults } from './lib/results.mjs';
 
 const before = process.env.BENCH_BEFORE;
 if (!before) throw new Error('BENCH_BEFORE=<checkout of the Node 20 build, with npm ci done> is required');
@@ -92,11 +93,10 @@ const median = (xs) => {
 const rows = targets.map((t, i) => ({ name: t.name, rps: median(results[i].map((r) => r.rps)), cpu_us: median(results[i].map((r) => r.cpu_us)), rounds: results[i] }));
 const m = machine();
 writeJson('runtime.json', { machine: m, settings: { rounds, duration, connections }, rows });
-writeSection(
-  '## Runtime: Node 20 → 24',
+writeResults(
+  'runtime',
+  'Runtime: Node 20 → 24',
   [
-    `\`BENCH_BEFORE=<checkout> npm run bench:runtime\`, ${new Date().toISOString().slice(0, 10)}: ${m.nproc} × ${m.cpu}, ${m.memory_gib} GiB, load average ${m.loadavg_1m} at the start.`,
-    '',
     `Proxy traffic (autocannon, ${connections} connections, ${duration} s, ${rounds} alternated rounds, medians) through poolgate with every`,
     'role in one process, embedded store, adaptive off, access log to a file; the origin is uWS over TLS on Node 20.',
     '',
@@ -106,5 +106,5 @@ writeSection(
     '',
     `Node 24 / Node 20: requests/s ${(rows[1].rps / rows[0].rps).toFixed(2)}×, CPU per request ${(rows[1].cpu_us / rows[0].cpu_us).toFixed(2)}×.`,
   ].join('\n'),
+  { command: benchCommand('npm run bench:runtime'), m },
 );
-log('wrote the "## Runtime: Node 20 → 24" section of bench/RESULTS.md');

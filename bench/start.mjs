@@ -5,13 +5,14 @@
 //   npm run bench:start                                   this build
 //   BENCH_BEFORE=/path/to/other/checkout npm run bench:start   the other build's bin/poolgate.js too, the two
 //                                                          alternating round by round (before/after on one machine)
+//   … -- --write-results                                 also rewrites the bench:start section of bench/RESULTS.md
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { root } from './lib/poolgate.mjs';
-import { machine, writeJson, writeSection } from './lib/results.mjs';
+import { benchCommand, machine, writeJson, writeResults } from './lib/results.mjs';
 
 const ROUNDS = Number(process.env.ROUNDS ?? 9);
 const RUNTIME_FLAGS = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).scripts.start.split(' ').filter((a) => a.startsWith('--'));
@@ -77,13 +78,12 @@ for (const b of builds) {
 const m = machine();
 const rows = results.map((x) => `| ${x.build} | ${x.cpuMs} | ${x.wallMs} |`);
 const ratio = results.length === 2 ? `\nAfter / before: CPU ${(results[1].cpuMs / results[0].cpuMs).toFixed(2)}, wall ${(results[1].wallMs / results[0].wallMs).toFixed(2)}.\n` : '';
-writeSection('## Start-up (`npm run bench:start`)', `Run ${new Date().toISOString().slice(0, 10)} on ${m.nproc} × ${m.cpu}, Node ${m.node}, load ${m.loadavg_1m} at the start.
-\`poolgate start\` with every role on an embedded store that exists (a restart), ${ROUNDS} rounds, builds alternating; medians.
+writeResults('start', 'Start-up', `\`poolgate start\` with every role on an embedded store that exists (a restart), ${ROUNDS} rounds, builds alternating; medians.
 CPU: what the process had used when it printed its listening line (/proc, 10 ms ticks); wall: from spawn to that line.
 
 | build | CPU ms | wall ms |
 |---|---:|---:|
 ${rows.join('\n')}
-${ratio}`);
+${ratio}`, { command: benchCommand('npm run bench:start', ['ROUNDS']), m });
 writeJson('start.json', { machine: m, rounds: ROUNDS, results });
 console.log(results.map((x) => `${x.build}: cpu ${x.cpuMs} ms, wall ${x.wallMs} ms`).join('\n'));

@@ -24,7 +24,7 @@ import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import pg from 'pg';
 import { api, startPoolgate } from './lib/poolgate.mjs';
-import { machine, provenance, writeJson, writeMarkedSection, WRITE_RESULTS } from './lib/results.mjs';
+import { benchCommand, machine, provenance, writeJson, writeMarkedSection, WRITE_RESULTS } from './lib/results.mjs';
 import { cpuMeter } from './lib/cpu.mjs';
 
 const { enqueueJobEvent } = await import('../dist/src/webhooks/outbox.js');
@@ -197,7 +197,7 @@ function againstFloor(row, floorRow, { rates }) {
 
 async function main() {
   const m = machine();
-  const command = [...Object.entries(process.env).filter(([k]) => k.startsWith('BENCH_')).map(([k, v]) => `${k}=${v}`), 'npm run bench:webhooks', ...(process.argv.length > 2 ? ['--', ...process.argv.slice(2)] : [])].join(' ');
+  const command = benchCommand('npm run bench:webhooks');
   const envelopes = process.env.BENCH_SKIP_ENVELOPES ? null : await envelopeBench();
 
   const dbName = `poolgate_bench_${randomBytes(4).toString('hex')}`;

@@ -30,7 +30,7 @@ export function machine() {
   };
 }
 
-/** Replaces the section that starts with `heading` (up to the next `## `), or appends it. */
+/** Replaces the section that starts with `heading` (up to the next `## `), or appends it (bench:db's; the others write marked sections). */
 export function writeSection(heading, body) {
   const text = existsSync(RESULTS_PATH) ? readFileSync(RESULTS_PATH, 'utf8') : HEADER;
   const lines = text.split('\n');
@@ -93,3 +93,27 @@ export function writeMarkedSection(id, body, heading) {
 
 /** Whether the script was asked to rewrite its RESULTS.md section (`npm run bench:… -- --write-results`). */
 export const WRITE_RESULTS = process.argv.includes('--write-results');
+
+/** How this run was asked for: its BENCH_* settings (and the script's other `env` names), `run` and the flags. */
+export function benchCommand(run, env = []) {
+  const set = Object.entries(process.env)
+    .filter(([k]) => (k.startsWith('BENCH_') && k !== 'BENCH_SECTION_FROM') || env.includes(k))
+    .map(([k, v]) => `${k}=${v}`);
+  const args = process.argv.slice(2);
+  return [...set, run, ...(args.length ? [...(run.startsWith('npm ') ? ['--'] : []), ...args] : [])].join(' ');
+}
+
+/**
+ * A bench's last step: with --write-results, its marked section `id` of bench/RESULTS.md becomes the run's
+ * provenance (command, date, machine) and `body`; without, RESULTS.md stays as it is (a smoke run) and the
+ * raw JSON in bench/out/ is the only record. Returns whether the section was written.
+ */
+export function writeResults(id, heading, body, { command, m = machine(), date = new Date().toISOString() }) {
+  if (!WRITE_RESULTS) {
+    process.stderr.write(`[bench] ${RESULTS_PATH} untouched: pass --write-results to rewrite its bench:${id} section\n`);
+    return false;
+  }
+  writeMarkedSection(id, `${provenance(m, date, command)}\n\n${body.trim()}`, heading);
+  process.stderr.write(`[bench] wrote the bench:${id} section of ${RESULTS_PATH}\n`);
+  return true;
+}
