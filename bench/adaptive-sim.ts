@@ -125,8 +125,8 @@ async function main(): Promise<void> {
 
   const loadEnd = Math.round(loadavg()[0]! * 100) / 100;
   const us = (v: number) => (1e6 / v).toFixed(2);
-  const body = `1-minute load average ${m.loadavg_1m} at the start and ${loadEnd} at the end (other engineers' work shares the machine: the micro figures are noisy, compare
-the ratios). \`npx tsx bench/adaptive-sim.ts\` runs the discrete-event
+  const body = `1-minute load average ${loadEnd} at the end (on a shared machine the micro figures are noisy: compare the
+ratios). The bench runs the discrete-event
 simulation of \`test/helpers/adaptive-sim.ts\`: clients in a closed loop through the real MemoryGovernor
 (adaptive on, floor 1) against a simulated upstream whose latency is \`base · max(1, in-flight / C)\`
 (±10% jitter), which answers 429 (retry-after 1 s) past a hard in-flight limit, and 429 with

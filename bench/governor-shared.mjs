@@ -133,8 +133,10 @@ Rounds: ${Object.entries(rows).map(([k, v]) => `${k} ${v.map(fmt).join(' / ')}`)
 A hand-over loop acquires with a wait, yields once holding the slot, and releases: past the first four, every
 admission is a release handing its slot to the oldest waiter, which with two workers may wait in the other thread
 (an Atomics.notify heard through Atomics.waitAsync, one event-loop turn there). After each round every pool is back
-to 0 in flight and 0 queued. The machine is shared by four engineers on 2 CPUs: two threads seldom run at once, so the
-two-thread rows show what the one lock costs under contention more than how throughput scales; all are lower bounds.
+to 0 in flight and 0 queued. The two-thread rows do nothing but take and give slots, so they show what the one lock
+costs when both threads contend for it at every step (its cache line moves between cores), not how a data plane
+scales: a proxied request spends ~100 µs of CPU elsewhere for each pair. On a shared machine two threads seldom run at
+once, and these rows read higher.
 `;
   writeResults('governor-shared', 'Governor: shared memory across threads', body, { command: benchCommand('npm run bench:governor-shared', ['ROUNDS']), m: mach });
   const json = writeJson('governor-shared.json', { machine: mach, loadStart, loadEnd, seconds: SECONDS, rounds: rows, medians: m });

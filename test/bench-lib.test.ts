@@ -2,6 +2,7 @@
 // bench/RESULTS.md, and the paced load generator counts latency from each request's scheduled start, so a
 // stall that holds requests back shows in the tail (coordinated omission, as wrk2 corrects it).
 import t from 'tap';
+import { readdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
@@ -45,6 +46,40 @@ t.test('broken markers are refused, not guessed at', async (t) => {
   t.throws(() => results.replaceMarkedSection('<!-- bench:x:end -->\n<!-- bench:x:start -->\n', 'x', 'y'), /broken/);
   t.throws(() => results.replaceMarkedSection('<!-- bench:x:start -->\n<!-- bench:x:end -->\n<!-- bench:x:start -->\n<!-- bench:x:end -->\n', 'x', 'y'), /broken/);
   t.throws(() => results.replaceMarkedSection('', 'Bad Id', 'y'), /section id/);
+});
+
+t.test('every section a bench script writes has its markers in the committed RESULTS.md, once and in order', async (t) => {
+  const benchDir = new URL('../../bench/', import.meta.url);
+  const text = readFileSync(new URL('RESULTS.md', benchDir), 'utf8');
+  const ids = new Set<string>();
+  for (const file of readdirSync(benchDir).filter((f) => /\.(mjs|ts)$/.test(f))) {
+    const src = readFileSync(new URL(file, benchDir), 'utf8');
+    for (const m of src.matchAll(/(?:writeResults|writeMarkedSection)\(\s*'([a-z0-9:-]+)'/g)) ids.add(m[1]!);
+    // One writer for every script: the heading-based writeSection is left to bench:db alone.
+    if (file !== 'db.mjs') t.notMatch(src, /\bwriteSection\(/, `${file} writes a marked section, not one found by its heading`);
+  }
+  // bench/proxy.mjs names its sections through its modes; the webhooks script through a literal.
+  for (const id of ['proxy', 'proxy-saturation', 'proxy-tail', 'webhooks']) ids.add(id);
+  t.ok(ids.size >= 12, `found the scripts' section ids: ${[...ids].join(', ')}`);
+  for (const id of ids) {
+    t.ok(text.includes(`<!-- bench:${id}:start -->`), `RESULTS.md has the bench:${id} section`);
+    // replaceMarkedSection refuses missing, doubled or swapped markers.
+    t.doesNotThrow(() => results.replaceMarkedSection(text, id, 'x'), `bench:${id}'s markers are whole`);
+  }
+});
+
+t.test('a run names its command: the BENCH_* settings, the script and its flags', async (t) => {
+  const argv = process.argv;
+  const before = process.env.BENCH_ROUNDS;
+  process.argv = [argv[0]!, 'bench/x.mjs', '--write-results'];
+  process.env.BENCH_ROUNDS = '5';
+  t.teardown(() => {
+    process.argv = argv;
+    if (before === undefined) delete process.env.BENCH_ROUNDS;
+    else process.env.BENCH_ROUNDS = before;
+  });
+  t.match(results.benchCommand('npm run bench:lock'), /(^| )BENCH_ROUNDS=5 .*npm run bench:lock -- --write-results$/);
+  t.match(results.benchCommand('npx tsx bench/adaptive-sim.ts'), /npx tsx bench\/adaptive-sim\.ts --write-results$/);
 });
 
 t.test('paced latency counts from the scheduled start: a stall of the generator shows in the tail', async (t) => {
