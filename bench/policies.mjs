@@ -239,7 +239,7 @@ async function main() {
       'Policies',
       `Load average ${load.join(' / ')} (1/5/15 min) when the runs began.
 autocannon, ${settings.connections} connections, ${settings.duration_s} s per pool after ${settings.warmup_s} s warm-up, GET / through poolgate
-(every role in one process, ${settings.store}) to a uWS https origin on ${settings.origin_host}; the pools differ only in their
+(every role in one process, ${settings.store}) to an https origin on ${settings.origin_host} (bench/lib/tls-origin.mjs: uWS where it loads, else node:https); the pools differ only in their
 policies and run one after another in the same process. "added µs/request" is 1/throughput minus the no-policy pool's
 (the server is saturated, so it approximates the CPU each policy adds). For the HMAC rows autocannon signs every request
 (\`signRequest\`) on the same machine, so they are compared with the no-policy pool driven by the same signing client.
