@@ -43,4 +43,4 @@ HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.POOLGATE_METRICS_PORT || 9465) + '/readyz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
 # SIGTERM (docker stop) drains in-flight work, then closes the store.
 STOPSIGNAL SIGTERM
-CMD ["node", "--max-semi-space-size=32", "bin/poolgate.js", "start"]
+CMD ["node", "--max-semi-space-size=32", "--liftoff-only", "bin/poolgate.js", "start"]
