@@ -58,8 +58,9 @@ t.test('every section a bench script writes has its markers in the committed RES
     // One writer for every script: the heading-based writeSection is left to bench:db alone.
     if (file !== 'db.mjs') t.notMatch(src, /\bwriteSection\(/, `${file} writes a marked section, not one found by its heading`);
   }
-  // bench/proxy.mjs names its sections through its modes; the webhooks script through a literal.
-  for (const id of ['proxy', 'proxy-saturation', 'proxy-tail', 'webhooks']) ids.add(id);
+  // bench/proxy.mjs names its sections through its modes, the webhooks script through a literal, the jobs scripts
+  // (bench/lib/jobs-results.mjs) by store engine.
+  for (const id of ['proxy', 'proxy-saturation', 'proxy-tail', 'webhooks', 'jobs-pglite', 'jobs-postgres', 'jobs-database-pglite', 'jobs-database-postgres']) ids.add(id);
   t.ok(ids.size >= 12, `found the scripts' section ids: ${[...ids].join(', ')}`);
   for (const id of ids) {
     t.ok(text.includes(`<!-- bench:${id}:start -->`), `RESULTS.md has the bench:${id} section`);
