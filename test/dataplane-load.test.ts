@@ -10,6 +10,7 @@ import { startOrigin, type Origin } from './helpers/origin.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { churn } from './helpers/churn.js';
 import { soak } from './helpers/soak.js';
+import { until } from './helpers/until.js';
 
 /** Requests of the churn test: 20,000 in the soak run (test/soak/), 2,000 in the default suite. */
 const CHURN_TOTAL = soak(20_000, 2_000);
@@ -42,15 +43,6 @@ async function createPool(sub: string, maxConcurrent: number, settings: Record<s
   await svc.service.sql.notify(CHANGE_CHANNEL, `pool:${rows[0]!.id}`);
   await dp().snapshots.reload();
   return rows[0]!.id;
-}
-
-async function until(cond: () => boolean, ms = 2000): Promise<boolean> {
-  const end = performance.now() + ms;
-  while (performance.now() < end) {
-    if (cond()) return true;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  return cond();
 }
 
 /** Peak RSS growth (MB) over a baseline while fn runs, sampled every 20 ms. */
@@ -151,16 +143,24 @@ t.test('a client that disconnects releases its slot once the origin is done with
   origin.reset();
   const ac = new AbortController();
   const p = client.request({ path: '/delay/1500', method: 'GET', headers: { host: 'quitter.pools.localhost' }, signal: ac.signal }).catch((e: Error) => e);
-  t.ok(await until(() => origin.active === 1), 'the origin is working on it');
+  await until('the origin to work on it', () => origin.active === 1);
   t.equal(dp().governor.state(poolId).inFlight, 1);
   ac.abort();
   t.type(await p, Error);
-  // The origin is still serving it: a freed slot would let the origin see max_concurrent + 1.
-  await new Promise((r) => setTimeout(r, 300));
-  t.equal(origin.active, 1, 'the origin is still working on it');
-  t.equal(dp().governor.state(poolId).inFlight, 1, 'so the slot is still taken');
-  t.ok(await until(() => origin.active === 0, 3000), 'the origin finished');
-  t.ok(await until(() => dp().governor.state(poolId).inFlight === 0, 500), 'slot released');
+  // The origin is still serving it: a freed slot would let the origin see max_concurrent + 1. Watched for the
+  // whole time the origin works on it (not a fixed sleep): the slot stays taken until the origin is done.
+  let freedEarly = 0;
+  let watched = 0;
+  await until('the origin to finish the abandoned request', () => {
+    const working = origin.active === 1;
+    const taken = dp().governor.state(poolId).inFlight === 1;
+    if (working) watched++;
+    if (working && !taken) freedEarly++;
+    return !working;
+  });
+  t.ok(watched > 1, `the slot was watched while the origin worked (${watched} looks)`);
+  t.equal(freedEarly, 0, 'the slot stayed taken while the origin worked on the abandoned request');
+  await until('the slot to be released', () => dp().governor.state(poolId).inFlight === 0);
   // Released once: the pool's one slot is free again, exactly one.
   const res = await client.request({ path: '/', method: 'GET', headers: { host: 'quitter.pools.localhost' } });
   await res.body.dump();
@@ -170,15 +170,15 @@ t.test('a client that disconnects releases its slot once the origin is done with
 
   // A client that leaves while queued leaves the queue.
   const holder = client.request({ path: '/delay/500', method: 'GET', headers: { host: 'quitter.pools.localhost' } });
-  t.ok(await until(() => dp().governor.state(poolId).inFlight === 1));
+  await until('the holder to take the slot', () => dp().governor.state(poolId).inFlight === 1);
   const ac2 = new AbortController();
   const queued = client.request({ path: '/', method: 'GET', headers: { host: 'quitter.pools.localhost' }, signal: ac2.signal }).catch((e: Error) => e);
-  t.ok(await until(() => dp().governor.state(poolId).queued === 1), 'waiting');
+  await until('the second request to wait', () => dp().governor.state(poolId).queued === 1);
   ac2.abort();
   await queued;
-  t.ok(await until(() => dp().governor.state(poolId).queued === 0, 500), 'left the queue');
+  await until('the aborted request to leave the queue', () => dp().governor.state(poolId).queued === 0);
   await (await holder).body.dump();
-  t.ok(await until(() => dp().governor.state(poolId).inFlight === 0));
+  await until('the holder to release the slot', () => dp().governor.state(poolId).inFlight === 0);
 });
 
 t.test(`${CHURN_TOTAL.toLocaleString('en-US')} requests with random client aborts, upstream resets and timeouts leave zero slots and zero waiters`, async (t) => {
@@ -192,7 +192,7 @@ t.test(`${CHURN_TOTAL.toLocaleString('en-US')} requests with random client abort
   t.comment(`${TOTAL} requests in ${secs.toFixed(1)} s (${Math.round(TOTAL / secs)}/s): ${JSON.stringify(Object.fromEntries(tally))}`);
   t.ok((tally.get('200') ?? 0) > TOTAL / 2, 'most were served');
   t.ok((tally.get('502') ?? 0) > 0 && (tally.get('504') ?? 0) > 0 && (tally.get('aborted') ?? 0) > 0, 'resets, timeouts and aborts all happened');
-  t.ok(await until(() => dp().inFlight === 0, 3000), 'no request left in the data plane');
+  await until('no request left in the data plane', () => dp().inFlight === 0);
   const s = dp().governor.state(poolId);
   t.equal(s.inFlight, 0, 'zero slots held');
   t.equal(s.queued, 0, 'zero waiters');

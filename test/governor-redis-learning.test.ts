@@ -7,17 +7,20 @@ import { Redis } from 'ioredis';
 import { RedisGovernor } from '../src/governor/redis.js';
 import type { Admission, PoolLimits } from '../src/governor/governor.js';
 import { needServer, REDIS_URL } from './helpers/servers.js';
+import { until } from './helpers/until.js';
 
 const RUN = `pgtest-learn:${randomBytes(4).toString('hex')}:`;
 let n = 0;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function limits(over: Partial<PoolLimits> = {}): PoolLimits {
   return { poolId: 1, maxConcurrent: 10, queueLength: 10, queueTimeoutMs: 5000, budgetId: null, reservedConcurrent: 0, ...over };
 }
 
-/** Two nodes on one prefix (one Redis), both configured with `l`. */
-async function twoNodes(t: { teardown(fn: () => Promise<void>): void }, l: PoolLimits): Promise<[RedisGovernor, RedisGovernor]> {
+/**
+ * Two nodes on one prefix (one Redis), both configured with `l`, and the Redis key of pool 1's `name` (pause,
+ * rate, eff) under that prefix: what a node publishes is awaited there, not slept for.
+ */
+async function twoNodes(t: { teardown(fn: () => Promise<void>): void }, l: PoolLimits): Promise<[RedisGovernor, RedisGovernor, (name: string) => string]> {
   const prefix = `${RUN}${++n}:`;
   const nodes: RedisGovernor[] = [];
   for (let i = 0; i < 2; i++) {
@@ -29,7 +32,7 @@ async function twoNodes(t: { teardown(fn: () => Promise<void>): void }, l: PoolL
   t.teardown(async () => {
     for (const g of nodes) await g.close();
   });
-  return [nodes[0]!, nodes[1]!];
+  return [nodes[0]!, nodes[1]!, (name) => `${prefix}{p:1}:1:${name}`];
 }
 
 async function take(gov: RedisGovernor, waitMs = 0): Promise<Admission> {
@@ -45,11 +48,11 @@ t.test('learning with the Redis governor', { skip: await needServer('redis') }, 
   });
 
   t.test('a retry hint reported on node A pauses the pool on node B, then it opens again', async (t) => {
-    const [a, b] = await twoNodes(t, limits());
+    const [a, b, key] = await twoNodes(t, limits());
     const first = await take(a);
     if (!first.ok) throw new Error('first acquire refused');
     first.permit.release({ status: 429, retryAfterMs: 600 });
-    await sleep(50); // the pause reaches Redis (auto-pipelined, not awaited by release)
+    await until('the pause to reach Redis (auto-pipelined, not awaited by release)', () => admin.exists(key('pause')));
     const onB = await take(b);
     t.equal(onB.ok, false, 'B refuses while paused');
     if (!onB.ok) {
@@ -90,12 +93,12 @@ t.test('learning with the Redis governor', { skip: await needServer('redis') }, 
   });
 
   t.test('an RPM learned from rate headers on node A gates node B', async (t) => {
-    const [a, b] = await twoNodes(t, limits());
+    const [a, b, key] = await twoNodes(t, limits());
     const p = await take(a);
     if (!p.ok) throw new Error('first acquire refused');
     // 60 per minute: the gate runs at 0.97 of it, a bucket of one request.
     p.permit.release({ status: 200, headers: { 'x-ratelimit-limit-requests': '60', 'x-ratelimit-remaining-requests': '59' } });
-    await sleep(50);
+    await until('the learned RPM to reach Redis', () => admin.hexists(key('rate'), 'rpm'));
     const results: Admission[] = [];
     for (let i = 0; i < 4; i++) results.push(await take(b));
     const ok = results.filter((r) => r.ok).length;
@@ -105,12 +108,12 @@ t.test('learning with the Redis governor', { skip: await needServer('redis') }, 
   });
 
   t.test("node A's adaptive limit, lowered by throttling, is the limit on node B", async (t) => {
-    const [a, b] = await twoNodes(t, limits({ adaptive: true, maxConcurrent: 10 }));
+    const [a, b, key] = await twoNodes(t, limits({ adaptive: true, maxConcurrent: 10 }));
     const p = await take(a);
     if (!p.ok) throw new Error('first acquire refused');
     // A 429 without rate headers is a concurrency signal: the limit backs off (×0.9).
     p.permit.release({ status: 429, latencyMs: 20 });
-    await sleep(50);
+    await until("A's lowered limit to reach Redis", async () => (await admin.get(key('eff'))) === '9');
     const held: Admission[] = [];
     for (let i = 0; i < 10; i++) held.push(await take(b));
     const ok = held.filter((r) => r.ok).length;

@@ -10,6 +10,7 @@ import type { Admission, Permit } from '../src/governor/governor.js';
 import { governorSuite, pool } from './helpers/governor-suite.js';
 import { needServer, REDIS_URL } from './helpers/servers.js';
 import { freePort, startRedisServer } from './helpers/redis-server.js';
+import { sleep, until } from './helpers/until.js';
 
 const RUN = `pgtest:${randomBytes(4).toString('hex')}:`;
 let n = 0;
@@ -25,7 +26,6 @@ function permit(a: Admission): Permit {
   return a.permit;
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 t.test('redis governor', { skip: await needServer('redis') }, async (t) => {
   const admin = new Redis(REDIS_URL);
@@ -55,7 +55,7 @@ t.test('redis governor', { skip: await needServer('redis') }, async (t) => {
     t.match(await a.acquire({ poolId: 1, waitMs: 0 }), { ok: false, reason: 'no_slot' }, 'node A sees node B holding the second slot');
     const started = performance.now();
     const waiting = b.acquire({ poolId: 1, waitMs: 3000 });
-    await sleep(20);
+    await until("node B's caller to wait", () => b.state(1).queued === 1);
     p1.release();
     const got = await waiting;
     t.ok(got.ok, 'node B admitted after node A released');
@@ -100,7 +100,8 @@ t.test('redis governor', { skip: await needServer('redis') }, async (t) => {
     const again = await gov.acquire({ poolId: 1, waitMs: 0 });
     t.match(again, { ok: true }, 'admitted after the scripts were flushed');
     permit(again).release();
-    await sleep(20);
+    await new Promise((r) => setImmediate(r));
+    await gov.redis.ping(); // answered after the release that left at the end of the turn
     t.equal(gov.state(1).inFlight, 0, 'the release script was reloaded too');
   });
 
@@ -185,10 +186,10 @@ t.test('redis governor', { skip: await needServer('redis') }, async (t) => {
     const admitted = [0, 0, 0, 0];
     let holding = 0;
     let peak = 0;
-    const until = performance.now() + 2000;
+    const end = performance.now() + 2000;
     // Each node runs 25 clients in a loop: acquire (waiting), hold 5 ms, release. Node 0 gets a head start.
     const client = async (i: number) => {
-      while (performance.now() < until) {
+      while (performance.now() < end) {
         const a = await nodes[i]!.acquire({ poolId: 1, waitMs: 5000 });
         if (!a.ok) continue;
         admitted[i]!++;
@@ -215,15 +216,6 @@ t.test('redis governor', { skip: await needServer('redis') }, async (t) => {
 
 /** A port nobody listens on now. */
 
-async function until(cond: () => boolean, ms: number): Promise<boolean> {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (cond()) return true;
-    await sleep(20);
-  }
-  return cond();
-}
-
 t.test('Redis killed and restarted', { skip: await needServer('redis') }, async (t) => {
   const port = await freePort();
   let proc = await startRedisServer(port);
@@ -240,31 +232,30 @@ t.test('Redis killed and restarted', { skip: await needServer('redis') }, async 
     const held = permit(await gov.acquire({ poolId: 1, waitMs: 0 }));
     const blocked = permit(await gov.acquire({ poolId: 1, waitMs: 0 }));
     const waiter = gov.acquire({ poolId: 1, waitMs: 10_000 });
-    await sleep(20);
+    await until('the third caller to wait', () => gov.state(1).queued === 1);
     proc.kill('SIGKILL');
     t.match(await waiter, { ok: false, reason: 'unavailable', backendDown: true }, 'a waiter is refused when Redis goes');
-    t.ok(await until(() => !gov.connected, 2000));
+    await until('the governor to see Redis go', () => !gov.connected);
     t.match(await gov.acquire({ poolId: 1, waitMs: 0 }), { ok: false, reason: 'unavailable', backendDown: true });
     // Released while Redis is down: sent once it is back.
     blocked.release();
     proc = await startRedisServer(port);
-    t.ok(await until(() => gov.connected, 5000), 'reconnected by itself');
+    await until('the governor to reconnect by itself', () => gov.connected);
     const probe = new Redis(url);
     t.teardown(() => probe.disconnect());
     // The restarted Redis is empty: the lease still held was written back, the released one was not.
-    let slots: string[] = [];
-    for (let i = 0; i < 100 && slots.length === 0; i++) {
-      slots = await probe.keys('closed:*slots');
-      if (slots.length === 0) await sleep(20);
-    }
+    const slots = await until('the held lease to be written back', async () => {
+      const k = await probe.keys('closed:*slots');
+      return k.length > 0 && k;
+    });
     t.equal(slots.length, 1);
     t.equal(await probe.zcard(slots[0]!), 1, 'exactly the one held lease is counted: none leaked, none double-counted');
     const again = permit(await gov.acquire({ poolId: 1, waitMs: 0 }));
     t.match(await gov.acquire({ poolId: 1, waitMs: 0 }), { ok: false, reason: 'no_slot' }, 'the held lease still counts against the limit');
     again.release();
     held.release();
-    await sleep(50);
-    t.equal(await probe.zcard(slots[0]!), 0, 'all released');
+    await until('both releases to reach Redis', async () => (await probe.zcard(slots[0]!)) === 0);
+    t.pass('all released');
   });
 
   t.test('fail open: a per-node local limit while Redis is down', async (t) => {
@@ -273,14 +264,14 @@ t.test('Redis killed and restarted', { skip: await needServer('redis') }, async 
     await gov.ready();
     gov.configure([pool(1, { maxConcurrent: 4 })], []);
     proc.kill('SIGKILL');
-    t.ok(await until(() => !gov.connected, 2000));
+    await until('the governor to see Redis go', () => !gov.connected);
     const a = permit(await gov.acquire({ poolId: 1, waitMs: 0 }));
     const b = permit(await gov.acquire({ poolId: 1, waitMs: 0 }));
     t.match(await gov.acquire({ poolId: 1, waitMs: 0 }), { ok: false, reason: 'no_slot' }, 'local limit 4 / 2 = 2');
     a.release();
     b.release();
     proc = await startRedisServer(port);
-    t.ok(await until(() => gov.connected, 5000));
+    await until('the governor to reconnect', () => gov.connected);
     const c = permit(await gov.acquire({ poolId: 1, waitMs: 0 }));
     t.equal(gov.state(1).inFlight, 1, 'back on Redis');
     c.release();

@@ -9,7 +9,7 @@ import { Pool } from 'undici';
 import { startTestService, type TestService } from './helpers/service.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { soak } from './helpers/soak.js';
-import { sleep } from './helpers/until.js';
+import { sleep, until } from './helpers/until.js';
 
 const TERM_MS = 200;
 /** Leases taken by crashing clients: 10,000 in the soak run (test/soak/), 1,000 in the default suite. */
@@ -74,11 +74,8 @@ async function each(total: number, width: number, job: (i: number) => Promise<vo
 /** Polls until the pool shows nothing in flight; resolves with the ms it took, or -1 at the limit. */
 async function untilFree(poolId: number, limitMs: number): Promise<number> {
   const started = performance.now();
-  while (performance.now() - started < limitMs) {
-    if (governor().state(poolId).inFlight === 0) return performance.now() - started;
-    await sleep(5);
-  }
-  return governor().state(poolId).inFlight === 0 ? performance.now() - started : -1;
+  const free = await until(`pool ${poolId} to be free`, () => governor().state(poolId).inFlight === 0, limitMs, 5).catch(() => false);
+  return free ? performance.now() - started : -1;
 }
 
 t.test(`${fmt(LEASES)} leases from crashing clients are all reclaimed one term after their last renewal`, async (t) => {

@@ -9,6 +9,8 @@ import { startTestService, type TestService } from './helpers/service.js';
 import { needServer, REDIS_URL } from './helpers/servers.js';
 import { freePort, startRedisServer } from './helpers/redis-server.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
+import { RedisGovernor } from '../src/governor/redis.js';
+import { sleep, until } from './helpers/until.js';
 
 /** A database index of its own, flushed at start: pool ids of a fresh store would meet older runs' keys. */
 const LOCK_REDIS = `${REDIS_URL}/12`;
@@ -48,8 +50,6 @@ t.teardown(async () => {
   await b?.close();
   await a?.close();
 });
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function reloadBoth(): Promise<void> {
   await a.service.dataplane!.snapshots.reload();
@@ -177,7 +177,9 @@ t.test('while Redis is down, acquire, renew and release answer 503', async (t) =
   const slot = g.json.slotId as string;
   redis.kill('SIGKILL');
   await once(redis, 'exit');
-  await sleep(100);
+  const governor = svc.service.dataplane!.governor;
+  t.type(governor, RedisGovernor);
+  await until('the governor to see Redis go', () => !(governor as RedisGovernor).connected);
 
   const renew = await post(client, `/pools/ln-down/lock/${slot}/renew`, key);
   t.equal(renew.status, 503, 'renew: 503');
