@@ -9,6 +9,7 @@ import { Readable } from 'node:stream';
 import { Pool } from 'undici';
 import { until } from './helpers/until.js';
 import { startTestService, type TestService } from './helpers/service.js';
+import { TestClock } from './helpers/test-clock.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
 import { createCredential, type CredentialSecret } from '../src/store/credentials.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
@@ -17,13 +18,15 @@ const logDir = mkdtempSync(join(tmpdir(), 'poolgate-access-'));
 const accessLogFile = join(logDir, 'access.log');
 let origin: Origin;
 let svc: TestService;
+/** The service's clock: the key expiry test moves it past the expiry instead of sleeping. */
+const clock = new TestClock();
 let proxy: Pool;
 let token: string;
 let teamId: number;
 
 t.before(async () => {
   origin = await startOrigin();
-  svc = await startTestService({ overrides: { originCaFile: origin.caFile, accessLogFile, proxyBodyLimit: 1024 * 1024 } });
+  svc = await startTestService({ now: clock.now, overrides: { originCaFile: origin.caFile, accessLogFile, proxyBodyLimit: 1024 * 1024 } });
   const boot = await svc.bootstrap();
   token = boot.token;
   teamId = boot.team.id;
@@ -160,9 +163,9 @@ t.test('keys: X-Service-Key or Bearer admit; missing, wrong, revoked and expired
   t.equal((await call('keys', '/', { headers: { 'x-service-key': key } })).status, 401, 'revoked');
 
   // Expiry is checked at request time against the clock, not only at reload.
-  const soon = await mintKey('keys', { expires_at: new Date(Date.now() + 1500).toISOString() });
+  const soon = await mintKey('keys', { expires_at: new Date(clock.now().getTime() + 1500).toISOString() });
   t.equal((await call('keys', '/', { headers: { 'x-service-key': soon.key } })).status, 200, 'before expiry');
-  await new Promise((r) => setTimeout(r, 1600));
+  clock.advance(1600);
   t.equal((await call('keys', '/', { headers: { 'x-service-key': soon.key } })).status, 401, 'after expiry');
 });
 

@@ -73,6 +73,8 @@ export async function startTestService(
     jobs?: JobRunnerTuning;
     /** The service's logger (default: silent, or POOLGATE_TEST_LOG's level). */
     log?: Logger;
+    /** The service's clock (key expiry, lease terms, …): a TestClock's `now` lets a test move time ahead. */
+    now?: () => Date;
   } = {},
 ): Promise<TestService> {
   const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'poolgate-test-'));
@@ -106,6 +108,7 @@ export async function startTestService(
       roles: opts.roles ?? ['control', 'dataplane', 'worker'],
       lookup: opts.lookup,
       jobs: opts.jobs,
+      now: opts.now,
       log: opts.log ?? createLogger(process.env.POOLGATE_TEST_LOG ?? 'silent'),
     });
   } catch (err) {
@@ -115,7 +118,7 @@ export async function startTestService(
     throw err;
   }
   const controlUrl = `http://127.0.0.1:${service.ports.control}`;
-  const deps = { config, sql: service.sql, box: service.box, now: () => new Date() };
+  const deps = { config, sql: service.sql, box: service.box, now: service.now };
   let oracle: Promise<OpenApiOracle> | null = null;
   // A dispatcher sends the path exactly as given (no URL normalisation), so tests can send `..` and odd bytes.
   const http = new Pool(controlUrl, { connections: 8 });
