@@ -1,20 +1,20 @@
 import t from 'tap';
 import { runAdmin } from '../src/admin/commands.js';
-import { startTestService, type TestService } from './helpers/service.js';
+import { startTestApi, type TestApi } from './helpers/service.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 
-let svc: TestService;
-let owner: Awaited<ReturnType<TestService['bootstrap']>>;
-let other: Awaited<ReturnType<TestService['bootstrap']>>;
+let svc: TestApi;
+let owner: Awaited<ReturnType<TestApi['bootstrap']>>;
+let other: Awaited<ReturnType<TestApi['bootstrap']>>;
 
 t.before(async () => {
-  svc = await startTestService();
+  svc = await startTestApi();
   owner = await svc.bootstrap({ team: 'Budget Team' });
   other = await svc.bootstrap({ team: 'Budget Other' });
 });
 t.teardown(() => svc?.close());
 
-const run = (argv: string[]) => runAdmin(argv, { config: svc.config, sql: svc.service.sql, box: svc.service.box, now: () => new Date() });
+const run = (argv: string[]) => runAdmin(argv, { config: svc.config, sql: svc.sql, box: svc.box, now: () => new Date() });
 async function pool(host: string, token = owner.token) {
   const res = await svc.api('POST', '/api/v1/pools', { token, body: { origin: `https://${host}` } });
   return res.body.data as { id: number; subdomain: string };
@@ -22,7 +22,7 @@ async function pool(host: string, token = owner.token) {
 
 t.test('budgets created and attached with the admin CLI are read through the Control API', async (t) => {
   const seen: string[] = [];
-  const unlisten = await svc.service.sql.listen(CHANGE_CHANNEL, (p) => seen.push(p));
+  const unlisten = await svc.sql.listen(CHANGE_CHANNEL, (p) => seen.push(p));
   t.teardown(unlisten);
 
   const a = await pool('a.budget.example.com');

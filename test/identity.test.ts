@@ -1,8 +1,8 @@
 import t from 'tap';
-import { startTestService } from './helpers/service.js';
+import { startTestApi } from './helpers/service.js';
 
 t.test('GET /api/v1/me returns the token\'s user, team and abilities, unwrapped', async (t) => {
-  const svc = await startTestService();
+  const svc = await startTestApi();
   t.teardown(() => svc.close());
   const boot = await svc.bootstrap({ team: 'Acme Corp', email: 'owner@acme.test' });
   const res = await svc.api('GET', '/api/v1/me', { token: boot.token });
@@ -14,7 +14,7 @@ t.test('GET /api/v1/me returns the token\'s user, team and abilities, unwrapped'
 });
 
 t.test('a missing, malformed, unknown or revoked token is 401 with an Error body', async (t) => {
-  const svc = await startTestService();
+  const svc = await startTestApi();
   t.teardown(() => svc.close());
   const boot = await svc.bootstrap();
   for (const headers of [{}, { authorization: 'Bearer' }, { authorization: 'Basic abc' }, { authorization: 'Bearer pgt_nope' }]) {

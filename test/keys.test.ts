@@ -1,7 +1,7 @@
 // Pool keys through the Control API: mint (presets, expires_at, access, read_paths, signing secret), revoke.
 import t from 'tap';
 import { createHash, randomBytes } from 'node:crypto';
-import { startTestService } from './helpers/service.js';
+import { startTestApi } from './helpers/service.js';
 import { sha256Hex } from '../src/security/tokens.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { findSnapshotKey, listLiveKeys } from '../src/store/keys.js';
@@ -9,9 +9,9 @@ import { findSnapshotKey, listLiveKeys } from '../src/store/keys.js';
 const ALL_METHODS = ['GET', 'HEAD', 'OPTIONS', 'POST', 'PUT', 'PATCH', 'DELETE'];
 const HOUR = 3_600_000;
 
-const svc = await startTestService();
+const svc = await startTestApi();
 t.teardown(() => svc.close());
-const sql = svc.service.sql;
+const sql = svc.sql;
 const boot = await svc.bootstrap();
 const other = await svc.bootstrap();
 
@@ -163,7 +163,7 @@ t.test('a signing secret is returned once, and stored sealed, only when the pool
   const { rows } = await sql.query<{ signing_secret_enc: string }>('SELECT signing_secret_enc FROM pool_keys WHERE id = $1', [res.body.data.id]);
   const sealed = rows[0]!.signing_secret_enc;
   t.notOk(sealed.includes(secret), 'stored encrypted');
-  t.equal(svc.service.box.open(sealed), secret);
+  t.equal(svc.box.open(sealed), secret);
 
   const revoked = await svc.api('DELETE', `/api/v1/pools/${pool.subdomain}/keys/${res.body.data.id}`, { token: boot.token });
   t.notOk('signing_secret' in revoked.body.data, 'never shown again');

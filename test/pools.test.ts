@@ -1,16 +1,16 @@
 import t from 'tap';
-import { startTestService, type TestService } from './helpers/service.js';
+import { startTestApi, type TestApi } from './helpers/service.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { needServer } from './helpers/servers.js';
 
 const SUBDOMAIN = /^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$/;
 
-let svc: TestService;
-let owner: Awaited<ReturnType<TestService['bootstrap']>>;
-let other: Awaited<ReturnType<TestService['bootstrap']>>;
+let svc: TestApi;
+let owner: Awaited<ReturnType<TestApi['bootstrap']>>;
+let other: Awaited<ReturnType<TestApi['bootstrap']>>;
 
 t.before(async () => {
-  svc = await startTestService();
+  svc = await startTestApi();
   owner = await svc.bootstrap({ team: 'Pool Owners' });
   other = await svc.bootstrap({ team: 'Other Team' });
 });
@@ -18,7 +18,7 @@ t.teardown(() => svc?.close());
 
 t.test('POST /api/v1/pools creates a pass-through pool with default settings (201), reuses it for the same host (200)', async (t) => {
   const seen: string[] = [];
-  const unlisten = await svc.service.sql.listen(CHANGE_CHANNEL, (p) => seen.push(p));
+  const unlisten = await svc.sql.listen(CHANGE_CHANNEL, (p) => seen.push(p));
   t.teardown(unlisten);
 
   const created = await svc.api('POST', '/api/v1/pools', { token: owner.token, body: { origin: 'https://api.example.com' } });
@@ -132,7 +132,7 @@ t.test('POST /api/v1/pools/database: postgres by default, mysql on 3306, reuse b
   const pg = await svc.api('POST', '/api/v1/pools/database', { token: owner.token, body: { db_host: 'db.example.com', db_name: 'orders' } });
   t.equal(pg.status, 201);
   t.match(pg.body.data, { backend: 'postgres', name: 'db.example.com/orders', subdomain: 'db-example-com-orders', max_concurrent: 10, require_key: true, has_credential: false });
-  const row = (await svc.service.sql.query<{ db_port: number; db_sslmode: string }>('SELECT db_port, db_sslmode FROM pools WHERE id = $1', [pg.body.data.id])).rows[0]!;
+  const row = (await svc.sql.query<{ db_port: number; db_sslmode: string }>('SELECT db_port, db_sslmode FROM pools WHERE id = $1', [pg.body.data.id])).rows[0]!;
   t.same(row, { db_port: 5432, db_sslmode: 'verify-full' });
 
   const same = await svc.api('POST', '/api/v1/pools/database', {
@@ -209,7 +209,7 @@ t.test('another team\'s pool is 404, and so is an unknown or malformed subdomain
 });
 
 t.test('the target guard refuses private, loopback and unresolvable hosts after DNS resolution', async (t) => {
-  const guarded = await startTestService({
+  const guarded = await startTestApi({
     overrides: { allowPrivateTargets: false },
     lookup: async (host) => {
       const table: Record<string, string[]> = {
@@ -244,7 +244,7 @@ t.test('the target guard refuses private, loopback and unresolvable hosts after 
 t.test('on PostgreSQL (real concurrency), racing creates and racing intake posts still have one winner', async (t) => {
   const skip = await needServer('postgres');
   if (skip) return t.skip(skip);
-  const pgsvc = await startTestService({ engine: 'postgres' });
+  const pgsvc = await startTestApi({ engine: 'postgres' });
   t.teardown(() => pgsvc.close());
   const boot = await pgsvc.bootstrap();
   const creates = await Promise.all(
@@ -264,6 +264,6 @@ t.test('on PostgreSQL (real concurrency), racing creates and racing intake posts
   const path = new URL(h.body.intake_url).pathname;
   const posts = await Promise.all(Array.from({ length: 6 }, (_, i) => pgsvc.api('POST', path, { body: { token: `t${i}` } })));
   t.same(posts.map((r) => r.status).sort(), [200, 410, 410, 410, 410, 410]);
-  const { rows } = await pgsvc.service.sql.query<{ n: number }>('SELECT count(*)::int AS n FROM credentials');
+  const { rows } = await pgsvc.sql.query<{ n: number }>('SELECT count(*)::int AS n FROM credentials');
   t.equal(rows[0]!.n, 1, 'one credential was created');
 });

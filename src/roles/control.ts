@@ -8,11 +8,15 @@ export interface ControlRole extends Running {
   readonly app: ControlApp;
 }
 
+/** What the Control API reads of the role context (a test builds the app from these without a service). */
+export type ControlRoleContext = Pick<RoleContext, 'config' | 'sql' | 'box' | 'now' | 'log' | 'lookup' | 'health'>;
+
 /**
- * Builds the Control API and binds it. `live` is the dashboard's live numbers, filled in by the data plane
- * role when it shares this process (it starts later).
+ * Builds the Control API without binding it: startControl listens on it; a test calls it and answers
+ * requests with fastify's inject(). `urls` and `own` are the public addresses, which startControl fills in
+ * once the port is bound.
  */
-export async function startControl(rc: RoleContext, live: { source: LiveSource | null }): Promise<ControlRole> {
+export async function buildControl(rc: ControlRoleContext, live: { source: LiveSource | null }): Promise<{ app: ControlApp; urls: ControlContext['urls']; own: string[] }> {
   const { config } = rc;
   const base = config.baseUrl ?? '';
   const lockApi = config.lockApiUrl ?? '';
@@ -29,7 +33,16 @@ export async function startControl(rc: RoleContext, live: { source: LiveSource |
     targets: { allowPrivate: config.allowPrivateTargets, ownHosts: own, lookup: rc.lookup },
     health: rc.health,
   };
-  const app = await buildControlApp(ctx);
+  return { app: await buildControlApp(ctx), urls, own };
+}
+
+/**
+ * Builds the Control API and binds it. `live` is the dashboard's live numbers, filled in by the data plane
+ * role when it shares this process (it starts later).
+ */
+export async function startControl(rc: RoleContext, live: { source: LiveSource | null }): Promise<ControlRole> {
+  const { config } = rc;
+  const { app, urls, own } = await buildControl(rc, live);
   try {
     await app.listen({ host: config.host, port: config.controlPort });
   } catch (err) {

@@ -5,10 +5,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { Pool, request, type Dispatcher } from 'undici';
+import { Pool, type Dispatcher } from 'undici';
 import { loadConfig } from '../../src/config/load.js';
 import type { Config } from '../../src/config/schema.js';
 import { startService, type RoleName, type Service } from '../../src/service.js';
+import type { ControlApp } from '../../src/control/app.js';
+import { buildControl } from '../../src/roles/control.js';
+import { openServiceStore } from '../../src/roles/store.js';
+import { Health } from '../../src/health.js';
+import type { SecretBox } from '../../src/security/secret-box.js';
+import type { Sql } from '../../src/store/sql.js';
+import { ownHosts, systemLookup } from '../../src/security/targets.js';
 import { runAdmin } from '../../src/admin/commands.js';
 import type { JobRunnerTuning } from '../../src/jobs/runner.js';
 import type { Lookup } from '../../src/security/targets.js';
@@ -19,15 +26,11 @@ import { seedPgliteDataDir } from './pglite-template.js';
 
 export type Engine = 'pglite' | 'postgres';
 
-export interface TestService {
-  service: Service;
+/** The Control API as a test calls it: over a socket (TestService) or in process (TestApi). */
+export interface ApiClient {
   config: Config;
-  controlUrl: string;
-  /** Pool traffic (send `Host: <subdomain>.{poolDomain}`) and Prometheus, when the dataplane role runs. */
-  proxyUrl: string | null;
-  metricsUrl: string | null;
-  /** The lock API listener, when the dataplane role runs. */
-  lockUrl: string | null;
+  sql: Sql;
+  box: SecretBox;
   /** Runs `poolgate admin …` against this service's store and parses its JSON output. */
   admin(argv: string[]): Promise<any>;
   /** Bootstraps a team and returns its owner's token. */
@@ -40,6 +43,25 @@ export interface TestService {
   /** The served OpenAPI document, loaded once, with its operations and response checker. */
   openapi(): Promise<OpenApiOracle>;
   close(): Promise<void>;
+}
+
+export interface TestService extends ApiClient {
+  service: Service;
+  controlUrl: string;
+  /** Pool traffic (send `Host: <subdomain>.{poolDomain}`) and Prometheus, when the dataplane role runs. */
+  proxyUrl: string | null;
+  metricsUrl: string | null;
+  /** The lock API listener, when the dataplane role runs. */
+  lockUrl: string | null;
+}
+
+/**
+ * The Control API alone, in process, on no socket (issue 28 §1, fastify's own suite is the model): the app
+ * startControl would bind, answering through fastify's inject(). For tests of the API itself; a test of how
+ * the parts are wired together boots the whole service (startTestService).
+ */
+export interface TestApi extends ApiClient {
+  app: ControlApp;
 }
 
 /** A fresh PostgreSQL database on the local server; dropped by the returned function. */
@@ -62,21 +84,19 @@ export async function freshPostgresDatabase(): Promise<{ url: string; drop(): Pr
   };
 }
 
-export async function startTestService(
-  opts: {
-    engine?: Engine;
-    roles?: RoleName[];
-    overrides?: Partial<Record<keyof Config, unknown>>;
-    lookup?: Lookup;
-    dataDir?: string;
-    /** The job runner's limits: small result caps and backoffs keep job tests fast. */
-    jobs?: JobRunnerTuning;
-    /** The service's logger (default: silent, or POOLGATE_TEST_LOG's level). */
-    log?: Logger;
-    /** The service's clock (key expiry, lease terms, …): a TestClock's `now` lets a test move time ahead. */
-    now?: () => Date;
-  } = {},
-): Promise<TestService> {
+export interface TestStoreOptions {
+  engine?: Engine;
+  overrides?: Partial<Record<keyof Config, unknown>>;
+  lookup?: Lookup;
+  dataDir?: string;
+  /** The service's logger (default: silent, or POOLGATE_TEST_LOG's level). */
+  log?: Logger;
+  /** The service's clock (key expiry, lease terms, …): a TestClock's `now` lets a test move time ahead. */
+  now?: () => Date;
+}
+
+/** A test's config on a fresh store (PGlite dir from the template, or a fresh PostgreSQL database); `drop` removes it. */
+async function testConfig(opts: TestStoreOptions): Promise<{ config: Config; drop(): Promise<void> }> {
   const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'poolgate-test-'));
   // A data dir the caller passes is used as it is (restart tests, stores shared by two services).
   if (!opts.dataDir && opts.engine !== 'postgres' && !opts.overrides?.databaseUrl) await seedPgliteDataDir(dataDir);
@@ -101,6 +121,23 @@ export async function startTestService(
       ...opts.overrides,
     },
   });
+  return {
+    config,
+    async drop() {
+      if (db) await db.drop();
+      if (!opts.dataDir) rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+export async function startTestService(
+  opts: TestStoreOptions & {
+    roles?: RoleName[];
+    /** The job runner's limits: small result caps and backoffs keep job tests fast. */
+    jobs?: JobRunnerTuning;
+  } = {},
+): Promise<TestService> {
+  const { config, drop } = await testConfig(opts);
   let service: Service;
   try {
     service = await startService({
@@ -113,23 +150,80 @@ export async function startTestService(
     });
   } catch (err) {
     // A service that did not start leaves no temp dir or database behind.
-    if (db) await db.drop().catch(() => {});
-    if (!opts.dataDir) rmSync(dataDir, { recursive: true, force: true });
+    await drop().catch(() => {});
     throw err;
   }
   const controlUrl = `http://127.0.0.1:${service.ports.control}`;
-  const deps = { config, sql: service.sql, box: service.box, now: service.now };
-  let oracle: Promise<OpenApiOracle> | null = null;
   // A dispatcher sends the path exactly as given (no URL normalisation), so tests can send `..` and odd bytes.
   const http = new Pool(controlUrl, { connections: 8 });
-
-  const t: TestService = {
+  const client = apiClient(config, service.sql, service.box, service.now, async (req) => {
+    const res = await http.request({ path: req.path, method: req.method, headers: req.headers, body: req.body });
+    return { status: res.statusCode, text: await res.body.text(), headers: res.headers as Record<string, unknown> };
+  }, async () => {
+    await http.close();
+    await service.close();
+    await drop();
+  });
+  return {
+    ...client,
     service,
-    config,
     controlUrl,
     proxyUrl: service.ports.proxy !== undefined ? `http://127.0.0.1:${service.ports.proxy}` : null,
     metricsUrl: service.ports.metrics !== undefined ? `http://127.0.0.1:${service.ports.metrics}` : null,
     lockUrl: service.ports.lock !== undefined ? `http://127.0.0.1:${service.ports.lock}` : null,
+  };
+}
+
+/** The Control API on a fresh store, in process and not listening: requests go through fastify's inject(). */
+export async function startTestApi(opts: TestStoreOptions = {}): Promise<TestApi> {
+  const { config, drop } = await testConfig(opts);
+  let store: Awaited<ReturnType<typeof openServiceStore>>;
+  try {
+    store = await openServiceStore(config);
+  } catch (err) {
+    await drop().catch(() => {});
+    throw err;
+  }
+  const now = opts.now ?? (() => new Date());
+  const log = opts.log ?? createLogger(process.env.POOLGATE_TEST_LOG ?? 'silent');
+  let app: ControlApp;
+  try {
+    let urls: { base: string; lockApi: string; dashboard: string };
+    let own: string[];
+    ({ app, urls, own } = await buildControl({ config, sql: store.sql, box: store.box, now, log, lookup: opts.lookup ?? systemLookup, health: new Health(['control']) }, { source: null }));
+    // The public addresses startControl takes from the bound port: inject() answers as host localhost.
+    if (!config.baseUrl) urls.base = 'http://localhost';
+    if (!config.dashboardUrl) urls.dashboard = `${urls.base}/dashboard`;
+    if (!config.lockApiUrl) urls.lockApi = `http://localhost:${config.lockPort}`;
+    own.splice(0, own.length, ...ownHosts(config, [urls.base, urls.lockApi]));
+    await app.ready();
+  } catch (err) {
+    await store.stop();
+    await drop().catch(() => {});
+    throw err;
+  }
+  const client = apiClient(config, store.sql, store.box, now, async (req) => {
+    const res = await app.inject({ method: req.method as 'GET', url: req.path, headers: req.headers, payload: req.body });
+    return { status: res.statusCode, text: res.body, headers: res.headers as Record<string, unknown> };
+  }, async () => {
+    await app.close();
+    await store.stop();
+    await drop();
+  });
+  return { ...client, app };
+}
+
+/** One request to the Control API, however it is carried (a socket, or inject()). */
+type Send = (req: { method: Dispatcher.HttpMethod; path: string; headers: Record<string, string>; body: string | Buffer | undefined }) => Promise<{ status: number; text: string; headers: Record<string, unknown> }>;
+
+/** The calls every Control API test makes, over `send`; every response is checked against the OpenAPI document. */
+function apiClient(config: Config, sql: Sql, box: SecretBox, now: () => Date, send: Send, close: () => Promise<void>): ApiClient {
+  const deps = { config, sql, box, now };
+  let oracle: Promise<OpenApiOracle> | null = null;
+  const t: ApiClient = {
+    config,
+    sql,
+    box,
     async admin(argv) {
       const res = await runAdmin(argv, deps);
       if (res.code !== 0) throw new Error(`admin ${argv.join(' ')} failed (${res.code}): ${res.stderr}`);
@@ -151,8 +245,8 @@ export async function startTestService(
         body = JSON.stringify(o.body);
         headers['content-type'] ??= 'application/json';
       }
-      const res = await http.request({ path, method, headers, body });
-      const text = await res.body.text();
+      const res = await send({ method, path, headers, body });
+      const text = res.text;
       let parsed: unknown = text;
       try {
         parsed = text ? JSON.parse(text) : undefined;
@@ -160,24 +254,19 @@ export async function startTestService(
         /* not JSON: keep the text so the test can say so */
       }
       const contentType = String(res.headers['content-type'] ?? '');
-      const mismatch = (await t.openapi()).checkResponse(method, path, res.statusCode, contentType, parsed, text);
+      const mismatch = (await t.openapi()).checkResponse(method, path, res.status, contentType, parsed, text);
       if (mismatch) throw new Error(`response does not match the OpenAPI document: ${mismatch}`);
-      return { status: res.statusCode, body: parsed, headers: res.headers as Record<string, unknown> };
+      return { status: res.status, body: parsed, headers: res.headers };
     },
     openapi() {
       oracle ??= (async () => {
-        const res = await request(`${controlUrl}/api/v1/openapi.json`, { headers: { accept: 'application/json' } });
-        if (res.statusCode !== 200) throw new Error(`GET /api/v1/openapi.json answered ${res.statusCode}`);
-        return new OpenApiOracle((await res.body.json()) as OpenApiDoc);
+        const res = await send({ method: 'GET', path: '/api/v1/openapi.json', headers: { accept: 'application/json' }, body: undefined });
+        if (res.status !== 200) throw new Error(`GET /api/v1/openapi.json answered ${res.status}`);
+        return new OpenApiOracle(JSON.parse(res.text) as OpenApiDoc);
       })();
       return oracle;
     },
-    async close() {
-      await http.close();
-      await service.close();
-      if (db) await db.drop();
-      if (!opts.dataDir) rmSync(dataDir, { recursive: true, force: true });
-    },
+    close,
   };
   return t;
 }
