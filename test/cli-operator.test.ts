@@ -12,7 +12,7 @@ import { fromRoot } from '../src/config/paths.js';
 import { runAdmin } from '../src/admin/commands.js';
 import { version } from '../src/version.js';
 import { seedPgliteDataDir } from './helpers/pglite-template.js';
-import { startTestService } from './helpers/service.js';
+import { startTestApi } from './helpers/service.js';
 
 const BIN = fromRoot('bin', 'poolgate.js');
 
@@ -87,9 +87,9 @@ t.test('--help, --version and a bare poolgate', async (t) => {
 });
 
 t.test('slugs in any case, --lifetime 1mo, team/user/token lists', async (t) => {
-  const svc = await startTestService();
+  const svc = await startTestApi();
   t.teardown(() => svc.close());
-  const deps = { config: svc.config, sql: svc.service.sql, box: svc.service.box, now: () => new Date() };
+  const deps = { config: svc.config, sql: svc.sql, box: svc.box, now: () => new Date() };
   const admin = async (...argv: string[]) => {
     const r = await runAdmin(argv, deps);
     return { ...r, json: r.code === 0 ? JSON.parse(r.stdout) : null };

@@ -3,18 +3,18 @@
 // is claimed to run. The raw row is read back from the store: no plaintext of them is in it.
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
-import { startTestService, type TestService } from './helpers/service.js';
+import { startTestApi, type TestApi } from './helpers/service.js';
 import { claimJob, spillJob } from '../src/jobs/job-store.js';
 import { SecretBox } from '../src/security/secret-box.js';
 
-let svc: TestService;
+let svc: TestApi;
 t.before(async () => {
-  svc = await startTestService();
+  svc = await startTestApi();
 });
 t.teardown(() => svc?.close());
 
 t.test('a spilled job keeps no plaintext header or body in its row; the runner gets them back whole', async (t) => {
-  const { sql, box } = svc.service;
+  const { sql, box } = svc;
   const boot = await svc.bootstrap();
   const { rows: pools } = await sql.query<{ id: number }>(
     `INSERT INTO pools (team_id, name, subdomain, backend, origin, origin_host, max_concurrent, require_key)
