@@ -1,5 +1,6 @@
 import t from 'tap';
 import { runAdmin } from '../src/admin/commands.js';
+import { until } from './helpers/until.js';
 import { startTestApi, type TestApi } from './helpers/service.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 
@@ -65,8 +66,8 @@ t.test('budgets created and attached with the admin CLI are read through the Con
   t.same((await svc.api('GET', `/api/v1/budgets/${id}`, { token: owner.token })).body.data.unallocated, 10);
   t.match((await svc.api('GET', `/api/v1/budgets/${second.id}`, { token: owner.token })).body.data, { pool_ids: [a.id], origin_max_concurrent: null, unallocated: 0 });
 
-  await new Promise((r) => setTimeout(r, 50));
-  t.ok(seen.includes(`budget:${id}`) && seen.includes(`budget:${second.id}`), 'budget writes are announced');
+  await until('both budgets announced on the change feed', () => seen.includes(`budget:${id}`) && seen.includes(`budget:${second.id}`));
+  t.pass('budget writes are announced');
 });
 
 t.test('budget abilities: budgets:read for budgets, pools:read for a budget\'s pools; another team\'s budget is 404', async (t) => {

@@ -1,4 +1,5 @@
 import t from 'tap';
+import { until } from './helpers/until.js';
 import { startTestApi, type TestApi } from './helpers/service.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { needServer } from './helpers/servers.js';
@@ -53,8 +54,8 @@ t.test('POST /api/v1/pools creates a pass-through pool with default settings (20
   t.equal(one.status, 200);
   t.same(one.body.data, pool);
 
-  await new Promise((r) => setTimeout(r, 50));
-  t.ok(seen.includes(`pool:${pool.id}`), 'a create is announced on the change feed');
+  await until('the create announced on the change feed', () => seen.includes(`pool:${pool.id}`));
+  t.pass('a create is announced on the change feed');
 });
 
 t.test('explicit names: taken → 422; subdomains are DNS labels ≤ 40 characters, unique across teams', async (t) => {
