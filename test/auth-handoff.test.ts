@@ -1,13 +1,14 @@
 import t from 'tap';
-import { startTestService, type TestService } from './helpers/service.js';
+import { until } from './helpers/until.js';
+import { startTestApi, type TestApi } from './helpers/service.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 
-let svc: TestService;
-let owner: Awaited<ReturnType<TestService['bootstrap']>>;
-let other: Awaited<ReturnType<TestService['bootstrap']>>;
+let svc: TestApi;
+let owner: Awaited<ReturnType<TestApi['bootstrap']>>;
+let other: Awaited<ReturnType<TestApi['bootstrap']>>;
 
 t.before(async () => {
-  svc = await startTestService();
+  svc = await startTestApi();
   owner = await svc.bootstrap({ team: 'Handoff Team' });
   other = await svc.bootstrap({ team: 'Handoff Other' });
 });
@@ -28,14 +29,14 @@ const handoff = (subdomain: string, body: unknown, token = owner.token) =>
   svc.api('POST', `/api/v1/pools/${subdomain}/auth-handoff`, { token, body });
 const intakePath = (url: string) => new URL(url).pathname;
 const poolRow = async (id: number) =>
-  (await svc.service.sql.query<{ managed_auth: boolean; auth_method: string | null; credential_id: number | null }>(
+  (await svc.sql.query<{ managed_auth: boolean; auth_method: string | null; credential_id: number | null }>(
     'SELECT managed_auth, auth_method, credential_id FROM pools WHERE id = $1', [id],
   )).rows[0]!;
 
 t.test('auth-handoff flips the pool to managed auth and mints a one-shot intake (AuthHandoff, unwrapped)', async (t) => {
   const pool = await httpPool();
   const seen: string[] = [];
-  const unlisten = await svc.service.sql.listen(CHANGE_CHANNEL, (p) => seen.push(p));
+  const unlisten = await svc.sql.listen(CHANGE_CHANNEL, (p) => seen.push(p));
   t.teardown(unlisten);
 
   const res = await handoff(pool.subdomain, { auth_method: 'bearer_static' });
@@ -48,16 +49,16 @@ t.test('auth-handoff flips the pool to managed auth and mints a one-shot intake 
     already_attached: false,
     auth_method: 'bearer_static',
     intake_token: /^pgi_[A-Za-z0-9]{40}$/,
-    dashboard_url: `${svc.controlUrl}/dashboard/pools/${pool.subdomain}`,
+    dashboard_url: `${svc.baseUrl}/dashboard/pools/${pool.subdomain}`,
     required_fields: ['token'],
     auth_posture: 'managed_pending_credential',
     next: /intake_url/,
   });
-  t.equal(h.intake_url, `${svc.controlUrl}/api/v1/intake/${h.intake_token}`);
+  t.equal(h.intake_url, `${svc.baseUrl}/api/v1/intake/${h.intake_token}`);
   const ttl = Date.parse(h.expires_at) - Date.now();
   t.ok(ttl > 890_000 && ttl <= 900_000, `expires after intakeTtlSeconds (${ttl} ms)`);
   t.same(await poolRow(pool.id), { managed_auth: true, auth_method: 'bearer_static', credential_id: null });
-  const stored = await svc.service.sql.query<{ token_hash: string }>('SELECT token_hash FROM credential_intakes WHERE pool_id = $1', [pool.id]);
+  const stored = await svc.sql.query<{ token_hash: string }>('SELECT token_hash FROM credential_intakes WHERE pool_id = $1', [pool.id]);
   t.equal(stored.rows.length, 1);
   t.not(stored.rows[0]!.token_hash, h.intake_token, 'only the hash of the intake token is stored');
   t.match(stored.rows[0]!.token_hash, /^[0-9a-f]{64}$/);
@@ -70,8 +71,8 @@ t.test('auth-handoff flips the pool to managed auth and mints a one-shot intake 
   const stale = await svc.api('POST', intakePath(h.intake_url), { body: { token: 'secret' } });
   t.equal(stale.status, 410);
 
-  await new Promise((r) => setTimeout(r, 50));
-  t.ok(seen.includes(`pool:${pool.id}`));
+  await until('the handoff announced on the change feed', () => seen.includes(`pool:${pool.id}`));
+  t.pass('the handoff is announced on the change feed');
 });
 
 t.test('the intake is one-shot, needs no API token, seals the secret and attaches it', async (t) => {
@@ -98,14 +99,14 @@ t.test('the intake is one-shot, needs no API token, seals the secret and attache
 
   const row = await poolRow(pool.id);
   t.equal(row.auth_method, 'basic');
-  const cred = (await svc.service.sql.query<{ name: string; method: string; secret_enc: string }>(
+  const cred = (await svc.sql.query<{ name: string; method: string; secret_enc: string }>(
     'SELECT name, method, secret_enc FROM credentials WHERE id = $1', [row.credential_id!],
   )).rows[0]!;
   t.equal(cred.name, 'Origin login');
   t.equal(cred.method, 'basic');
   t.notOk(cred.secret_enc.includes(plaintext), 'the stored secret is not the plaintext');
   t.notOk(cred.secret_enc.includes('svc-user'));
-  t.same(JSON.parse(svc.service.box.open(cred.secret_enc)), { method: 'basic', username: 'svc-user', password: plaintext });
+  t.same(JSON.parse(svc.box.open(cred.secret_enc)), { method: 'basic', username: 'svc-user', password: plaintext });
 
   t.equal((await svc.api('POST', `/api/v1/intake/pgi_${'A'.repeat(40)}`, { body: { token: 'x' } })).status, 404, 'unknown token');
   t.equal((await svc.api('POST', '/api/v1/intake/not-a-token', { body: { token: 'x' } })).status, 404, 'malformed token');
@@ -120,16 +121,16 @@ t.test('concurrent posts of one intake: exactly one succeeds', async (t) => {
   const path = intakePath(h.intake_url);
   const results = await Promise.all(Array.from({ length: 6 }, (_, i) => svc.api('POST', path, { body: { api_key: `k${i}`, header_name: 'X-Api-Token' } })));
   t.same(results.map((r) => r.status).sort(), [200, 410, 410, 410, 410, 410]);
-  const { rows } = await svc.service.sql.query<{ secret_enc: string }>(
+  const { rows } = await svc.sql.query<{ secret_enc: string }>(
     'SELECT c.secret_enc FROM credentials c JOIN pools p ON p.credential_id = c.id WHERE p.id = $1', [pool.id],
   );
-  t.match(JSON.parse(svc.service.box.open(rows[0]!.secret_enc)), { method: 'api_key', header_name: 'x-api-token' });
+  t.match(JSON.parse(svc.box.open(rows[0]!.secret_enc)), { method: 'api_key', header_name: 'x-api-token' });
 });
 
 t.test('an expired intake is 410 and creates nothing', async (t) => {
   const pool = await httpPool();
   const h = (await handoff(pool.subdomain, { auth_method: 'bearer_static' })).body;
-  await svc.service.sql.query(`UPDATE credential_intakes SET expires_at = now() - interval '1 second' WHERE pool_id = $1`, [pool.id]);
+  await svc.sql.query(`UPDATE credential_intakes SET expires_at = now() - interval '1 second' WHERE pool_id = $1`, [pool.id]);
   const res = await svc.api('POST', intakePath(h.intake_url), { body: { token: 'tok' } });
   t.equal(res.status, 410);
   t.match(res.body.message, /expired/);
@@ -207,10 +208,10 @@ t.test('PUT /api/v1/pools/:pool/credential attaches an inline secret or a stored
   t.match(ok.body.data, { id: pool.id, has_credential: true });
   const row = await poolRow(pool.id);
   t.match(row, { managed_auth: true, auth_method: 'api_key' });
-  const cred = (await svc.service.sql.query<{ name: string; secret_enc: string }>('SELECT name, secret_enc FROM credentials WHERE id = $1', [row.credential_id!])).rows[0]!;
+  const cred = (await svc.sql.query<{ name: string; secret_enc: string }>('SELECT name, secret_enc FROM credentials WHERE id = $1', [row.credential_id!])).rows[0]!;
   t.equal(cred.name, `${pool.subdomain} api_key`);
   t.notOk(cred.secret_enc.includes('key-abc'));
-  t.same(JSON.parse(svc.service.box.open(cred.secret_enc)), { method: 'api_key', api_key: 'key-abc', header_name: 'x-api-key' });
+  t.same(JSON.parse(svc.box.open(cred.secret_enc)), { method: 'api_key', api_key: 'key-abc', header_name: 'x-api-key' });
 
   // The pool now uses api_key: another method is a mismatch; the method may be left out.
   const mismatch = await put({ method: 'bearer_static', token: 't' });

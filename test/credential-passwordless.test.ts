@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import mysql from 'mysql2/promise';
 import pg from 'pg';
 import { MYSQL, PG_URL, needServer } from './helpers/servers.js';
-import { freshPostgresDatabase, startTestService } from './helpers/service.js';
+import { freshPostgresDatabase, startTestApi, startTestService } from './helpers/service.js';
 
 const skip = await needServer('mariadb');
 if (skip) {
@@ -77,7 +77,7 @@ if (skip) {
   });
 
   t.test('an http pool\'s basic credential still needs its password', async (t) => {
-    const svc = await startTestService();
+    const svc = await startTestApi();
     t.teardown(() => svc.close());
     const { token } = await svc.bootstrap();
     const pool = await svc.api('POST', '/api/v1/pools', { token, body: { origin: 'https://nopw.example.com' } });

@@ -1,7 +1,7 @@
 // Pool metrics: the rollup batch writer and pruning (both store engines), and the metrics summary endpoint.
 import t, { type Test } from 'tap';
 import { randomBytes } from 'node:crypto';
-import { startTestService, type TestService } from './helpers/service.js';
+import { startTestApi, type TestApi } from './helpers/service.js';
 import { needServer } from './helpers/servers.js';
 import { addMinuteRollups, pruneRollups, sumRollups, type MinuteRollup } from '../src/store/metrics.js';
 import type { Queryable } from '../src/store/sql.js';
@@ -33,8 +33,8 @@ async function storedRows(sql: Queryable, poolId: number) {
 }
 
 /** The rollup store against one engine: batching, accumulation, truncation, skipping, pruning. */
-async function storeSuite(t: Test, svc: TestService): Promise<void> {
-  const sql = svc.service.sql;
+async function storeSuite(t: Test, svc: TestApi): Promise<void> {
+  const sql = svc.sql;
   const boot = await svc.bootstrap();
   const a = await makePool(sql, boot.team.id);
   const b = await makePool(sql, boot.team.id);
@@ -90,7 +90,7 @@ async function storeSuite(t: Test, svc: TestService): Promise<void> {
 }
 
 t.test('rollup store on PGlite', async (t) => {
-  const svc = await startTestService();
+  const svc = await startTestApi();
   t.teardown(() => svc.close());
   await storeSuite(t, svc);
 });
@@ -98,15 +98,15 @@ t.test('rollup store on PGlite', async (t) => {
 t.test('rollup store on PostgreSQL', async (t) => {
   const skip = await needServer('postgres');
   if (skip) return t.skip(skip);
-  const svc = await startTestService({ engine: 'postgres', roles: ['control'] });
+  const svc = await startTestApi({ engine: 'postgres' });
   t.teardown(() => svc.close());
   await storeSuite(t, svc);
 });
 
 t.test('GET /api/v1/pools/:pool/metrics', async (t) => {
-  const svc = await startTestService({ overrides: { metricsRetentionDays: RETENTION_DAYS } });
+  const svc = await startTestApi({ overrides: { metricsRetentionDays: RETENTION_DAYS } });
   t.teardown(() => svc.close());
-  const sql = svc.service.sql;
+  const sql = svc.sql;
   const boot = await svc.bootstrap();
   const other = await svc.bootstrap();
   const pool = await makePool(sql, boot.team.id);

@@ -4,6 +4,7 @@
 // restart or a dropped request (lowering max_concurrent below the slots in flight).
 import t from 'tap';
 import { Pool } from 'undici';
+import { until } from './helpers/until.js';
 import { startTestService, type TestService } from './helpers/service.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
 import { runAdmin } from '../src/admin/commands.js';
@@ -133,8 +134,12 @@ t.test('who may read and change settings', async (t) => {
   t.equal((await svc.api('GET', '/api/v1/pools/set-auth/settings', { token: readOnly.token })).status, 200, 'pools:read may read');
   t.equal((await svc.api('PATCH', '/api/v1/pools/set-auth/settings', { token: readOnly.token, body: { max_concurrent: 4 } })).status, 403, 'pools:read may not write');
   await svc.service.sql.query(`UPDATE users SET role = 'member' WHERE email = 'admin2@example.test'`);
+  // The Control API drops its cached actors on this notification; a listener beside it sees it delivered.
+  const feed: string[] = [];
+  const unlisten = await svc.service.sql.listen(CHANGE_CHANNEL, (p) => feed.push(p));
+  t.teardown(unlisten);
   await svc.service.sql.notify(CHANGE_CHANNEL, 'user:0');
-  await new Promise((r) => setTimeout(r, 100));
+  await until('the user change on the change feed', () => feed.includes('user:0'));
   const asMember = await svc.api('PATCH', '/api/v1/pools/set-auth/settings', { token: adminTok.token, body: { max_concurrent: 5 } });
   t.equal(asMember.status, 403, 'a member actor may not change settings even with pools:write');
   t.match(asMember.body.message, /owners and admins/);

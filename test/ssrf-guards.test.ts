@@ -9,6 +9,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SignJWT } from 'jose';
+import { until } from './helpers/until.js';
 import { startTestService, type TestService } from './helpers/service.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
 import { runAdmin } from '../src/admin/commands.js';
@@ -148,9 +149,15 @@ t.test('an origin that resolves to loopback at connect time is refused: 502, the
     t.equal(body.message, 'the origin could not be reached', 'the client is not told where the name resolved');
   }
   t.equal(trapped, before, 'no connection reached the loopback address');
-  // The access log file gets its lines within a second (access-log.ts).
-  await new Promise((r) => setTimeout(r, 1300));
-  const lines = readFileSync(accessLogFile, 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((l) => l.pool === sub);
+  // The access log file gets its lines within a second (access-log.ts): awaited, not slept for.
+  const logged = () => {
+    try {
+      return readFileSync(accessLogFile, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l)).filter((l) => l.pool === sub);
+    } catch {
+      return []; // not written yet, or a line half-written
+    }
+  };
+  const lines = await until('both refusals in the access log', () => logged().length >= 2 && logged());
   t.equal(lines.length, 2);
   for (const l of lines) {
     t.equal(l.status, 502);

@@ -135,8 +135,12 @@ for (const name of ['pglite', 'postgres'] as const) {
       }
       await unlisten();
       const seen = got.length;
+      // A listener still subscribed proves the notification was delivered before the unsubscribed one is judged.
+      const still: string[] = [];
+      const unlistenStill = await sql.listen('store_test_chan', (p) => still.push(p));
       await sql.notify('store_test_chan', 'after-unlisten');
-      await new Promise((r) => setTimeout(r, 200));
+      await until('the notification at a listener still subscribed', () => still.includes('after-unlisten'));
+      await unlistenStill();
       t.equal(got.length, seen, 'nothing arrives after unsubscribing');
     });
 

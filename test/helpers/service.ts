@@ -29,6 +29,8 @@ export type Engine = 'pglite' | 'postgres';
 /** The Control API as a test calls it: over a socket (TestService) or in process (TestApi). */
 export interface ApiClient {
   config: Config;
+  /** The Control API's public address (its links: intake, dashboard): the listener's, or inject()'s localhost. */
+  baseUrl: string;
   sql: Sql;
   box: SecretBox;
   /** Runs `poolgate admin …` against this service's store and parses its JSON output. */
@@ -156,7 +158,7 @@ export async function startTestService(
   const controlUrl = `http://127.0.0.1:${service.ports.control}`;
   // A dispatcher sends the path exactly as given (no URL normalisation), so tests can send `..` and odd bytes.
   const http = new Pool(controlUrl, { connections: 8 });
-  const client = apiClient(config, service.sql, service.box, service.now, async (req) => {
+  const client = apiClient(config, controlUrl, service.sql, service.box, service.now, async (req) => {
     const res = await http.request({ path: req.path, method: req.method, headers: req.headers, body: req.body });
     return { status: res.statusCode, text: await res.body.text(), headers: res.headers as Record<string, unknown> };
   }, async () => {
@@ -187,6 +189,7 @@ export async function startTestApi(opts: TestStoreOptions = {}): Promise<TestApi
   const now = opts.now ?? (() => new Date());
   const log = opts.log ?? createLogger(process.env.POOLGATE_TEST_LOG ?? 'silent');
   let app: ControlApp;
+  let baseUrl: string;
   try {
     let urls: { base: string; lockApi: string; dashboard: string };
     let own: string[];
@@ -196,13 +199,14 @@ export async function startTestApi(opts: TestStoreOptions = {}): Promise<TestApi
     if (!config.dashboardUrl) urls.dashboard = `${urls.base}/dashboard`;
     if (!config.lockApiUrl) urls.lockApi = `http://localhost:${config.lockPort}`;
     own.splice(0, own.length, ...ownHosts(config, [urls.base, urls.lockApi]));
+    baseUrl = urls.base;
     await app.ready();
   } catch (err) {
     await store.stop();
     await drop().catch(() => {});
     throw err;
   }
-  const client = apiClient(config, store.sql, store.box, now, async (req) => {
+  const client = apiClient(config, baseUrl, store.sql, store.box, now, async (req) => {
     const res = await app.inject({ method: req.method as 'GET', url: req.path, headers: req.headers, payload: req.body });
     return { status: res.statusCode, text: res.body, headers: res.headers as Record<string, unknown> };
   }, async () => {
@@ -217,11 +221,12 @@ export async function startTestApi(opts: TestStoreOptions = {}): Promise<TestApi
 type Send = (req: { method: Dispatcher.HttpMethod; path: string; headers: Record<string, string>; body: string | Buffer | undefined }) => Promise<{ status: number; text: string; headers: Record<string, unknown> }>;
 
 /** The calls every Control API test makes, over `send`; every response is checked against the OpenAPI document. */
-function apiClient(config: Config, sql: Sql, box: SecretBox, now: () => Date, send: Send, close: () => Promise<void>): ApiClient {
+function apiClient(config: Config, baseUrl: string, sql: Sql, box: SecretBox, now: () => Date, send: Send, close: () => Promise<void>): ApiClient {
   const deps = { config, sql, box, now };
   let oracle: Promise<OpenApiOracle> | null = null;
   const t: ApiClient = {
     config,
+    baseUrl,
     sql,
     box,
     async admin(argv) {
