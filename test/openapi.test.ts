@@ -2,11 +2,10 @@
 // (spec: Versioning 1–2), and the response checker every other test relies on.
 import t from 'tap';
 import { Validator } from '@seriousme/openapi-schema-validator';
-import { request } from 'undici';
-import { startTestService } from './helpers/service.js';
+import { startTestApi } from './helpers/service.js';
 import { API_PREFIX, HTTP_METHODS, OpenApiOracle, type OpenApiDoc } from './helpers/openapi.js';
 
-const svc = await startTestService();
+const svc = await startTestApi();
 t.teardown(() => svc.close());
 
 /** Every `$ref` string in the document, with where it sits. */
@@ -30,8 +29,8 @@ function resolvePointer(doc: unknown, ref: string): unknown {
   return cur;
 }
 
-const res = await request(`${svc.controlUrl}/api/v1/openapi.json`);
-const doc = (await res.body.json()) as OpenApiDoc;
+const res = await svc.app.inject({ method: 'GET', url: '/api/v1/openapi.json' });
+const doc = res.json() as OpenApiDoc;
 
 t.test('the document is served without a token, as JSON', async (t) => {
   t.equal(res.statusCode, 200);
@@ -98,7 +97,7 @@ t.test('every operation declares its responses: a JSON success body, Error bodie
 
 t.test('every route the Control API serves is in the document (only the document itself, the dashboard\'s pages and the health probes are hidden)', async (t) => {
   // fastify's route tree, e.g. `│   └── /:budget (GET, HEAD)`: depth from the indent, path from the parents.
-  const tree = svc.service.control!.printRoutes({ commonPrefix: false });
+  const tree = svc.app.printRoutes({ commonPrefix: false });
   const stack: string[] = [];
   const served: string[] = [];
   for (const line of tree.split('\n')) {
@@ -159,7 +158,7 @@ t.test('api() rejects a response that breaks the document (the suite-wide check 
 });
 
 t.test('an optional request body is documented as not required (POST …/keys), a mandatory one as required', async (t) => {
-  const svc = await startTestService();
+  const svc = await startTestApi();
   t.teardown(() => svc.close());
   const doc = (await svc.api('GET', '/api/v1/openapi.json')).body;
   t.equal(doc.paths['/api/v1/pools/{pool}/keys'].post.requestBody.required, false);
@@ -168,7 +167,7 @@ t.test('an optional request body is documented as not required (POST …/keys), 
 
 t.test('every route\'s request and response schemas compile (the service compiles each at its route\'s first request)', async (t) => {
   // What this file's requests have not compiled yet is compiled now.
-  t.doesNotThrow(() => svc.service.control!.schemaCompilers.compileAll(), 'every validator and serializer compiles');
+  t.doesNotThrow(() => svc.app.schemaCompilers.compileAll(), 'every validator and serializer compiles');
   // A request after compileAll is answered by the compiled functions: a bad body is refused with ajv's reason.
   const boot = await svc.bootstrap();
   const bad = await svc.api('POST', '/api/v1/pools', { token: boot.token, body: { origin: 'https://api.example.com', extra: true } });
