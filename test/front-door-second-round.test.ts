@@ -7,6 +7,7 @@
 import t from 'tap';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
+import { until } from './helpers/until.js';
 import { startTestService, type TestService } from './helpers/service.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
@@ -175,7 +176,7 @@ t.test('item 4: a declared body that never arrives holds no slot, and is answere
   const stalled = send(
     `POST /stall HTTP/1.1\r\nHost: round2.pools.localhost\r\nX-Service-Key: ${writeKey}\r\nContent-Length: 500000000\r\n\r\n0123456789`,
   );
-  await new Promise((r) => setTimeout(r, 150));
+  await until('the stalled request in the data plane', () => dp.inFlight === 1);
   t.equal(dp.governor.state(poolId).inFlight, 0, 'the stalled body holds no slot');
   const other = await send(`GET /meanwhile HTTP/1.1\r\nHost: round2.pools.localhost\r\nX-Service-Key: ${writeKey}\r\n\r\n`);
   t.equal(other.status, 200, "another request gets the pool's one slot at once");
@@ -198,7 +199,7 @@ t.test('item 4: a declared body that never arrives holds no slot, and is answere
   const b = await big;
   t.equal(b.status, 408, 'a large body that stalls mid-stream is answered 408 too');
   t.ok(b.closed, 'and its connection closed');
-  for (let i = 0; i < 100 && dp.governor.state(poolId).inFlight !== 0; i++) await new Promise((r) => setTimeout(r, 20));
+  await until('the stalled slot to be free', () => dp.governor.state(poolId).inFlight === 0);
   t.equal(dp.governor.state(poolId).inFlight, 0, 'its slot is free again');
 });
 
@@ -215,7 +216,7 @@ t.test('item 5: a chunked body that breaks off after its first chunk never reach
     });
     sock.on('error', () => {});
   });
-  for (let i = 0; i < 100 && dp.inFlight !== 0; i++) await new Promise((r) => setTimeout(r, 20));
+  await until('the request to settle', () => dp.inFlight === 0);
   await new Promise((r) => setTimeout(r, 200));
   t.equal(origin.count, 0, 'the origin saw nothing: not the head, not the chunk');
   t.equal(dp.inFlight, 0, 'the request is settled');

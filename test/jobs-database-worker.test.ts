@@ -1,6 +1,7 @@
 // Async jobs of a MariaDB pool run by a worker-only process: the service (control + data plane, no worker)
 // spills the SQL request into a PostgreSQL store, a separate worker process — with no data plane, so with
 // database connections of its own — runs it, and the event reaches a real https receiver.
+import { until } from './helpers/until.js';
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
 import { Pool, request } from 'undici';
@@ -52,17 +53,8 @@ if (skip) {
     });
     return { status: res.statusCode, body: (await res.body.json()) as any };
   };
-  const eventOf = async (jobId: string): Promise<any> => {
-    const end = Date.now() + 20_000;
-    for (;;) {
-      for (const r of receiver.received) {
-        const env = JSON.parse(r.rawBody.toString('utf8'));
-        if (env.id === jobId) return env;
-      }
-      if (Date.now() > end) throw new Error(`no event for ${jobId}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  };
+  const eventOf = (jobId: string): Promise<any> =>
+    until(`the event for ${jobId}`, () => receiver.received.map((r) => JSON.parse(r.rawBody.toString('utf8'))).find((env) => env.id === jobId), 20_000, 50);
 
   t.test('the worker process runs a MariaDB batch and a single query', async (t) => {
     t.equal(created.body.data.backend, 'mysql');

@@ -87,18 +87,8 @@ if (skip) {
     return { status: res.statusCode, headers: res.headers, text, json: JSON.parse(text) };
   };
   /** The envelope the receiver got for a job. */
-  const eventOf = async (path: string, jobId: string, timeoutMs = 15_000): Promise<any> => {
-    const end = Date.now() + timeoutMs;
-    for (;;) {
-      for (const r of receiver.received) {
-        if (r.path !== path) continue;
-        const env = JSON.parse(r.rawBody.toString('utf8'));
-        if (env.id === jobId) return env;
-      }
-      if (Date.now() > end) throw new Error(`no event for ${jobId}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  };
+  const eventOf = (path: string, jobId: string, timeoutMs = 15_000): Promise<any> =>
+    until(`the event for ${jobId}`, () => receiver.received.filter((r) => r.path === path).map((r) => JSON.parse(r.rawBody.toString('utf8'))).find((env) => env.id === jobId), timeoutMs, 50);
 
   const main = await createPool();
 
