@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { Pool, request } from 'undici';
 import { exportJWK, exportSPKI, generateKeyPair, SignJWT, type CryptoKey } from 'jose';
 import { startTestService, type TestService } from './helpers/service.js';
+import { TestClock } from './helpers/test-clock.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { signRequest } from '../src/index.js';
@@ -25,9 +26,13 @@ let jwksUrl: string;
 let signer: { privateKey: CryptoKey; publicKey: CryptoKey };
 let stranger: { privateKey: CryptoKey; publicKey: CryptoKey };
 
+/** The service's clock: the JWT expiry test moves it past a token's exp instead of sleeping. */
+const clock = new TestClock();
+
 t.before(async () => {
   origin = await startOrigin();
   svc = await startTestService({
+    now: clock.now,
     overrides: { host: '::', originCaFile: origin.caFile, accessLogFile: '/dev/null', trustedProxies: '127.0.0.1/32' },
   });
   const boot = await svc.bootstrap();
@@ -250,12 +255,12 @@ t.test('policy settings that cannot be applied (a hand edit of the row) close th
 
 t.test('JWT: a token verified once is remembered only until it expires', async (t) => {
   await createPool('pol-jwt-exp', { jwt: { keys: [await exportSPKI(signer.publicKey)], clockSkewSec: 0 } });
-  const exp = Math.floor(Date.now() / 1000) + 2;
+  const exp = Math.floor(clock.now().getTime() / 1000) + 2;
   const tok = await new SignJWT({ sub: 's' }).setProtectedHeader({ alg: 'ES256' }).setExpirationTime(exp).sign(signer.privateKey);
   const headers = { authorization: `Bearer ${tok}` };
   t.equal((await call(v4, 'pol-jwt-exp', '/j', { headers })).status, 200);
   t.equal((await call(v4, 'pol-jwt-exp', '/j', { headers })).status, 200, 'again (from the verified-token cache)');
-  await new Promise((r) => setTimeout(r, exp * 1000 - Date.now() + 50));
+  clock.advance(exp * 1000 - clock.now().getTime() + 50);
   const late = await call(v4, 'pol-jwt-exp', '/j', { headers });
   t.equal(late.status, 401, 'refused once exp has passed, cache or not');
   t.match(late.json.message, /expired/);

@@ -93,7 +93,7 @@ export class Policies {
       if (s.accessProxy) list.push(accessProxyPolicy(s.accessProxy));
       if (s.ipAllowlist.length > 0) list.push(ipAllowlistPolicy(s.ipAllowlist));
       if (s.originSigning) list.push(hmacPolicy({ windowSec: s.signatureWindowSec, nonces: this.#nonceStore(), clock: this.#clock }));
-      if (s.jwt) list.push(jwtPolicy(s.jwt, s.jwt.jwksUrl ? this.#jwksFetch() : undefined));
+      if (s.jwt) list.push(jwtPolicy(s.jwt, s.jwt.jwksUrl ? this.#jwksFetch() : undefined, this.#clock));
     } catch (err) {
       // Settings are validated on write; one that cannot compile (a hand edit) closes the pool, never opens it.
       const broken = refuse(503, 'settings', 'misconfigured', `the pool's policies cannot be applied: ${(err as Error).message}`);

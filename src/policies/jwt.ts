@@ -54,8 +54,11 @@ export function jwksFetcher(targets: ConnectTargets = { allowPrivate: false, loo
   };
 }
 
-/** `fetchJwks`: how the JWKS URL is fetched (jwksFetcher's; absent: jose's default fetch, unguarded). */
-export function jwtPolicy(cfg: JwtPolicy, fetchJwks?: JwksFetch): Policy {
+/**
+ * `fetchJwks`: how the JWKS URL is fetched (jwksFetcher's; absent: jose's default fetch, unguarded). `clock`:
+ * Unix ms that exp and nbf are judged by, and the verified-token cache expires by (the data plane's clock).
+ */
+export function jwtPolicy(cfg: JwtPolicy, fetchJwks?: JwksFetch, clock: () => number = Date.now): Policy {
   const header = cfg.header ?? DEFAULT_JWT_HEADER;
   const options: JWTVerifyOptions = {
     issuer: cfg.issuer,
@@ -80,7 +83,7 @@ export function jwtPolicy(cfg: JwtPolicy, fetchJwks?: JwksFetch): Policy {
 
   function remember(token: string, exp: number | undefined): void {
     if (verified.size >= VERIFIED_MAX) verified.clear();
-    const now = Date.now();
+    const now = clock();
     verified.set(token, Math.min(exp === undefined ? Infinity : exp * 1000 + skewMs, now + VERIFIED_TTL_MS));
   }
 
@@ -88,16 +91,17 @@ export function jwtPolicy(cfg: JwtPolicy, fetchJwks?: JwksFetch): Policy {
   function verify(token: string): Verdict | Promise<Verdict> {
     const until = verified.get(token);
     if (until !== undefined) {
-      if (until > Date.now()) return null;
+      if (until > clock()) return null;
       verified.delete(token);
     }
     return verifyOnce(token);
   }
 
   async function verifyOnce(token: string): Promise<Verdict> {
+    const at: JWTVerifyOptions = { ...options, currentDate: new Date(clock()) };
     if (remote) {
       try {
-        const { payload } = await jwtVerify(token, remote, options);
+        const { payload } = await jwtVerify(token, remote, at);
         remember(token, payload.exp);
         return null;
       } catch (err) {
@@ -107,7 +111,7 @@ export function jwtPolicy(cfg: JwtPolicy, fetchJwks?: JwksFetch): Policy {
     let last: PolicyRefusal = BAD_SIGNATURE;
     for (const k of keys) {
       try {
-        const { payload } = await jwtVerify(token, k, options);
+        const { payload } = await jwtVerify(token, k, at);
         remember(token, payload.exp);
         return null;
       } catch (err) {
