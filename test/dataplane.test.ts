@@ -411,13 +411,11 @@ t.test('a key minted and revoked through the Control API takes effect within one
   const res = await svc.api('POST', '/api/v1/pools/live/keys', { token, body: { label: 'live' } });
   t.equal(res.status, 201);
   const key: string = res.body.data.key;
+  /** Ms until the key's requests are answered `status` (Infinity: not within 3 s). */
   const waitFor = async (status: number) => {
     const start = performance.now();
-    while (performance.now() - start < 3000) {
-      if ((await call('live', '/', { headers: { 'x-service-key': key } })).status === status) return performance.now() - start;
-      await new Promise((r) => setTimeout(r, 25));
-    }
-    return Infinity;
+    const held = await until(`status ${status} with the key`, async () => (await call('live', '/', { headers: { 'x-service-key': key } })).status === status, 3000, 25).catch(() => false);
+    return held ? performance.now() - start : Infinity;
   };
   const minted = await waitFor(200);
   t.ok(minted < 1000, `admitted ${Math.round(minted)} ms after mint`);

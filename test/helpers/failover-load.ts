@@ -7,7 +7,7 @@ import { once } from 'node:events';
 import { createServer as createHttpsServer } from 'node:https';
 import { readFileSync, rmSync } from 'node:fs';
 import type { ChildProcessWithoutNullStreams } from 'node:child_process';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { until } from './until.js';
 import { Pool } from 'undici';
 import { fromRoot } from '../../src/config/paths.js';
 import { spawnListening } from './process.js';
@@ -195,12 +195,7 @@ export function figures(samples: Sample[], killAt: number): FailoverFigures {
   };
 }
 
-/** Polls `cond` (errors count as false) every 25 ms; resolves with the time it first held, or null at `ms`. */
+/** `until` every 25 ms with errors counting as false; resolves with the time `cond` first held, or null at `ms`. */
 export async function when(cond: () => Promise<boolean>, ms: number): Promise<number | null> {
-  const end = performance.now() + ms;
-  while (performance.now() < end) {
-    if (await cond().catch(() => false)) return performance.now();
-    await sleep(25);
-  }
-  return null;
+  return until('a condition', async () => (await cond().catch(() => false)) && performance.now(), ms, 25).catch(() => null);
 }
