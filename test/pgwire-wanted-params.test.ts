@@ -4,10 +4,11 @@
 // paid a map compare per transaction.
 import t from 'tap';
 import { ServerPool, type ServerPoolOptions } from '../src/db/pgwire/server-pool.js';
+import { UpstreamPool } from '../src/db/upstream-pool.js';
 import { setupQuery } from '../src/db/pgwire/session-params.js';
 
 // No connection is opened here: only the pool's parameter bookkeeping is used.
-const pool = new ServerPool('sig', {} as ServerPoolOptions);
+const pool = new ServerPool('sig', { up: new UpstreamPool(1, 60_000) } as ServerPoolOptions);
 pool.params = new Map([
   ['application_name', ''],
   ['TimeZone', 'Etc/UTC'],

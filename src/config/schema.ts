@@ -294,6 +294,14 @@ export const ConfigSchema = Type.Object(
       env: 'POOLGATE_SQL_BODY_LIMIT',
       description: 'Largest SQL-over-HTTP request body in bytes (query text and params); larger bodies get 413.',
     }),
+    dbIdleTimeoutMs: Type.Integer({
+      minimum: 100,
+      maximum: 86_400_000,
+      default: 60_000,
+      env: 'POOLGATE_DB_IDLE_TIMEOUT_MS',
+      description:
+        "How long a database pool's server connection may sit unused before it is closed, in ms. One setting for every holder: SQL over HTTP and the PostgreSQL and MySQL listeners share one upstream pool per database pool, whose open connections never exceed its max_concurrent.",
+    }),
     dbAllowInsecure: Type.Boolean({
       default: false,
       env: 'POOLGATE_DB_ALLOW_INSECURE',

@@ -19,6 +19,7 @@ import type { SqlJobOutcome } from '../jobs/sql-job.js';
 import { failureBody, type DbFailure } from './errors.js';
 import { errorBody, httpStatus } from '../errors/catalogue.js';
 import { DbUpstreams, type RunResult, type SqlStatement, type StatementResult } from './upstream.js';
+import { UpstreamPools } from './upstream-pool.js';
 
 /** The most statements one `queries` batch may hold. */
 export const MAX_BATCH = 1000;
@@ -147,7 +148,12 @@ export class SqlOverHttp {
   constructor(opts: SqlOverHttpOptions) {
     this.#opts = opts;
     this.#bodyLimit = new BodyLimit(opts.config.sqlBodyLimit, `request body exceeds ${opts.config.sqlBodyLimit} bytes (the operator sets it: POOLGATE_SQL_BODY_LIMIT)`);
-    this.upstreams = new DbUpstreams({ allowInsecure: opts.config.dbAllowInsecure, allowPrivate: opts.config.allowPrivateTargets, log: opts.log });
+    this.upstreams = new DbUpstreams({
+      allowInsecure: opts.config.dbAllowInsecure,
+      allowPrivate: opts.config.allowPrivateTargets,
+      log: opts.log,
+      pools: new UpstreamPools(opts.config.dbIdleTimeoutMs),
+    });
   }
 
   /** Retires upstream connection pools whose pool was deleted or whose host, role or size changed. */

@@ -1,5 +1,6 @@
-// Connections to the upstream databases: one connection pool per database pool (pg for postgres, mysql2
-// for mysql), opened with the pool's managed credential and sized to its max_concurrent, replaced when
+// SQL over HTTP's connections to the upstream databases (pg clients for postgres, mysql2 for mysql), opened
+// with the pool's managed credential and counted in the database pool's one upstream pool (upstream-pool.ts,
+// shared with the wire listeners: max_concurrent and the idle timeout hold for all of them), replaced when
 // any of that changes. run() executes a request's statements with a deadline and cancels on timeout or
 // client abort (PostgreSQL CancelRequest; MySQL KILL QUERY).
 import { withInsecureHint } from '../config/hints.js';
@@ -8,6 +9,7 @@ import pg from 'pg';
 import mysql from 'mysql2';
 import type { Logger } from '../log.js';
 import type { DatabaseTarget, PoolEntry, Snapshot } from '../pool-request/snapshot.js';
+import { DEFAULT_DB_IDLE_TIMEOUT_MS, UpstreamPools, type IdleHolder, type UpstreamPool } from './upstream-pool.js';
 import { guardedConnect, guardedSocket } from './upstream-socket-guard.js';
 import { mysqlFailure, pgFailure, type DbFailure } from './errors.js';
 import { mysqlParam, mysqlTypeName, mysqlValue, pgTypes, type Column } from './values.js';
@@ -63,6 +65,8 @@ interface Upstream {
   failure(err: unknown): DbFailure;
   /** Closes the pool once its checked-out sessions are back. */
   retire(): Promise<void>;
+  /** Closes clients idle past the idle timeout. */
+  sweep(now: number): void;
 }
 
 interface Credentials {
@@ -76,14 +80,117 @@ interface UpstreamOptions {
   /** Connect to loopback/private/link-local addresses (config allowPrivateTargets); otherwise refused at connect. */
   allowPrivate: boolean;
   log: Logger;
+  /** The process's upstream pools (shared with the wire listeners); one of its own when absent (jobs worker, tests). */
+  pools?: UpstreamPools;
 }
-
-/** Idle upstream connections are closed after this. */
-const IDLE_MS = 30_000;
 /** Bounds opening one connection (TCP, TLS, authentication). */
 const CONNECT_TIMEOUT_MS = 10_000;
 /** After a cancel, how long the statement gets to stop before its connection is cut. */
 const CANCEL_GRACE_MS = 2_000;
+
+/** How one kind of client is opened and closed. */
+interface ClientKind<C> {
+  /** Opens and sets up a client; `gone` is to be called once if it closes or fails on its own. */
+  open(gone: (c: C) => void): Promise<C>;
+  close(c: C): void;
+}
+
+/**
+ * SQL over HTTP's clients of one database pool: idle ones reused (newest first), new ones opened only with a
+ * slot of the upstream pool, waiters served in order by a client handed back or a slot freed by any holder.
+ */
+class ClientLinks<C> implements IdleHolder {
+  readonly #up: UpstreamPool;
+  readonly #kind: ClientKind<C>;
+  /** Open clients, each holding one slot of the upstream pool until it closes. */
+  readonly #live = new Set<C>();
+  readonly #idle: Array<{ c: C; since: number }> = [];
+  readonly #waiters: Array<{ resolve: (c: C) => void; reject: (e: unknown) => void; cancel: () => void }> = [];
+  #retired = false;
+
+  constructor(up: UpstreamPool, kind: ClientKind<C>) {
+    this.#up = up;
+    this.#kind = kind;
+    up.join(this);
+  }
+
+  acquire(): Promise<C> {
+    if (this.#retired) return Promise.reject(new Error('the pool changed; retry'));
+    const idle = this.#idle.pop();
+    if (idle) return Promise.resolve(idle.c);
+    if (this.#up.tryTake()) return this.#open();
+    return new Promise((resolve, reject) => {
+      const w = { resolve, reject, cancel: () => {} };
+      this.#waiters.push(w);
+      w.cancel = this.#up.want(() => {
+        const i = this.#waiters.indexOf(w);
+        if (i < 0) return false;
+        this.#waiters.splice(i, 1);
+        this.#open().then(resolve, reject);
+        return true;
+      });
+    });
+  }
+
+  /** Opens a client on a slot already taken. */
+  async #open(): Promise<C> {
+    let c: C;
+    try {
+      c = await this.#kind.open((gone) => this.#drop(gone));
+    } catch (err) {
+      this.#up.give();
+      throw err;
+    }
+    this.#live.add(c);
+    return c;
+  }
+
+  /** Back from a session: to a waiter, idle, or closed (`discard`, retired, or another holder waits for a slot). */
+  release(c: C, discard: boolean): void {
+    if (!this.#live.has(c)) return;
+    if (discard || this.#retired) return this.#drop(c);
+    const w = this.#waiters.shift();
+    if (w) {
+      w.cancel();
+      return w.resolve(c);
+    }
+    if (this.#up.waiting) return this.#drop(c);
+    this.#idle.push({ c, since: performance.now() });
+  }
+
+  /** Closes a client and frees its slot (once, however often it is called). */
+  #drop(c: C): void {
+    const i = this.#idle.findIndex((e) => e.c === c);
+    if (i >= 0) this.#idle.splice(i, 1);
+    if (!this.#live.delete(c)) return;
+    this.#kind.close(c);
+    this.#up.give();
+  }
+
+  closeIdle(): boolean {
+    const oldest = this.#idle[0];
+    if (!oldest) return false;
+    this.#drop(oldest.c);
+    return true;
+  }
+
+  /** Closes clients idle longer than the upstream pool's idle timeout (`now`: performance.now()). */
+  sweep(now: number): void {
+    const cutoff = now - this.#up.idleTimeoutMs;
+    while (this.#idle.length > 0 && this.#idle[0]!.since < cutoff) this.#drop(this.#idle[0]!.c);
+  }
+
+  /** Idle clients close now, those in use when released; waiters are refused. */
+  retire(): void {
+    this.#retired = true;
+    this.#up.leave(this);
+    for (const w of this.#waiters.splice(0)) {
+      w.cancel();
+      w.reject(new Error('the pool changed; retry'));
+    }
+    while (this.#idle.length > 0) this.#drop(this.#idle[0]!.c);
+  }
+}
 
 /** Tracks checked-out sessions so a retired pool is closed only when the last one comes back. */
 abstract class Counted {
@@ -111,23 +218,21 @@ class PgUpstream extends Counted implements Upstream {
   readonly begin = 'BEGIN';
   readonly #target: DatabaseTarget;
   readonly #cred: Credentials;
-  readonly #max: number;
   readonly #statementTimeoutMs: number;
   readonly #opts: UpstreamOptions;
   /** Type OID → name (format_type), learned once per upstream. */
   readonly typeNames = new Map<number, string>();
   #tls = true;
-  #pool: pg.Pool;
+  readonly #links: ClientLinks<PgClient>;
 
-  constructor(signature: string, target: DatabaseTarget, cred: Credentials, max: number, statementTimeoutMs: number, opts: UpstreamOptions) {
+  constructor(signature: string, target: DatabaseTarget, cred: Credentials, up: UpstreamPool, statementTimeoutMs: number, opts: UpstreamOptions) {
     super();
     this.signature = signature;
     this.#target = target;
     this.#cred = cred;
-    this.#max = max;
     this.#statementTimeoutMs = statementTimeoutMs;
     this.#opts = opts;
-    this.#pool = this.#makePool();
+    this.#links = new ClientLinks(up, { open: (gone) => this.#openClient(gone), close: (c) => void c.end().catch(() => {}) });
   }
 
   get host(): string {
@@ -140,9 +245,9 @@ class PgUpstream extends Counted implements Upstream {
     return this.#opts.allowPrivate;
   }
 
-  #makePool(): pg.Pool {
+  #client(): PgClient {
     const t = this.#target;
-    const pool = new pg.Pool({
+    return new pg.Client({
       host: t.host,
       port: this.port,
       database: t.name,
@@ -155,61 +260,69 @@ class PgUpstream extends Counted implements Upstream {
           ? { rejectUnauthorized: true, ...(isIP(t.host) ? {} : { servername: t.host }) }
           : { rejectUnauthorized: false }
         : false,
-      max: this.#max,
-      idleTimeoutMillis: IDLE_MS,
       connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
       application_name: 'poolgate',
       types: pgTypes,
       // Every connection re-checks the addresses it dials (DNS may have changed since the pool was created).
       stream: () => guardedSocket(this.#opts.allowPrivate),
-    } as pg.PoolConfig);
-    pool.on('error', (err) => this.#opts.log.warn({ err, host: t.host }, 'idle upstream database connection failed'));
-    pool.on('connect', (client) => {
-      const c = client as PgClient;
-      c.txStatus = 'I';
-      c.connection.on('readyForQuery', (msg: { status: string }) => (c.txStatus = msg.status));
-      // Queued ahead of any request's statement. UTC timestamps; the server-side statement timeout is a
-      // backstop for our own cancel. SET rather than startup `options`, which poolers such as PgBouncer refuse.
-      c.query(
-        `SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SET IntervalStyle = 'iso_8601'; SET statement_timeout = ${this.#statementTimeoutMs}`,
-      ).catch((err: unknown) => this.#opts.log.warn({ err, host: t.host }, 'cannot set the session defaults of an upstream database connection'));
+    } as pg.ClientConfig) as PgClient;
+  }
+
+  async #openClient(gone: (c: PgClient) => void): Promise<PgClient> {
+    const t = this.#target;
+    let c = this.#client();
+    try {
+      await c.connect();
+    } catch (err) {
+      void c.end().catch(() => {});
+      const refusedTls = this.#tls && TLS_REFUSED_PG.test(String((err as Error)?.message));
+      if (!(refusedTls && this.#opts.allowInsecure)) throw refusedTls ? withInsecureHint(err) : err;
+      // The server has no TLS and the operator allowed plaintext (dbAllowInsecure): from now on connect without.
+      this.#opts.log.warn({ host: t.host }, 'database refused TLS; connecting without it (dbAllowInsecure)');
+      this.#tls = false;
+      c = this.#client();
+      await c.connect();
+    }
+    const client = c;
+    client.on('error', (err) => {
+      this.#opts.log.warn({ err, host: t.host }, 'upstream database connection failed');
+      gone(client);
     });
-    return pool;
+    client.on('end', () => gone(client));
+    client.txStatus = 'I';
+    client.connection.on('readyForQuery', (msg: { status: string }) => (client.txStatus = msg.status));
+    // Queued ahead of any request's statement. UTC timestamps; the server-side statement timeout is a
+    // backstop for our own cancel. SET rather than startup `options`, which poolers such as PgBouncer refuse.
+    client
+      .query(`SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SET IntervalStyle = 'iso_8601'; SET statement_timeout = ${this.#statementTimeoutMs}`)
+      .catch((err: unknown) => this.#opts.log.warn({ err, host: t.host }, 'cannot set the session defaults of an upstream database connection'));
+    return client;
   }
 
   async acquire(): Promise<Session> {
-    let client: pg.PoolClient;
-    const tried = this.#pool;
-    try {
-      client = await tried.connect();
-    } catch (err) {
-      if (tried === this.#pool) {
-        const refusedTls = TLS_REFUSED_PG.test(String((err as Error)?.message));
-        if (!(refusedTls && this.#opts.allowInsecure)) throw refusedTls ? withInsecureHint(err) : err;
-        // The server has no TLS and the operator allowed plaintext (dbAllowInsecure): from now on connect without.
-        this.#opts.log.warn({ host: this.#target.host }, 'database refused TLS; connecting without it (dbAllowInsecure)');
-        this.#tls = false;
-        this.#pool = this.#makePool();
-        void tried.end().catch(() => {});
-      }
-      // Concurrent acquires all fail on the replaced pool: each tries once more on the current one.
-      client = await this.#pool.connect();
-    }
+    const client = await this.#links.acquire();
     this.checkedOut();
-    return new PgSession(this, client as PgClient, () => this.checkedIn());
+    return new PgSession(this, client, (discard) => {
+      this.#links.release(client, discard);
+      this.checkedIn();
+    });
   }
 
   failure(err: unknown): DbFailure {
     return pgFailure(err);
   }
 
+  sweep(now: number): void {
+    this.#links.sweep(now);
+  }
+
   async retire(): Promise<void> {
+    this.#links.retire();
     await this.whenIdle();
-    await this.#pool.end().catch(() => {});
   }
 }
 
-type PgClient = pg.PoolClient & {
+type PgClient = pg.Client & {
   processID: number;
   secretKey: number | Buffer;
   txStatus: string;
@@ -219,12 +332,12 @@ type PgClient = pg.PoolClient & {
 class PgSession implements Session {
   readonly #up: PgUpstream;
   readonly #client: PgClient;
-  readonly #done: () => void;
+  readonly #done: (discard: boolean) => void;
   #released = false;
   /** Columns whose type is still an OID. */
   readonly #pending: Array<{ column: Column; oid: number }> = [];
 
-  constructor(up: PgUpstream, client: PgClient, done: () => void) {
+  constructor(up: PgUpstream, client: PgClient, done: (discard: boolean) => void) {
     this.#up = up;
     this.#client = client;
     this.#done = done;
@@ -286,8 +399,7 @@ class PgSession implements Session {
   release(discard: boolean): void {
     if (this.#released) return;
     this.#released = true;
-    this.#client.release(discard ? new Error('discarded') : undefined);
-    this.#done();
+    this.#done(discard);
   }
 }
 
@@ -301,19 +413,17 @@ class MysqlUpstream extends Counted implements Upstream {
   readonly begin = 'START TRANSACTION';
   readonly #target: DatabaseTarget;
   readonly #cred: Credentials;
-  readonly #max: number;
   readonly #opts: UpstreamOptions;
   #tls = true;
-  #pool: mysql.Pool;
+  readonly #links: ClientLinks<mysql.Connection>;
 
-  constructor(signature: string, target: DatabaseTarget, cred: Credentials, max: number, opts: UpstreamOptions) {
+  constructor(signature: string, target: DatabaseTarget, cred: Credentials, up: UpstreamPool, opts: UpstreamOptions) {
     super();
     this.signature = signature;
     this.#target = target;
     this.#cred = cred;
-    this.#max = max;
     this.#opts = opts;
-    this.#pool = this.#makePool();
+    this.#links = new ClientLinks(up, { open: (gone) => this.#openClient(gone), close: (c) => c.destroy() });
   }
 
   connectionOptions(): mysql.ConnectionOptions {
@@ -338,66 +448,69 @@ class MysqlUpstream extends Counted implements Upstream {
     };
   }
 
-  #makePool(): mysql.Pool {
-    const pool = mysql.createPool({
-      ...this.connectionOptions(),
-      connectionLimit: this.#max,
-      maxIdle: this.#max,
-      idleTimeout: IDLE_MS,
-      waitForConnections: true,
-      queueLimit: 0,
-    });
-    pool.on('connection', (conn) => {
-      conn.on('error', (err) => this.#opts.log.warn({ err, host: this.#target.host }, 'upstream database connection failed'));
-      // TIMESTAMP values are printed in UTC (values.ts appends the Z).
-      conn.query("SET time_zone = '+00:00'");
-    });
-    return pool;
+  #openConn(): Promise<mysql.Connection> {
+    const conn = mysql.createConnection(this.connectionOptions());
+    return new Promise((resolve, reject) =>
+      conn.connect((err) => {
+        if (!err) return resolve(conn);
+        conn.destroy();
+        reject(err);
+      }),
+    );
   }
 
-  #connect(pool = this.#pool): Promise<mysql.PoolConnection> {
-    return new Promise((resolve, reject) => pool.getConnection((err, conn) => (err ? reject(err) : resolve(conn))));
+  async #openClient(gone: (c: mysql.Connection) => void): Promise<mysql.Connection> {
+    let conn: mysql.Connection;
+    try {
+      conn = await this.#openConn();
+    } catch (err) {
+      const refusedTls = this.#tls && (err as { code?: string })?.code === 'HANDSHAKE_NO_SSL_SUPPORT';
+      if (!(refusedTls && this.#opts.allowInsecure)) throw refusedTls ? withInsecureHint(err) : err;
+      this.#opts.log.warn({ host: this.#target.host }, 'database refused TLS; connecting without it (dbAllowInsecure)');
+      this.#tls = false;
+      conn = await this.#openConn();
+    }
+    conn.on('error', (err) => {
+      this.#opts.log.warn({ err, host: this.#target.host }, 'upstream database connection failed');
+      gone(conn);
+    });
+    conn.on('end', () => gone(conn));
+    // TIMESTAMP values are printed in UTC (values.ts appends the Z).
+    conn.query("SET time_zone = '+00:00'");
+    return conn;
   }
 
   async acquire(): Promise<Session> {
-    let conn: mysql.PoolConnection;
-    const tried = this.#pool;
-    try {
-      conn = await this.#connect(tried);
-    } catch (err) {
-      if (tried === this.#pool) {
-        const refusedTls = (err as { code?: string })?.code === 'HANDSHAKE_NO_SSL_SUPPORT';
-        if (!(refusedTls && this.#opts.allowInsecure)) throw refusedTls ? withInsecureHint(err) : err;
-        this.#opts.log.warn({ host: this.#target.host }, 'database refused TLS; connecting without it (dbAllowInsecure)');
-        this.#tls = false;
-        this.#pool = this.#makePool();
-        tried.end(() => {});
-      }
-      // Concurrent acquires all fail on the replaced pool: each tries once more on the current one.
-      conn = await this.#connect();
-    }
+    const conn = await this.#links.acquire();
     this.checkedOut();
-    return new MysqlSession(this, conn, () => this.checkedIn());
+    return new MysqlSession(this, conn, (discard) => {
+      this.#links.release(conn, discard);
+      this.checkedIn();
+    });
   }
 
   failure(err: unknown): DbFailure {
     return mysqlFailure(err);
   }
 
+  sweep(now: number): void {
+    this.#links.sweep(now);
+  }
+
   async retire(): Promise<void> {
+    this.#links.retire();
     await this.whenIdle();
-    await new Promise<void>((resolve) => this.#pool.end(() => resolve()));
   }
 }
 
 class MysqlSession implements Session {
   readonly #up: MysqlUpstream;
-  readonly #conn: mysql.PoolConnection;
-  readonly #done: () => void;
+  readonly #conn: mysql.Connection;
+  readonly #done: (discard: boolean) => void;
   #released = false;
   #idle = true;
 
-  constructor(up: MysqlUpstream, conn: mysql.PoolConnection, done: () => void) {
+  constructor(up: MysqlUpstream, conn: mysql.Connection, done: (discard: boolean) => void) {
     this.#up = up;
     this.#conn = conn;
     this.#done = done;
@@ -444,9 +557,7 @@ class MysqlSession implements Session {
   release(discard: boolean): void {
     if (this.#released) return;
     this.#released = true;
-    if (discard) this.#conn.destroy();
-    else this.#conn.release();
-    this.#done();
+    this.#done(discard);
   }
 }
 
@@ -463,10 +574,23 @@ export class DbUpstreams {
   readonly #byEntry = new WeakMap<PoolEntry, Upstream>();
   /** The stop functions of the runs under way (close() cancels them). */
   readonly #running = new Set<(why: 'aborted') => void>();
+  readonly #pools: UpstreamPools;
+  readonly #sweeper: NodeJS.Timeout;
   #closed = false;
 
   constructor(opts: UpstreamOptions) {
     this.#opts = opts;
+    this.#pools = opts.pools ?? new UpstreamPools(DEFAULT_DB_IDLE_TIMEOUT_MS);
+    this.#sweeper = setInterval(() => {
+      const now = performance.now();
+      for (const up of this.#byPool.values()) up.sweep(now);
+    }, this.#pools.sweepEveryMs);
+    this.#sweeper.unref();
+  }
+
+  /** The upstream pools these connections are counted in (shared with the wire listeners). */
+  get pools(): UpstreamPools {
+    return this.#pools;
   }
 
   /** What makes a connection pool: a change in any of it replaces the pool. */
@@ -483,11 +607,11 @@ export class DbUpstreams {
       return current;
     }
     if (current) void current.retire();
-    const max = Math.max(1, pool.maxConcurrent);
+    const shared = this.#pools.of(pool);
     const up =
       pool.backend === 'mysql'
-        ? new MysqlUpstream(signature, target, cred, max, this.#opts)
-        : new PgUpstream(signature, target, cred, max, pool.settings.requestTimeoutMs, this.#opts);
+        ? new MysqlUpstream(signature, target, cred, shared, this.#opts)
+        : new PgUpstream(signature, target, cred, shared, pool.settings.requestTimeoutMs, this.#opts);
     this.#byPool.set(pool.id, up);
     this.#byEntry.set(pool, up);
     return up;
@@ -616,6 +740,7 @@ export class DbUpstreams {
   /** Cancels the statements still running (close comes after the data plane's drain), then closes every pool. */
   async close(): Promise<void> {
     this.#closed = true;
+    clearInterval(this.#sweeper);
     for (const stop of [...this.#running]) stop('aborted');
     const ups = [...this.#byPool.values()];
     this.#byPool.clear();

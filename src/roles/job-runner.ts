@@ -12,6 +12,7 @@ import { JobRunner, type JobRunnerTuning } from '../jobs/runner.js';
 import { enqueueJobEvent } from '../webhooks/outbox.js';
 import { governorCheck, snapshotCheck } from './health-checks.js';
 import { redisSide, type RoleContext, type Running } from './role.js';
+import { UpstreamPools } from '../db/upstream-pool.js';
 
 export interface JobRunnerRole extends Running {
   readonly runner: JobRunner;
@@ -70,7 +71,7 @@ async function ownAdmission(rc: RoleContext): Promise<Admission> {
   const redis = await redisSide(config, log);
   const own = redis?.governor ?? new MemoryGovernor(SYSTEM_TIME);
   // Database pools' jobs need connections of their own when no data plane shares the process.
-  const databases = new DbUpstreams({ allowInsecure: config.dbAllowInsecure, allowPrivate: config.allowPrivateTargets, log });
+  const databases = new DbUpstreams({ allowInsecure: config.dbAllowInsecure, allowPrivate: config.allowPrivateTargets, log, pools: new UpstreamPools(config.dbIdleTimeoutMs) });
   const source = new SnapshotSource({
     sql, box, log, clock, resyncMs: config.snapshotResyncMs,
     onLoad: (snap) => {

@@ -21,7 +21,7 @@ export async function startMysqlListener(rc: RoleContext, w: WireShared): Promis
     host: config.host, port: config.mysqlPort, snapshots: w.dp.snapshots, governor: w.governor, policies: w.dp.policies, metrics: w.sink, log: rc.log,
     clock: rc.clock, allowInsecure: config.dbAllowInsecure, allowPrivate: config.allowPrivateTargets,
     tlsCertFile: config.wireTlsCertFile, tlsKeyFile: config.wireTlsKeyFile, logSample: config.accessLogSample,
-    serverVersion: config.mysqlServerVersion,
+    serverVersion: config.mysqlServerVersion, upstreamPools: w.dp.databases.pools,
   });
   rc.ports.mysql = listener.port;
   return listener;
@@ -35,7 +35,7 @@ export async function startPgWireListener(rc: RoleContext, w: WireShared): Promi
     tlsCertFile: config.wireTlsCertFile, tlsKeyFile: config.wireTlsKeyFile, allowPrivate: config.allowPrivateTargets,
     allowInsecure: config.dbAllowInsecure, log: rc.log, logSample: config.accessLogSample, metrics: w.sink, clock: rc.clock,
     pins: { pinned: (pool, reason) => poolMetrics.wirePinned(pool, 'postgres', reason, 1), unpinned: (pool, reason) => poolMetrics.wirePinned(pool, 'postgres', reason, -1) },
-    maxPreparedStatements: config.wireMaxPreparedStatements, policies: w.dp.policies,
+    maxPreparedStatements: config.wireMaxPreparedStatements, policies: w.dp.policies, upstreamPools: w.dp.databases.pools,
   });
   rc.ports.pg = listener.port;
   return listener;

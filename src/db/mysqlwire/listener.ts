@@ -14,6 +14,7 @@ import { ClientSession } from './client-session.js';
 import { ServerPool } from './server-pool.js';
 import { ServerIdentity } from './server-identity.js';
 import type { LoggedIn } from './upstream-login.js';
+import { DEFAULT_DB_IDLE_TIMEOUT_MS, UpstreamPools } from '../upstream-pool.js';
 
 export interface MysqlListenerOptions {
   host: string;
@@ -35,6 +36,8 @@ export interface MysqlListenerOptions {
   tlsKeyFile?: string | null;
   /** Config mysqlServerVersion: 'auto' (learned from the pools' servers) or the version the greeting announces. */
   serverVersion?: string;
+  /** The process's upstream pools, shared with SQL over HTTP and the PostgreSQL listener (one of its own when absent). */
+  upstreamPools?: UpstreamPools;
 }
 
 export class MysqlListener {
@@ -51,6 +54,7 @@ export class MysqlListener {
   private constructor(opts: MysqlListenerOptions) {
     const learned = (login: LoggedIn) => ({ version: login.serverVersion, capabilities: login.serverCapabilities, mariadbCapabilities: login.mariadbCapabilities });
     this.servers = new ServerPool({
+      pools: opts.upstreamPools ?? new UpstreamPools(DEFAULT_DB_IDLE_TIMEOUT_MS),
       allowInsecure: opts.allowInsecure,
       allowPrivate: opts.allowPrivate,
       onLogin: (pool, login) => this.identity.learn(pool, learned(login)),

@@ -1,14 +1,14 @@
 // Each database pool's upstream connections for the MySQL listener: idle ones kept per client variant,
-// at most max_concurrent open, opened as the pool's role on demand, closed when idle too long, when the
-// pool's target or role changes, or when they come back unclean.
+// counted in the pool's one upstream pool (upstream-pool.ts: at most max_concurrent open with SQL over HTTP's,
+// one idle timeout), opened as the pool's role on demand, closed when idle too long, when the pool's target
+// or role changes, or when they come back unclean.
 import mysql from 'mysql2';
 import type { PoolEntry } from '../../pool-request/snapshot.js';
 import { COM, frame } from './packets.js';
 import { ServerConn } from './server-conn.js';
 import { upstreamLogin, type LoggedIn, type LoginTarget } from './upstream-login.js';
+import type { IdleHolder, UpstreamPool, UpstreamPools } from '../upstream-pool.js';
 
-/** Idle upstream connections are closed after this. */
-export const SERVER_IDLE_MS = 60_000;
 const CONNECT_TIMEOUT_MS = 10_000;
 /** After KILL QUERY, how long the statement gets to stop before its connection is cut. */
 const KILL_GRACE_MS = 2_000;
@@ -21,22 +21,62 @@ for (const [name, id] of Object.entries((mysql as unknown as { Charsets: Record<
 }
 
 export interface PoolOptions {
+  /** The process's upstream pools, shared with SQL over HTTP and the PostgreSQL listener. */
+  pools: UpstreamPools;
   allowInsecure: boolean;
   allowPrivate: boolean;
   /** Every upstream login that succeeded (server-identity.ts learns the server's greeting from it). */
   onLogin?: (pool: PoolEntry, login: LoggedIn) => void;
 }
 
-class PoolConns {
+class PoolConns implements IdleHolder {
   signature = '';
+  readonly up: UpstreamPool;
   readonly idle: ServerConn[] = [];
   /** Every open connection, idle or in use (closed together when the listener closes). */
   readonly all = new Set<ServerConn>();
   open = 0;
   readonly waiters: Array<() => void> = [];
 
+  constructor(up: UpstreamPool) {
+    this.up = up;
+    up.join(this);
+  }
+
   wakeOne(): void {
     this.waiters.shift()?.();
+  }
+
+  closeIdle(): boolean {
+    const oldest = this.idle.shift();
+    if (!oldest) return false;
+    oldest.destroy();
+    return true;
+  }
+
+  /**
+   * Waits for a connection handed back (false: look again) or a slot of the upstream pool, freed by any of
+   * its holders (true: the caller holds it).
+   */
+  wait(): Promise<boolean> {
+    return new Promise((resolve) => {
+      let done = false;
+      const wake = () => {
+        if (done) return;
+        done = true;
+        cancel();
+        resolve(false);
+      };
+      this.waiters.push(wake);
+      const cancel = this.up.want(() => {
+        if (done) return false;
+        done = true;
+        const i = this.waiters.indexOf(wake);
+        if (i >= 0) this.waiters.splice(i, 1);
+        resolve(true);
+        return true;
+      });
+    });
   }
 }
 
@@ -55,7 +95,7 @@ export class ServerPool {
 
   constructor(opts: PoolOptions) {
     this.#opts = opts;
-    this.#timer = setInterval(() => this.#sweep(), 10_000);
+    this.#timer = setInterval(() => this.#sweep(), opts.pools.sweepEveryMs);
     this.#timer.unref();
   }
 
@@ -63,9 +103,9 @@ export class ServerPool {
   async checkout(pool: PoolEntry, signature: string, variant: number, collation: number): Promise<ServerConn> {
     let pc = this.#byPool.get(pool.id);
     if (!pc) {
-      pc = new PoolConns();
+      pc = new PoolConns(this.#opts.pools.of(pool));
       this.#byPool.set(pool.id, pc);
-    }
+    } else this.#opts.pools.of(pool);
     if (pc.signature !== signature) {
       pc.signature = signature;
       for (const c of pc.idle.splice(0)) c.destroy();
@@ -84,13 +124,13 @@ export class ServerPool {
         if (c.collation !== collation) await this.#setNames(c, collation);
         return c;
       }
-      if (pc.open < pool.maxConcurrent) return this.#open(pool, pc, variant, collation);
+      if (pc.up.tryTake()) return this.#open(pool, pc, variant, collation);
       if (pc.idle.length > 0) {
         // Full of connections opened for another variant: swap one.
         pc.idle.shift()!.destroy();
         continue;
       }
-      await new Promise<void>((resolve) => pc.waiters.push(resolve));
+      if (await pc.wait()) return this.#open(pool, pc, variant, collation);
     }
   }
 
@@ -112,6 +152,7 @@ export class ServerPool {
     };
   }
 
+  /** Opens a connection on a slot of the upstream pool already taken. */
   async #open(pool: PoolEntry, pc: PoolConns, variant: number, collation: number): Promise<ServerConn> {
     const target = this.#target(pool, variant, collation);
     const signature = pc.signature;
@@ -123,6 +164,7 @@ export class ServerPool {
       conn = new ServerConn(login, variant, target.collation, signature);
     } catch (err) {
       pc.open--;
+      pc.up.give();
       pc.wakeOne();
       throw err;
     }
@@ -130,6 +172,7 @@ export class ServerPool {
     conn.onGone(() => {
       pc.all.delete(conn);
       pc.open--;
+      pc.up.give();
       const at = pc.idle.indexOf(conn);
       if (at >= 0) pc.idle.splice(at, 1);
       pc.wakeOne();
@@ -149,7 +192,7 @@ export class ServerPool {
   checkin(pool: PoolEntry | undefined, conn: ServerConn, reusable: boolean): void {
     if (!conn.alive) return;
     const pc = pool ? this.#byPool.get(pool.id) : undefined;
-    if (!pool || !pc || !reusable || conn.busy || conn.doomed || conn.signature !== pc.signature || pc.open > pool.maxConcurrent || this.#closed) {
+    if (!pool || !pc || !reusable || conn.busy || conn.doomed || conn.signature !== pc.signature || pc.up.open > pc.up.max || this.#closed) {
       conn.destroy();
       return;
     }
@@ -161,6 +204,11 @@ export class ServerPool {
   }
 
   #idle(pc: PoolConns, conn: ServerConn): void {
+    // Another holder of the upstream pool waits for a slot (and none of ours for a connection): this one's.
+    if (pc.waiters.length === 0 && pc.up.waiting) {
+      conn.destroy();
+      return;
+    }
     conn.idleSince = Date.now();
     pc.idle.push(conn);
     pc.wakeOne();
@@ -244,8 +292,8 @@ export class ServerPool {
   }
 
   #sweep(): void {
-    const cutoff = Date.now() - SERVER_IDLE_MS;
     for (const pc of this.#byPool.values()) {
+      const cutoff = Date.now() - pc.up.idleTimeoutMs;
       for (const c of pc.idle.filter((c) => c.idleSince < cutoff)) c.destroy();
     }
   }

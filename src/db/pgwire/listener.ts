@@ -14,6 +14,7 @@ import type { Policies } from '../../policies/index.js';
 import { ClientConn, type PinMetrics, type WireContext } from './client-conn.js';
 import { ServerConn } from './server-conn.js';
 import { ServerPools } from './server-pool.js';
+import { DEFAULT_DB_IDLE_TIMEOUT_MS, UpstreamPools } from '../upstream-pool.js';
 
 export interface PgWireOptions {
   host: string;
@@ -41,7 +42,8 @@ export interface PgWireOptions {
   maxPreparedStatements?: number;
   loginTimeoutMs?: number;
   connectTimeoutMs?: number;
-  serverIdleTimeoutMs?: number;
+  /** The process's upstream pools, shared with SQL over HTTP and the MySQL listener (one of its own when absent). */
+  upstreamPools?: UpstreamPools;
 }
 
 export const DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
@@ -69,11 +71,11 @@ export class PgWireListener {
   #seen: Snapshot | null = null;
 
   private constructor(opts: PgWireOptions) {
-    this.servers = new ServerPools({
+    const pools = opts.upstreamPools ?? new UpstreamPools(DEFAULT_DB_IDLE_TIMEOUT_MS);
+    this.servers = new ServerPools(pools, {
       allowPrivate: opts.allowPrivate,
       allowInsecure: opts.allowInsecure,
       connectTimeoutMs: opts.connectTimeoutMs ?? 10_000,
-      idleTimeoutMs: opts.serverIdleTimeoutMs ?? 300_000,
       log: opts.log,
     });
     let tls: SecureContext | null = null;
@@ -109,7 +111,7 @@ export class PgWireListener {
     };
     // Accepted paused: each client's reads are taken over before anything is read (direct-reads.ts).
     this.#server = createServer({ noDelay: true, pauseOnConnect: true }, (socket) => this.#accept(socket));
-    this.#sweeper = setInterval(() => this.servers.sweep(performance.now()), 30_000);
+    this.#sweeper = setInterval(() => this.servers.sweep(performance.now()), pools.sweepEveryMs);
     this.#sweeper.unref();
   }
 

@@ -1,9 +1,11 @@
-// The upstream server connections of one database pool: at most max_concurrent open, idle ones kept for
+// The PostgreSQL listener's server connections of one database pool, counted in the pool's one upstream pool
+// (upstream-pool.ts: at most max_concurrent open with SQL over HTTP's, one idle timeout); idle ones kept for
 // reuse (newest first), waiters served in order. A connection comes back clean or not at all: one left
 // inside a transaction is rolled back (and one used by a session is DISCARDed) before anyone reuses it.
 import { withInsecureHint } from '../../config/hints.js';
 import type { Logger } from '../../log.js';
 import type { DatabaseTarget, PoolEntry, Snapshot } from '../../pool-request/snapshot.js';
+import type { IdleHolder, UpstreamPool, UpstreamPools } from '../upstream-pool.js';
 import { query } from './messages.js';
 import { ServerConn } from './server-conn.js';
 import { wantedParams } from './session-params.js';
@@ -17,12 +19,11 @@ export interface ServerPoolOptions {
   target: DatabaseTarget;
   username: string;
   password: string;
-  max: number;
+  /** The database pool's upstream pool: its slots and idle timeout. */
+  up: UpstreamPool;
   allowPrivate: boolean;
   allowInsecure: boolean;
   connectTimeoutMs: number;
-  /** Idle connections older than this (unused) are closed. */
-  idleTimeoutMs: number;
   log: Logger;
 }
 
@@ -30,12 +31,19 @@ const TLS_REFUSED = /does not support SSL/i;
 const ROLLBACK = query('ROLLBACK');
 const DISCARD = query('DISCARD ALL');
 
-export class ServerPool {
+interface Waiter {
+  resolve: (c: ServerConn) => void;
+  reject: (e: Error) => void;
+  /** Withdraws its wait for a slot of the upstream pool. */
+  cancel: () => void;
+}
+
+export class ServerPool implements IdleHolder {
   readonly signature: string;
   readonly #opts: ServerPoolOptions;
   /** Idle connections, oldest first (each knows since when: ServerConn.idleSince). */
   readonly #idle: ServerConn[] = [];
-  readonly #waiters: Array<{ resolve: (c: ServerConn) => void; reject: (e: Error) => void }> = [];
+  readonly #waiters: Waiter[] = [];
   /** Connections open or being opened (linked, idle, resetting). */
   #open = 0;
   #opening = 0;
@@ -49,6 +57,7 @@ export class ServerPool {
   constructor(signature: string, opts: ServerPoolOptions) {
     this.signature = signature;
     this.#opts = opts;
+    opts.up.join(this);
   }
 
   /** What a client wants on every server connection, from the parameters it set at login (session-params.ts). */
@@ -83,10 +92,21 @@ export class ServerPool {
       const conn = this.#idle.pop()!;
       if (!conn.closed) return conn;
     }
-    if (this.#open < this.#opts.max) return this.#openOne();
-    return new Promise((resolve, reject) => this.#waiters.push({ resolve, reject }));
+    if (this.#opts.up.tryTake()) return this.#openOne();
+    return new Promise((resolve, reject) => {
+      const w: Waiter = { resolve, reject, cancel: () => {} };
+      this.#waiters.push(w);
+      w.cancel = this.#opts.up.want(() => {
+        const i = this.#waiters.indexOf(w);
+        if (i < 0 || this.#retired) return false;
+        this.#waiters.splice(i, 1);
+        this.#openOne().then(resolve, reject);
+        return true;
+      });
+    });
   }
 
+  /** Opens a connection on a slot of the upstream pool already taken. */
   async #openOne(): Promise<ServerConn> {
     this.#open++;
     this.#opening++;
@@ -110,8 +130,8 @@ export class ServerPool {
       return conn;
     } catch (err) {
       this.#open--;
-      // A waiter queued behind this attempt gets a try of its own.
-      this.#serveWaiter();
+      // The slot goes to the next waiter (of this listener or another holder), who gets a try of its own.
+      this.#opts.up.give();
       throw err;
     } finally {
       this.#opening--;
@@ -127,14 +147,14 @@ export class ServerPool {
     const i = this.#idle.indexOf(conn);
     if (i >= 0) this.#idle.splice(i, 1);
     this.#open--;
-    this.#serveWaiter();
+    this.#opts.up.give();
   }
 
-  /** A slot freed up (a connection closed): open one for the first waiter. */
-  #serveWaiter(): void {
-    if (this.#waiters.length === 0 || this.#open >= this.#opts.max || this.#retired) return;
-    const w = this.#waiters.shift()!;
-    this.#openOne().then(w.resolve, w.reject);
+  closeIdle(): boolean {
+    const oldest = this.#idle.shift();
+    if (!oldest) return false;
+    oldest.close();
+    return true;
   }
 
   /**
@@ -177,7 +197,12 @@ export class ServerPool {
   #idleOrGive(conn: ServerConn): void {
     if (this.#retired) return conn.close();
     const w = this.#waiters.shift();
-    if (w) return w.resolve(conn);
+    if (w) {
+      w.cancel();
+      return w.resolve(conn);
+    }
+    // Another holder of the upstream pool waits for a slot: this one's.
+    if (this.#opts.up.waiting) return conn.close();
     conn.idleSince = performance.now();
     this.#idle.push(conn);
   }
@@ -192,9 +217,9 @@ export class ServerPool {
     conn.close();
   }
 
-  /** Closes idle connections unused for idleTimeoutMs (`now`: performance.now()). */
+  /** Closes idle connections unused for the upstream pool's idle timeout (`now`: performance.now()). */
   sweep(now: number): void {
-    const cutoff = now - this.#opts.idleTimeoutMs;
+    const cutoff = now - this.#opts.up.idleTimeoutMs;
     // Oldest first at the front of the list.
     while (this.#idle.length > 0 && this.#idle[0]!.idleSince < cutoff) this.#idle.shift()!.close();
   }
@@ -202,7 +227,11 @@ export class ServerPool {
   /** No new acquires; idle connections close now, linked ones when handed back. */
   retire(): void {
     this.#retired = true;
-    for (const w of this.#waiters.splice(0)) w.reject(new Error('the pool changed; reconnect'));
+    this.#opts.up.leave(this);
+    for (const w of this.#waiters.splice(0)) {
+      w.cancel();
+      w.reject(new Error('the pool changed; reconnect'));
+    }
     for (const conn of this.#idle.splice(0)) conn.close();
   }
 }
@@ -210,9 +239,11 @@ export class ServerPool {
 /** The server pools of every database pool, by pool id; replaced when the pool's target, role or size changes. */
 export class ServerPools {
   readonly #byPool = new Map<number, ServerPool>();
-  readonly #base: Omit<ServerPoolOptions, 'target' | 'username' | 'password' | 'max'>;
+  readonly #base: Omit<ServerPoolOptions, 'target' | 'username' | 'password' | 'up'>;
+  readonly pools: UpstreamPools;
 
-  constructor(base: Omit<ServerPoolOptions, 'target' | 'username' | 'password' | 'max'>) {
+  constructor(pools: UpstreamPools, base: Omit<ServerPoolOptions, 'target' | 'username' | 'password' | 'up'>) {
+    this.pools = pools;
     this.#base = base;
   }
 
@@ -234,7 +265,7 @@ export class ServerPools {
       target: pool.database,
       username: cred.username,
       password: cred.password,
-      max: Math.max(1, pool.maxConcurrent),
+      up: this.pools.of(pool),
     });
     this.#byPool.set(pool.id, fresh);
     return fresh;
