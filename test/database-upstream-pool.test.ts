@@ -79,9 +79,10 @@ t.test('PostgreSQL: SQL over HTTP and the wire listener at once stay within max_
 });
 
 t.test('MySQL: SQL over HTTP and the wire listener at once stay within max_concurrent', async (t) => {
-  const skip = await needServer('mysql');
+  const skip = await needServer('mariadb');
   if (skip) return t.skip(skip);
-  const w = await mysqlWirePool(t, { maxConcurrent: MAX, overrides: { dbIdleTimeoutMs: IDLE_MS } });
+  const w = await mysqlWirePool(t, { overrides: { dbIdleTimeoutMs: IDLE_MS } });
+  await w.setPool(MAX);
   const http = sqlOverHttp(w.svc, w.sub, w.key);
   t.teardown(() => http.close());
   const clients = await Promise.all(Array.from({ length: 6 }, () => w.connect()));

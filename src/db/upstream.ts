@@ -270,15 +270,16 @@ class PgUpstream extends Counted implements Upstream {
 
   async #openClient(gone: (c: PgClient) => void): Promise<PgClient> {
     const t = this.#target;
+    const tls = this.#tls;
     let c = this.#client();
     try {
       await c.connect();
     } catch (err) {
       void c.end().catch(() => {});
-      const refusedTls = this.#tls && TLS_REFUSED_PG.test(String((err as Error)?.message));
+      const refusedTls = tls && TLS_REFUSED_PG.test(String((err as Error)?.message));
       if (!(refusedTls && this.#opts.allowInsecure)) throw refusedTls ? withInsecureHint(err) : err;
       // The server has no TLS and the operator allowed plaintext (dbAllowInsecure): from now on connect without.
-      this.#opts.log.warn({ host: t.host }, 'database refused TLS; connecting without it (dbAllowInsecure)');
+      if (this.#tls) this.#opts.log.warn({ host: t.host }, 'database refused TLS; connecting without it (dbAllowInsecure)');
       this.#tls = false;
       c = this.#client();
       await c.connect();
@@ -461,12 +462,13 @@ class MysqlUpstream extends Counted implements Upstream {
 
   async #openClient(gone: (c: mysql.Connection) => void): Promise<mysql.Connection> {
     let conn: mysql.Connection;
+    const tls = this.#tls;
     try {
       conn = await this.#openConn();
     } catch (err) {
-      const refusedTls = this.#tls && (err as { code?: string })?.code === 'HANDSHAKE_NO_SSL_SUPPORT';
+      const refusedTls = tls && (err as { code?: string })?.code === 'HANDSHAKE_NO_SSL_SUPPORT';
       if (!(refusedTls && this.#opts.allowInsecure)) throw refusedTls ? withInsecureHint(err) : err;
-      this.#opts.log.warn({ host: this.#target.host }, 'database refused TLS; connecting without it (dbAllowInsecure)');
+      if (this.#tls) this.#opts.log.warn({ host: this.#target.host }, 'database refused TLS; connecting without it (dbAllowInsecure)');
       this.#tls = false;
       conn = await this.#openConn();
     }
