@@ -92,7 +92,26 @@ const CANCEL_GRACE_MS = 2_000;
 interface ClientKind<C> {
   /** Opens and sets up a client; `gone` is to be called once if it closes or fails on its own. */
   open(gone: (c: C) => void): Promise<C>;
-  close(c: C): void;
+  /** Ends the session; resolves once the server has closed it (or it was cut after a grace). */
+  close(c: C): Promise<void>;
+}
+
+/** How long a closing client's server gets to end the session before the connection is cut. */
+const CLOSE_GRACE_MS = 1_000;
+
+/** `ending`, or after the grace `cut()` and done. */
+function endWithin(ending: Promise<unknown>, cut: () => void): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      cut();
+      resolve();
+    }, CLOSE_GRACE_MS);
+    timer.unref();
+    void ending.then(
+      () => (clearTimeout(timer), resolve()),
+      () => (clearTimeout(timer), cut(), resolve()),
+    );
+  });
 }
 
 /**
@@ -158,13 +177,12 @@ class ClientLinks<C> implements IdleHolder {
     this.#idle.push({ c, since: performance.now() });
   }
 
-  /** Closes a client and frees its slot (once, however often it is called). */
+  /** Closes a client and frees its slot once the server has ended the session (once, however often it is called). */
   #drop(c: C): void {
     const i = this.#idle.findIndex((e) => e.c === c);
     if (i >= 0) this.#idle.splice(i, 1);
     if (!this.#live.delete(c)) return;
-    this.#kind.close(c);
-    this.#up.give();
+    void this.#kind.close(c).then(() => this.#up.give());
   }
 
   closeIdle(): boolean {
@@ -232,7 +250,7 @@ class PgUpstream extends Counted implements Upstream {
     this.#cred = cred;
     this.#statementTimeoutMs = statementTimeoutMs;
     this.#opts = opts;
-    this.#links = new ClientLinks(up, { open: (gone) => this.#openClient(gone), close: (c) => void c.end().catch(() => {}) });
+    this.#links = new ClientLinks(up, { open: (gone) => this.#openClient(gone), close: (c) => endWithin(c.end(), () => c.connection.stream.destroy()) });
   }
 
   get host(): string {
@@ -424,7 +442,7 @@ class MysqlUpstream extends Counted implements Upstream {
     this.#target = target;
     this.#cred = cred;
     this.#opts = opts;
-    this.#links = new ClientLinks(up, { open: (gone) => this.#openClient(gone), close: (c) => c.destroy() });
+    this.#links = new ClientLinks(up, { open: (gone) => this.#openClient(gone), close: (c) => endWithin(new Promise<void>((resolve) => c.end(() => resolve())), () => c.destroy()) });
   }
 
   connectionOptions(): mysql.ConnectionOptions {

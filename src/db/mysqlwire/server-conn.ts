@@ -37,6 +37,11 @@ export interface ServerStatement {
   params: number;
 }
 
+/** COM_QUIT: the server ends the session and closes its end. */
+const QUIT = Buffer.from([1, 0, 0, 0, 0x01]);
+/** How long a closing connection's server gets to close its end before the socket is cut. */
+const CLOSE_GRACE_MS = 1_000;
+
 export class ServerConn {
   readonly threadId: number;
   /** The server is MariaDB, which refuses JSON-typed (0xF5) statement parameters. */
@@ -63,6 +68,11 @@ export class ServerConn {
   #job: Job | null = null;
   #gone = false;
   #onGone: Array<() => void> = [];
+  /**
+   * Resolves when the socket has closed: after COM_QUIT, once the server closed its end (its thread has
+   * left the processlist), so the upstream pool's slot is freed only then (`destroy()`).
+   */
+  readonly ended: Promise<void>;
 
   constructor(login: LoggedIn, variant: number, collation: number, signature: string) {
     this.threadId = login.threadId;
@@ -75,7 +85,13 @@ export class ServerConn {
     // The login reader let go of the socket: its reads are taken over here (direct-reads.ts).
     this.#socket = directReads(login.socket, (c) => this.#onData(c));
     this.#socket.on('error', () => this.destroy());
-    this.#socket.on('close', () => this.destroy());
+    const socket = this.#socket;
+    this.ended = new Promise((resolve) =>
+      socket.on('close', () => {
+        this.destroy();
+        resolve();
+      }),
+    );
   }
 
   get alive(): boolean {
@@ -148,7 +164,12 @@ export class ServerConn {
   destroy(): void {
     if (this.#gone) return;
     this.#gone = true;
-    this.#socket.destroy();
+    const socket = this.#socket;
+    if (socket.writable) {
+      // COM_QUIT, and the socket closes when the server has ended the session; cut if it does not soon.
+      socket.end(QUIT);
+      setTimeout(() => socket.destroy(), CLOSE_GRACE_MS).unref();
+    } else socket.destroy();
     const job = this.#job;
     this.#job = null;
     job?.reject(new ServerLost(job.forwarded));

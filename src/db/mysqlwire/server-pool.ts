@@ -169,10 +169,11 @@ export class ServerPool {
       throw err;
     }
     pc.all.add(conn);
+    // Its slot is free once the server has ended the session.
+    void conn.ended.then(() => pc.up.give());
     conn.onGone(() => {
       pc.all.delete(conn);
       pc.open--;
-      pc.up.give();
       const at = pc.idle.indexOf(conn);
       if (at >= 0) pc.idle.splice(at, 1);
       pc.wakeOne();

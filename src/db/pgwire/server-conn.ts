@@ -42,6 +42,11 @@ type PgInternals = pg.Client & {
   connection: NodeJS.EventEmitter & { stream: Socket };
 };
 
+/** Terminate: the server ends the session and closes its end. */
+const TERMINATE = Buffer.from([0x58, 0, 0, 0, 4]);
+/** How long a closing connection's server gets to close its end before the socket is cut. */
+const CLOSE_GRACE_MS = 1_000;
+
 export class ServerConn {
   /** Server connections open in this process (for leak checks). */
   static live = 0;
@@ -65,6 +70,11 @@ export class ServerConn {
   /** When it was last handed back idle (performance.now(): monotonic, and cheaper to read than Date.now()). */
   idleSince = 0;
   closed = false;
+  /**
+   * Resolves when the socket has closed: after a Terminate, once the server closed its end (its backend has
+   * gone from pg_stat_activity), so the upstream pool's slot is freed only then (`close()`).
+   */
+  readonly ended: Promise<void>;
   /** Called once when the connection is gone (the pool forgets it). */
   onClose: ((conn: ServerConn) => void) | null = null;
   readonly #socket: Socket;
@@ -106,7 +116,12 @@ export class ServerConn {
     ServerConn.live++;
     socket.on('drain', () => this.link?.onServerDrain?.());
     socket.on('error', () => this.close());
-    socket.on('close', () => this.close());
+    this.ended = new Promise((resolve) =>
+      socket.on('close', () => {
+        this.close();
+        resolve();
+      }),
+    );
   }
 
   /** Logs in with node-postgres, then takes its socket: pg's parser and handlers are detached. */
@@ -208,7 +223,12 @@ export class ServerConn {
     if (this.closed) return;
     this.closed = true;
     ServerConn.live--;
-    this.#socket.destroy();
+    const socket = this.#socket;
+    if (socket.writable) {
+      // Terminate, and the socket closes when the server has ended the session; cut if it does not soon.
+      socket.end(TERMINATE);
+      setTimeout(() => socket.destroy(), CLOSE_GRACE_MS).unref();
+    } else socket.destroy();
     const link = this.link;
     this.link = null;
     link?.onServerClosed(this);

@@ -123,6 +123,8 @@ export class ServerPool implements IdleHolder {
         this.#tls = false;
         conn = await ServerConn.open(this.#login());
       }
+      // Its slot is free once the server has ended the session.
+      void conn.ended.then(() => this.#opts.up.give());
       // A copy: the connection's own map follows its later SETs.
       this.params ??= new Map(conn.params);
       conn.onClose = () => this.#forget(conn);
@@ -147,7 +149,6 @@ export class ServerPool implements IdleHolder {
     const i = this.#idle.indexOf(conn);
     if (i >= 0) this.#idle.splice(i, 1);
     this.#open--;
-    this.#opts.up.give();
   }
 
   closeIdle(): boolean {
