@@ -1,17 +1,21 @@
-// Database wire listener benchmark: in one run, pgbench (select-only in simple and extended protocol, and the
-// simple-update read-write mix) against PostgreSQL directly, through a private PgBouncer in transaction mode,
+// Database wire listener benchmark (issue 30): in one run, pgbench (`-S`, TPC-B and `-S -M prepared`, scale 10,
+// -c 8 -j 2 -T 20) against PostgreSQL directly, through a private PgBouncer (transaction mode, default_pool_size 8;
+// a second one in session mode for `-M prepared`, which PgBouncer 1.18's transaction mode cannot run), optionally
 // through a bare Node.js relay (bench/lib/pg-relay.mjs: the floor of any Node.js proxy) and through poolgate's
-// PostgreSQL listener; sysbench oltp_read_only against MariaDB directly and through poolgate's MySQL listener.
-// Targets alternate within each round; the tables quote each target's median round.
-// Usage: npm run bench:db   (env BENCH_DURATION seconds per run, default 10; BENCH_ROUNDS, default 3;
-// BENCH_CLIENTS, default 16; BENCH_POOL_SIZE (PgBouncer pool size = poolgate max_concurrent), default 16;
-// BENCH_SCALE pgbench scale, default 10; BENCH_RATE=<tps> runs pgbench at that fixed rate (CPU per transaction
-// compared at equal load); BENCH_TARGETS=direct,pgbouncer,node-relay,poolgate; BENCH_SUITES=pg,mysql;
-// BENCH_WORKLOADS='select-only, simple;select-only, extended' (names as in the table, ';'-separated) picks the
-// pgbench workloads; BENCH_CPU_PROF=<dir> runs poolgate with --cpu-prof into dir; BENCH_NO_SECTION=1 leaves RESULTS.md alone;
-// BENCH_RENDER=bench/out/db-….json rewrites the section from a saved run; BENCH_BASELINE=<another built checkout>
-// adds its poolgate as the target `baseline`, alternated with this one: before/after a change in one run).
-// Writes bench/out/db-*.json and the "## Database wire listeners" section of bench/RESULTS.md.
+// PostgreSQL listener (max_concurrent 8, transaction mode); sysbench oltp_read_only against MariaDB directly and
+// through poolgate's MySQL listener. Targets alternate within each round; the tables quote each target's median
+// round, the proxy's CPU per transaction (from /proc/<pid>/stat) beside it.
+// Usage: npm run bench:db [-- --quick] [-- --write-results]   (--quick: 5 s runs; env BENCH_DURATION seconds per
+// run, default 20; BENCH_ROUNDS, default 2; BENCH_CLIENTS, default 8; BENCH_POOL_SIZE (PgBouncer pool size = poolgate
+// max_concurrent), default 8; BENCH_SCALE pgbench scale, default 10; BENCH_RATE=<tps> runs pgbench at that fixed
+// rate (CPU per transaction compared at equal load); BENCH_TARGETS=direct,pgbouncer,node-relay,poolgate (default
+// without node-relay); BENCH_SUITES=pg,mysql; BENCH_WORKLOADS='-S;TPC-B' (names as in the table, ';'-separated)
+// picks the pgbench workloads (also 'select-only, extended' and 'simple-update (read-write)');
+// BENCH_CPU_PROF=<dir> runs poolgate with --cpu-prof into dir; BENCH_RENDER=bench/out/db-….json rewrites the section
+// from a saved run; BENCH_BASELINE=<another built checkout> adds its poolgate as the target `baseline`, alternated
+// with this one: before/after a change in one run).
+// Writes bench/out/db-*.json; with --write-results also the text between `<!-- bench:db:start -->` and
+// `<!-- bench:db:end -->` in bench/RESULTS.md.
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -20,7 +24,7 @@ import { join } from 'node:path';
 import pg from 'pg';
 import mysql from 'mysql2/promise';
 import { apiCaller, root, startPoolgate } from './lib/poolgate.mjs';
-import { machine, writeJson, writeSection, RESULTS_PATH } from './lib/results.mjs';
+import { machine, writeJson, writeMarkedSection, RESULTS_PATH, WRITE_RESULTS } from './lib/results.mjs';
 import { ensureTool } from './lib/wrk.mjs';
 import { startPgbouncer } from './lib/pgbouncer.mjs';
 import { pgbench } from './lib/pgbench.mjs';
@@ -36,18 +40,19 @@ function intEnv(name, def, min) {
 }
 const listEnv = (name, def) => (process.env[name] || def).split(',').map((s) => s.trim()).filter(Boolean);
 
+const QUICK = process.argv.includes('--quick');
 const settings = {
-  duration_s: intEnv('BENCH_DURATION', 10, 1),
-  rounds: intEnv('BENCH_ROUNDS', 3, 1),
-  clients: intEnv('BENCH_CLIENTS', 16, 1),
+  duration_s: intEnv('BENCH_DURATION', QUICK ? 5 : 20, 1),
+  rounds: intEnv('BENCH_ROUNDS', 2, 1),
+  clients: intEnv('BENCH_CLIENTS', 8, 1),
   pgbench_threads: 2,
-  pool_size: intEnv('BENCH_POOL_SIZE', 16, 1),
+  pool_size: intEnv('BENCH_POOL_SIZE', 8, 1),
   /** pgbench -R: a fixed rate (tps) instead of as fast as possible; 0 = unthrottled. */
   rate: intEnv('BENCH_RATE', 0, 0),
   pgbench_scale: intEnv('BENCH_SCALE', 10, 1),
   sysbench_tables: 4,
   sysbench_table_size: 10_000,
-  targets: listEnv('BENCH_TARGETS', 'direct,pgbouncer,node-relay,poolgate'),
+  targets: listEnv('BENCH_TARGETS', 'direct,pgbouncer,poolgate'),
   suites: listEnv('BENCH_SUITES', 'pg,mysql'),
   poolgate_store: 'embedded (PGlite, fresh data dir)',
   poolgate_adaptive: false,
@@ -59,14 +64,20 @@ const ROLE = `bench_db_${suffix}`;
 const PASSWORD = `bench-${randomBytes(6).toString('hex')}`;
 const log = (msg) => process.stderr.write(`bench:db: ${msg}\n`);
 
-/** pgbench workloads: select-only (simple and extended protocol) and the simple-update read-write mix. */
+/**
+ * pgbench workloads: issue 30's three by default (`-S`, TPC-B, `-S -M prepared`), the others when named in
+ * BENCH_WORKLOADS. `session`: PgBouncer 1.18 (Debian 12) keeps no prepared statements in transaction mode
+ * (pgbench aborts), so its session-mode instance stands in for it there.
+ */
 const PG_WORKLOADS = [
-  { name: 'select-only, simple', args: ['-S', '-M', 'simple'] },
-  { name: 'select-only, extended', args: ['-S', '-M', 'extended'] },
-  { name: 'simple-update (read-write), simple', args: ['-N', '-M', 'simple'] },
-  // PgBouncer 1.18 (Debian 12) keeps no prepared statements in transaction mode: direct and poolgate only.
-  { name: 'select-only, prepared', args: ['-S', '-M', 'prepared'], skip: ['pgbouncer'] },
+  { name: '-S', args: ['-S', '-M', 'simple'] },
+  { name: 'TPC-B', args: ['-M', 'simple'] },
+  { name: '-S -M prepared', args: ['-S', '-M', 'prepared'], session: true },
+  { name: 'select-only, extended', args: ['-S', '-M', 'extended'], optional: true },
+  { name: 'simple-update (read-write)', args: ['-N', '-M', 'simple'], optional: true },
 ];
+const pgWorkloads = () =>
+  PG_WORKLOADS.filter((x) => (process.env.BENCH_WORKLOADS ? process.env.BENCH_WORKLOADS.split(';').includes(x.name) : !x.optional));
 
 /** apt-get update once, then install what is missing (PgBouncer, sysbench). */
 function ensureTools() {
@@ -193,7 +204,7 @@ async function main() {
     // Re-renders the section from a saved run (bench/out/db-*.json), e.g. after changing this layout.
     const o = JSON.parse(readFileSync(process.env.BENCH_RENDER, 'utf8'));
     o.ratios = ratiosOf(o.results);
-    writeSection('## Database wire listeners', section(o));
+    writeMarkedSection('db', section(o), 'Database wire listeners');
     return;
   }
   const started = new Date();
@@ -221,6 +232,13 @@ async function main() {
       cleanups.push(() => bouncer.stop());
       settings.pgbouncer = { version: bouncer.version, ...bouncer.settings };
       pgTargets.pgbouncer = { host: '127.0.0.1', port: bouncer.port, user: ROLE, password: PASSWORD, database: ROLE, pid: bouncer.pid };
+      if (pgWorkloads().some((w) => w.session)) {
+        const session = await startPgbouncer({
+          upstream: { host: PG.host, port: PG.port, database: ROLE, user: ROLE }, alias: ROLE, user: ROLE, password: PASSWORD, poolSize: settings.pool_size, poolMode: 'session',
+        });
+        cleanups.push(() => session.stop());
+        pgTargets['pgbouncer-session'] = { host: '127.0.0.1', port: session.port, user: ROLE, password: PASSWORD, database: ROLE, pid: session.pid };
+      }
     }
     if (wantPg && settings.targets.includes('node-relay')) {
       const relay = await startChild(join(root, 'bench/lib/pg-relay.mjs'), [PG.host, String(PG.port)]);
@@ -270,9 +288,11 @@ async function main() {
 
     const runs = { pg: {}, mysql: {} };
     for (let round = 1; round <= settings.rounds; round++) {
-      for (const w of PG_WORKLOADS.filter((x) => !process.env.BENCH_WORKLOADS || process.env.BENCH_WORKLOADS.split(';').includes(x.name))) {
-        for (const [name, tg] of Object.entries(pgTargets)) {
-          if (w.skip?.includes(name)) continue;
+      for (const w of pgWorkloads()) {
+        for (const [target, tg] of Object.entries(pgTargets)) {
+          // PgBouncer: the session-mode instance for the workload that needs it, the transaction-mode one otherwise; either is `pgbouncer` in the tables.
+          if (target === (w.session ? 'pgbouncer' : 'pgbouncer-session')) continue;
+          const name = target === 'pgbouncer-session' ? 'pgbouncer' : target;
           const cpu = cpuMeter(tg.pid);
           const r = await pgbench({ ...tg, args: settings.rate ? [...w.args, '-R', String(settings.rate)] : w.args, clients: settings.clients, threads: settings.pgbench_threads, duration: settings.duration_s });
           Object.assign(r, cpuFields(cpu.per(r.transactions)));
@@ -308,10 +328,10 @@ async function main() {
   const out = { started: started.toISOString(), machine: m, load, settings, build: builtFrom, results, ratios: ratiosOf(results), notes };
   const jsonPath = writeJson(`db-${started.toISOString().replace(/[:.]/g, '-')}.json`, out);
   log(`raw results: ${jsonPath}`);
-  if (!process.env.BENCH_NO_SECTION) {
-    writeSection('## Database wire listeners', section(out));
+  if (WRITE_RESULTS) {
+    writeMarkedSection('db', section(out), 'Database wire listeners');
     log(`wrote ${RESULTS_PATH}`);
-  }
+  } else log('RESULTS.md untouched: pass --write-results to rewrite its bench:db section');
   for (const r of out.ratios) log(`${r.suite} ${r.workload}: poolgate/pgbouncer ${r.poolgate_over_pgbouncer ?? '—'}, poolgate/direct ${r.poolgate_over_direct ?? '—'}`);
 }
 
@@ -357,7 +377,7 @@ function section(o) {
   lines.push('');
   lines.push(`Settings: ${o.settings.clients} clients, ${o.settings.duration_s} s per run, ${o.settings.rounds} rounds (each cell is the round with the`);
   lines.push(`median TPS; every round's TPS in the JSON). pgbench scale ${o.settings.pgbench_scale}, \`-j ${o.settings.pgbench_threads} -n\`; PgBouncer`);
-  lines.push(`${o.settings.pgbouncer ? `(${o.settings.pgbouncer.version}) pool_mode=transaction, default_pool_size=${o.settings.pgbouncer.default_pool_size}` : '(not run)'}; poolgate max_concurrent=${o.settings.pool_size},`);
+  lines.push(`${o.settings.pgbouncer ? `(${o.settings.pgbouncer.version}) pool_mode=transaction (session for \`-M prepared\`: its transaction mode aborts), default_pool_size=${o.settings.pgbouncer.default_pool_size}` : '(not run)'}; poolgate max_concurrent=${o.settings.pool_size} (transaction mode),`);
   lines.push(`adaptive off, one process with every role on its embedded store, access log to a file. sysbench oltp_read_only with`);
   lines.push(`${o.settings.sysbench_tables} tables × ${o.settings.sysbench_table_size} rows, prepared statements (\`--db-ps-mode=auto\`).`);
   lines.push('node-relay: bench/lib/pg-relay.mjs, each client piped to its own server connection (read → `write`, no parsing,');
@@ -380,7 +400,7 @@ function section(o) {
   lines.push('');
   lines.push('Ratios of the median TPS; in brackets the median of the per-round ratios (targets measured back to back).');
   lines.push('');
-  lines.push('| suite | workload | poolgate / PgBouncer TPS (target ≥ 0.8) | poolgate / direct TPS | PgBouncer / direct TPS | bare Node.js relay / PgBouncer TPS | poolgate / bare Node.js relay TPS |');
+  lines.push('| suite | workload | poolgate / PgBouncer TPS (target ≥ 1.0) | poolgate / direct TPS | PgBouncer / direct TPS | bare Node.js relay / PgBouncer TPS | poolgate / bare Node.js relay TPS |');
   lines.push('| --- | --- | ---: | ---: | ---: | ---: | ---: |');
   const both = (a, b) => (a === null || a === undefined ? '—' : `${fmt(a, 2)} (${fmt(b, 2)})`);
   for (const r of o.ratios) lines.push(`| ${r.suite} | ${r.workload} | ${both(r.poolgate_over_pgbouncer, r.poolgate_over_pgbouncer_per_round)} | ${both(r.poolgate_over_direct, r.poolgate_over_direct_per_round)} | ${fmt(r.pgbouncer_over_direct, 2)} | ${both(r.relay_over_pgbouncer, r.relay_over_pgbouncer_per_round)} | ${both(r.poolgate_over_relay, r.poolgate_over_relay_per_round)} |`);

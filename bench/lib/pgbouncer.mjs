@@ -1,4 +1,4 @@
-// Starts a private PgBouncer (transaction pooling, one database entry, md5 client auth from a plain auth file)
+// Starts a private PgBouncer (transaction pooling, or session pooling where asked, one database entry, md5 client auth from a plain auth file)
 // on a free loopback port, run as the postgres OS user because PgBouncer refuses to run as root.
 import { spawn, execFileSync } from 'node:child_process';
 import { chownSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -20,7 +20,7 @@ function reachable(port) {
 
 /**
  * @param {{ upstream: { host: string, port: number, database: string, user: string }, alias: string, user: string,
- *           password: string, poolSize: number, maxClients?: number }} o
+ *           password: string, poolSize: number, maxClients?: number, poolMode?: 'transaction' | 'session' }} o
  */
 export async function startPgbouncer(o) {
   const dir = mkdtempSync(join(tmpdir(), 'poolgate-bench-pgbouncer-'));
@@ -36,7 +36,7 @@ export async function startPgbouncer(o) {
     'unix_socket_dir =',
     'auth_type = md5',
     `auth_file = ${join(dir, 'users.txt')}`,
-    'pool_mode = transaction',
+    `pool_mode = ${o.poolMode ?? 'transaction'}`,
     `default_pool_size = ${o.poolSize}`,
     'min_pool_size = 0',
     'reserve_pool_size = 0',
@@ -68,7 +68,7 @@ export async function startPgbouncer(o) {
     // PgBouncer's own pid (the spawned child may be runuser), for its CPU time.
     pid: Number(readFileSync(join(dir, 'pgbouncer.pid'), 'utf8').trim()) || child.pid,
     version,
-    settings: { pool_mode: 'transaction', default_pool_size: o.poolSize, auth_type: 'md5 (client), trust (server)' },
+    settings: { pool_mode: o.poolMode ?? 'transaction', default_pool_size: o.poolSize, auth_type: 'md5 (client), trust (server)' },
     async stop() {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
       await exited;
