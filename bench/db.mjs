@@ -380,9 +380,13 @@ function section(o) {
   lines.push(`${o.settings.pgbouncer ? `(${o.settings.pgbouncer.version}) pool_mode=transaction (session for \`-M prepared\`: its transaction mode aborts), default_pool_size=${o.settings.pgbouncer.default_pool_size}` : '(not run)'}; poolgate max_concurrent=${o.settings.pool_size} (transaction mode),`);
   lines.push(`adaptive off, one process with every role on its embedded store, access log to a file. sysbench oltp_read_only with`);
   lines.push(`${o.settings.sysbench_tables} tables × ${o.settings.sysbench_table_size} rows, prepared statements (\`--db-ps-mode=auto\`).`);
-  lines.push('node-relay: bench/lib/pg-relay.mjs, each client piped to its own server connection (read → `write`, no parsing,');
-  lines.push('pooling or admission; both sides read through `onread` as poolgate\'s listeners are): what any Node.js proxy pays for its');
-  lines.push('sockets, so poolgate / node-relay is the cost of poolgate itself.');
+  const relayRan = Object.values(o.results.pg ?? {}).some((t) => t['node-relay']);
+  if (relayRan) {
+    lines.push('node-relay: bench/lib/pg-relay.mjs, each client piped to its own server connection (read → `write`, no parsing,');
+    lines.push('pooling or admission; both sides read through `onread` as poolgate\'s listeners are): what any Node.js proxy pays for its');
+    lines.push('sockets, so poolgate / node-relay is the cost of poolgate itself.');
+  }
+  lines.push('Proxy CPU: the proxy process\'s user + system time (from /proc/<pid>/stat) over the run, per transaction.');
   if (o.settings.rate) lines.push(`pgbench ran at a fixed rate of ${o.settings.rate} tps (\`-R\`): compare CPU per transaction, not TPS.`);
   lines.push('');
   lines.push('| suite | workload | target | TPS (median) | TPS per round | latency avg ms | p95 ms | failed | proxy CPU µs/txn (median) | of it user / system |');
@@ -400,10 +404,14 @@ function section(o) {
   lines.push('');
   lines.push('Ratios of the median TPS; in brackets the median of the per-round ratios (targets measured back to back).');
   lines.push('');
-  lines.push('| suite | workload | poolgate / PgBouncer TPS (target ≥ 1.0) | poolgate / direct TPS | PgBouncer / direct TPS | bare Node.js relay / PgBouncer TPS | poolgate / bare Node.js relay TPS |');
-  lines.push('| --- | --- | ---: | ---: | ---: | ---: | ---: |');
   const both = (a, b) => (a === null || a === undefined ? '—' : `${fmt(a, 2)} (${fmt(b, 2)})`);
-  for (const r of o.ratios) lines.push(`| ${r.suite} | ${r.workload} | ${both(r.poolgate_over_pgbouncer, r.poolgate_over_pgbouncer_per_round)} | ${both(r.poolgate_over_direct, r.poolgate_over_direct_per_round)} | ${fmt(r.pgbouncer_over_direct, 2)} | ${both(r.relay_over_pgbouncer, r.relay_over_pgbouncer_per_round)} | ${both(r.poolgate_over_relay, r.poolgate_over_relay_per_round)} |`);
+  const relayCols = relayRan ? ' bare Node.js relay / PgBouncer TPS | poolgate / bare Node.js relay TPS |' : '';
+  lines.push(`| suite | workload | poolgate / PgBouncer TPS (target ≥ 1.0) | poolgate / direct TPS | PgBouncer / direct TPS |${relayCols}`);
+  lines.push(`| --- | --- | ---: | ---: | ---: |${relayRan ? ' ---: | ---: |' : ''}`);
+  for (const r of o.ratios) {
+    const relay = relayRan ? ` ${both(r.relay_over_pgbouncer, r.relay_over_pgbouncer_per_round)} | ${both(r.poolgate_over_relay, r.poolgate_over_relay_per_round)} |` : '';
+    lines.push(`| ${r.suite} | ${r.workload} | ${both(r.poolgate_over_pgbouncer, r.poolgate_over_pgbouncer_per_round)} | ${both(r.poolgate_over_direct, r.poolgate_over_direct_per_round)} | ${fmt(r.pgbouncer_over_direct, 2)} |${relay}`);
+  }
   if (o.settings.baseline) {
     lines.push('');
     lines.push(`Before/after: \`baseline\` is ${o.settings.baseline}, alternated with \`poolgate\` in every round.`);
