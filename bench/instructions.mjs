@@ -4,7 +4,7 @@
 // instructions (Ir, every thread of the process) are divided by the requests. Instruction counts do not depend on
 // what else the machine runs, so the ratio is repeatable on a shared 2-core box where CPU time and rps are not.
 // They are not time: cache misses, syscalls' kernel work and valgrind's serialised threads are left out.
-// Usage: npm run bench:instructions [-- --requests=2000 --warmup=1500 --connections=16 --targets=poolgate,node_floor --keep=<dir> --write-results]
+// Usage: npm run bench:instructions [-- --requests=2000 --warmup=1500 --connections=16 --targets=poolgate,node_floor --before=<built checkout> --keep=<dir> --write-results]
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -19,10 +19,12 @@ const arg = (name, def) => process.argv.find((a) => a.startsWith(`--${name}=`))?
 const REQUESTS = Number(arg('requests', 2000));
 const WARMUP = Number(arg('warmup', 1500));
 const CONNECTIONS = Number(arg('connections', 16));
-const TARGETS = arg('targets', 'poolgate,node_floor').split(',');
+const TARGETS = arg('targets', process.argv.some((a) => a.startsWith('--before=')) ? 'poolgate_before,poolgate,node_floor' : 'poolgate,node_floor').split(',');
 const WRITE = process.argv.includes('--write-results');
 // --keep=<dir>: the callgrind dumps are copied there (callgrind_annotate shows the native functions; JIT code is unnamed).
 const KEEP = arg('keep', null);
+// --before=<dir>: another build (its bin/poolgate.js, built) measured too, as poolgate_before: a change's before and after in one run.
+const BEFORE = arg('before', null);
 const log = (m) => process.stderr.write(`[instructions] ${m}\n`);
 
 /** Sends exactly n requests; throws unless every one answered 200. */
@@ -65,6 +67,7 @@ async function main() {
       const t0 = Date.now();
       const target =
         key === 'poolgate' ? await startPoolgateTarget(originUrl, certFile, dir, { maxConcurrent: 1000, wrap })
+        : key === 'poolgate_before' && BEFORE ? await startPoolgateTarget(originUrl, certFile, dir, { maxConcurrent: 1000, wrap, bin: join(BEFORE, 'bin', 'poolgate.js') })
         : key === 'node_floor' ? await startNodeFloor(originUrl, certFile, undefined, wrap).then((f) => ({ ...f, url: `http://127.0.0.1:${f.port}/`, headers: {} }))
         : null;
       if (!target) throw new Error(`unknown target ${key}`);
