@@ -10,7 +10,7 @@ import { cutUpstream, hookedConnector } from './origin-socket.js';
 import type { Governor, Outcome } from '../governor/governor.js';
 import { CidrList } from '../domain/cidr.js';
 import { guardedConnector, targetRefusalOf, type ConnectTargets } from '../security/ssrf-connect-guard.js';
-import { governorHeaders } from '../pool-request/refusal.js';
+import { appendGovernorHeaders, governorHeaders } from '../pool-request/refusal.js';
 import type { ClientSide as ClientResponse } from '../pool-request/client-response.js';
 import { reply, type Exchange, type Reply } from '../pool-request/exchange.js';
 import type { PoolEntry } from '../pool-request/snapshot.js';
@@ -268,9 +268,7 @@ class Forwarding {
       this.#state = 'draining';
       return;
     }
-    const head = clientResponseHeaders(headers);
-    for (const h of governorHeaders(this.#deps.governor, ex.pool!.id, ex.queuedMs)) head.push(h);
-    client.writeHead(status, head);
+    client.writeHead(status, appendGovernorHeaders(clientResponseHeaders(headers), this.#deps.governor, ex.pool!.id, ex.queuedMs));
     const cl = headers['content-length'];
     const length = typeof cl === 'string' && /^\d+$/.test(cl) ? Number(cl) : null;
     if (ex.method === 'HEAD' || NO_BODY_STATUS.has(status)) {
