@@ -7,12 +7,12 @@ import { createInterface } from 'node:readline';
 /**
  * @param {string} file  module to run with node
  * @param {string[]} args
- * @param {{ env?: Record<string,string>, nodeArgs?: string[], node?: string, pin?: string }} [opts]  node: the node binary (default: this one);
+ * @param {{ env?: Record<string,string>, nodeArgs?: string[], node?: string, pin?: string, wrap?: string[], startMs?: number }} [opts]  node: the node binary (default: this one);
  *   pin: a CPU list for `taskset -c` (the child and every thread it starts run only there)
  * @returns {Promise<{ port: number, pid: number, stop(): Promise<void> }>}
  */
 export async function startChild(file, args = [], opts = {}) {
-  const child = spawn(...pinned(opts.pin, opts.node ?? process.execPath, [...(opts.nodeArgs ?? []), file, ...args]), {
+  const child = spawn(...pinned(opts.pin, opts.node ?? process.execPath, [...(opts.nodeArgs ?? []), file, ...args], opts.wrap), {
     env: { ...process.env, ...opts.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -21,7 +21,7 @@ export async function startChild(file, args = [], opts = {}) {
   child.stderr.on('data', (c) => (stderr = (stderr + c).slice(-4096)));
   const exited = new Promise((resolve) => child.once('exit', resolve));
   const port = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${file} did not start within 30 s\n${stderr}`)), 30_000);
+    const timer = setTimeout(() => reject(new Error(`${file} did not start within ${(opts.startMs ?? 30_000) / 1000} s\n${stderr}`)), opts.startMs ?? 30_000);
     createInterface({ input: child.stdout }).on('line', (line) => {
       try {
         const msg = JSON.parse(line);
@@ -64,6 +64,8 @@ export function freePort() {
  * [command, args] for spawn, run under `taskset -c <cpus>` when `cpus` is given. taskset execs the command, so
  * the child's pid is the command's own (CPU meters read the right process).
  */
-export function pinned(cpus, command, args) {
-  return cpus ? ['taskset', ['-c', cpus, command, ...args]] : [command, args];
+export function pinned(cpus, command, args, wrap = []) {
+  // wrap: a command line the child runs under (e.g. valgrind's, bench/instructions.mjs); it keeps the child's pid.
+  const [cmd, ...rest] = [...wrap, command, ...args];
+  return cpus ? ['taskset', ['-c', cpus, cmd, ...rest]] : [cmd, rest];
 }

@@ -17,7 +17,7 @@ const RUNTIME_FLAGS = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'
  * @param {Record<string, string>} extraEnv
  * @param {{ nodeArgs?: string[], bin?: string, node?: string, pin?: string }} [opts]  nodeArgs e.g. `--cpu-prof` (not allowed in NODE_OPTIONS);
  *   bin: another build's bin/poolgate.js (a before/after comparison in one run); node: the node binary (default: this one);
- *   pin: a CPU list for `taskset -c` (every thread of the service runs only there)
+ *   pin: a CPU list for `taskset -c` (every thread of the service runs only there); wrap: a command line it runs under (valgrind)
  */
 export async function startPoolgate(extraEnv = {}, opts = {}) {
   const dataDir = mkdtempSync(join(tmpdir(), 'poolgate-bench-'));
@@ -40,7 +40,7 @@ export async function startPoolgate(extraEnv = {}, opts = {}) {
   if (!env.POOLGATE_CONFIG) delete env.POOLGATE_CONFIG;
   // As `npm start` and the bin's shebang run it (docs/runtime.md).
   const node = opts.node ?? process.execPath;
-  const child = spawn(...pinned(opts.pin, node, [...RUNTIME_FLAGS, ...(opts.nodeArgs ?? []), opts.bin ?? BIN, 'start']), { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(...pinned(opts.pin, node, [...RUNTIME_FLAGS, ...(opts.nodeArgs ?? []), opts.bin ?? BIN, 'start'], opts.wrap), { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr.setEncoding('utf8');
   child.stderr.on('data', (chunk) => {

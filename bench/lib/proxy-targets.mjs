@@ -24,7 +24,7 @@ export function selfSignedCert(dir, host) {
  * poolgate with every role in one process on its embedded store: team bootstrapped with the admin CLI, then
  * through the Control API a pool, a key, and settings that keep it from queueing (max_concurrent raised,
  * adaptive concurrency off so the limit stays put). Otherwise the default configuration.
- * @param {{ bin?: string, threads?: number, pin?: string, maxConcurrent: number, accessLog?: boolean }} o
+ * @param {{ bin?: string, threads?: number, pin?: string, wrap?: string[], maxConcurrent: number, accessLog?: boolean }} o
  */
 export async function startPoolgateTarget(origin, caFile, dir, o) {
   const env = {
@@ -38,7 +38,7 @@ export async function startPoolgateTarget(origin, caFile, dir, o) {
   const nodeArgs = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
   // e.g. --perf-basic-prof, for `perf record` with JavaScript symbols.
   if (process.env.BENCH_NODE_ARGS) nodeArgs.push(...process.env.BENCH_NODE_ARGS.split(' ').filter(Boolean));
-  const svc = await startPoolgate(env, { nodeArgs, bin: o.bin, pin: o.pin });
+  const svc = await startPoolgate(env, { nodeArgs, bin: o.bin, pin: o.pin, wrap: o.wrap });
   const stop = () => svc.stop();
   try {
     const boot = await svc.admin(['bootstrap', '--team', 'Bench', '--email', 'bench@bench.test', '--plan', 'business']);
@@ -66,8 +66,8 @@ export async function startPoolgateTarget(origin, caFile, dir, o) {
 }
 
 /** The Node floor (bench/lib/node-floor.mjs) in its own process, on whatever node runs the bench. */
-export async function startNodeFloor(originUrl, caFile, pin) {
-  return startChild(join(root, 'bench/lib/node-floor.mjs'), [originUrl, caFile], { pin });
+export async function startNodeFloor(originUrl, caFile, pin, wrap) {
+  return startChild(join(root, 'bench/lib/node-floor.mjs'), [originUrl, caFile], { pin, wrap, startMs: wrap ? 300_000 : undefined });
 }
 
 /**

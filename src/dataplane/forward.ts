@@ -4,13 +4,13 @@ import { readFileSync } from 'node:fs';
 import { createSecureContext, rootCertificates, type SecureContext } from 'node:tls';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Readable } from 'node:stream';
-import { buildConnector, Pool, type Dispatcher } from 'undici';
+import { buildConnector, Pool, util, type Dispatcher } from 'undici';
 import type { Socket } from 'node:net';
 import { cutUpstream, hookedConnector } from './origin-socket.js';
 import type { Governor, Outcome } from '../governor/governor.js';
 import { CidrList } from '../domain/cidr.js';
 import { guardedConnector, targetRefusalOf, type ConnectTargets } from '../security/ssrf-connect-guard.js';
-import { governorHeaders } from '../pool-request/refusal.js';
+import { appendGovernorHeaders, governorHeaders } from '../pool-request/refusal.js';
 import type { ClientSide as ClientResponse } from '../pool-request/client-response.js';
 import { reply, type Exchange, type Reply } from '../pool-request/exchange.js';
 import type { PoolEntry } from '../pool-request/snapshot.js';
@@ -148,11 +148,15 @@ const ABORTED = Object.assign(new Error('request aborted by the proxy'), { code:
 
 /**
  * One request to the origin as an undici dispatch handler: no promise, Readable or AbortSignal per request,
- * and the origin's body goes from undici's callbacks straight to uWS, with undici paused while the client's
+ * and the origin's body goes from undici's callbacks straight to the client, with undici paused while the client's
  * socket is backed up. The wait for response headers has its own timer: undici's coarse timers (about 1 s
  * resolution) would let a 100 ms request timeout run for up to a second while the slot is held.
+ *
+ * It implements undici's handler interface as undici calls it (onConnect, onHeaders, onData, onComplete, onError):
+ * a handler written to the controller interface (onRequestStart…) is wrapped per request in an UnwrapHandler and
+ * an UnwrapController, and that wrapping went through V8's runtime on every request (bench:instructions).
  */
-class Forwarding implements Dispatcher.DispatchHandler {
+class Forwarding {
   readonly #deps: ForwardDeps;
   readonly #ex: Exchange;
   readonly #client: ClientResponse;
@@ -168,7 +172,11 @@ class Forwarding implements Dispatcher.DispatchHandler {
   /** The client left before the response: it is drained (not sent) once it starts. */
   #orphaned = false;
   #drained = 0;
-  #controller: Dispatcher.DispatchController | null = null;
+  /** undici's abort for this request, once it has a connection (null before). */
+  #abort: ((err: Error) => void) | null = null;
+  /** undici's resume after a pause (given with the response head), and whether undici is paused by us. */
+  #resume: (() => void) | null = null;
+  #paused = false;
   #timer: NodeJS.Timeout | null = null;
   #upstream: Outcome | null = null;
   /** Content-Length of the origin's body; null: sent chunked. */
@@ -203,7 +211,7 @@ class Forwarding implements Dispatcher.DispatchHandler {
       keyInAuthorization: ex.keyInAuthorization,
       credential: pool.credential,
     });
-    // dispatch() reports its own failures through onResponseError, synchronously or later.
+    // dispatch() reports its own failures through onError, synchronously or later.
     this.#deps.upstreams.get(pool.origin!).dispatch(
       {
         origin: pool.origin!,
@@ -219,16 +227,34 @@ class Forwarding implements Dispatcher.DispatchHandler {
     );
   }
 
-  onRequestStart(controller: Dispatcher.DispatchController): void {
-    this.#controller = controller;
+  onConnect(abort: (err: Error) => void): void {
+    this.#abort = abort;
     // Given up before the request got a connection (timeout, client gone): cut it now.
-    if (this.#state === 'done') controller.abort(ABORTED);
+    if (this.#state === 'done') abort(ABORTED);
   }
 
-  onResponseStart(controller: Dispatcher.DispatchController, status: number, headers: IncomingHttpHeaders): void {
+  #pause(): void {
+    this.#paused = true;
+  }
+
+  #resumeUpstream(): void {
+    if (!this.#paused) return;
+    this.#paused = false;
+    this.#resume?.();
+  }
+
+  /** undici: the response head. Returns false to pause the body (undici's contract). */
+  onHeaders(status: number, rawHeaders: Buffer[], resume: () => void): boolean {
+    this.#resume = resume;
+    this.#onResponseStart(status, rawHeaders);
+    return !this.#paused;
+  }
+
+  #onResponseStart(status: number, rawHeaders: Buffer[]): void {
     // 1xx informational answers are not the response.
     if (status < 200 || this.#state !== 'waiting') return;
     this.#clearTimer();
+    const headers = util.parseHeaders(rawHeaders) as IncomingHttpHeaders;
     const ex = this.#ex;
     const client = this.#client;
     const upstream: Outcome = {
@@ -242,9 +268,7 @@ class Forwarding implements Dispatcher.DispatchHandler {
       this.#state = 'draining';
       return;
     }
-    const head = clientResponseHeaders(headers);
-    for (const h of governorHeaders(this.#deps.governor, ex.pool!.id, ex.queuedMs)) head.push(h);
-    client.writeHead(status, head);
+    client.writeHead(status, appendGovernorHeaders(clientResponseHeaders(headers), this.#deps.governor, ex.pool!.id, ex.queuedMs));
     const cl = headers['content-length'];
     const length = typeof cl === 'string' && /^\d+$/.test(cl) ? Number(cl) : null;
     if (ex.method === 'HEAD' || NO_BODY_STATUS.has(status)) {
@@ -257,7 +281,13 @@ class Forwarding implements Dispatcher.DispatchHandler {
     client.onWritable((offset) => this.#onWritable(offset));
   }
 
-  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+  /** undici: a chunk of the response body. Returns false to pause (undici's contract). */
+  onData(chunk: Buffer): boolean {
+    this.#onResponseData(chunk);
+    return !this.#paused;
+  }
+
+  #onResponseData(chunk: Buffer): void {
     if (this.#state === 'draining') {
       this.#drained += chunk.length;
       if (this.#drained > DRAIN_LIMIT) this.#cut(this.#orphanSettlement());
@@ -267,7 +297,7 @@ class Forwarding implements Dispatcher.DispatchHandler {
     const client = this.#client;
     if (!client.open) return;
     if (this.#total === null) {
-      if (!client.write(chunk) && client.open) controller.pause();
+      if (!client.write(chunk) && client.open) this.#pause();
       return;
     }
     this.#pendingAt = client.writeOffset();
@@ -275,7 +305,7 @@ class Forwarding implements Dispatcher.DispatchHandler {
     if (done) this.#done();
     else if (!ok) {
       this.#pending = chunk;
-      controller.pause();
+      this.#pause();
     }
   }
 
@@ -283,7 +313,7 @@ class Forwarding implements Dispatcher.DispatchHandler {
   #onWritable(offset: number): boolean {
     if (this.#state !== 'streaming') return true;
     if (this.#total === null) {
-      this.#controller?.resume();
+      this.#resumeUpstream();
       return true;
     }
     const pending = this.#pending;
@@ -295,12 +325,13 @@ class Forwarding implements Dispatcher.DispatchHandler {
     } else if (ok) {
       this.#pending = null;
       if (this.#endedWhilePending) this.#shortBody();
-      else this.#controller?.resume();
+      else this.#resumeUpstream();
     }
     return ok;
   }
 
-  onResponseEnd(): void {
+  /** undici: the response ended (trailers are not passed on). */
+  onComplete(): void {
     // The origin is done with it and the connection goes back to the pool clean: now the slot is free.
     if (this.#state === 'draining') return this.#finish(this.#orphanSettlement());
     if (this.#state !== 'streaming') return;
@@ -320,7 +351,7 @@ class Forwarding implements Dispatcher.DispatchHandler {
     this.#finish({ outcome: 'upstream_aborted', status: this.#client.status, upstream: { ...this.#upstream!, dropped: true }, detail: 'the origin sent fewer bytes than its Content-Length' });
   }
 
-  onResponseError(_controller: Dispatcher.DispatchController | null, err: Error): void {
+  onError(err: Error): void {
     if (this.#state === 'done') return;
     this.#clearTimer();
     if (this.#state === 'draining' || this.#orphaned) return this.#finish(this.#orphanSettlement());
@@ -358,11 +389,11 @@ class Forwarding implements Dispatcher.DispatchHandler {
   #onClientGone(): void {
     if (this.#state === 'done' || this.#state === 'draining') return;
     const body = this.#body;
-    if ((body !== null && !body.complete) || this.#controller === null) return this.#cut(this.#orphanSettlement());
+    if ((body !== null && !body.complete) || this.#abort === null) return this.#cut(this.#orphanSettlement());
     this.#orphaned = true;
     if (this.#state === 'streaming') {
       this.#state = 'draining';
-      this.#controller.resume();
+      this.#resumeUpstream();
     }
   }
 
@@ -395,9 +426,9 @@ class Forwarding implements Dispatcher.DispatchHandler {
     this.#state = 'done';
     this.#clearTimer();
     this.#ex.upstreamMs = performance.now() - this.#started;
-    const controller = this.#controller;
-    // Our own onResponseError runs inside abort() and sees state 'done'.
-    const closing: Socket | null = controller === null ? null : cutUpstream(() => controller.abort(ABORTED));
+    const abort = this.#abort;
+    // Our own onError runs inside abort() and sees state 'done'.
+    const closing: Socket | null = abort === null ? null : cutUpstream(() => abort(ABORTED));
     if (closing === null) this.#end(this.#ex, s);
     else closing.once('close', () => this.#end(this.#ex, s));
   }

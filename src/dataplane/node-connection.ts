@@ -31,7 +31,8 @@ export function nodeRequestArrived(req: IncomingMessage, res: ServerResponse): '
   if (socket.destroyed || socket.writableEnded) return 'never';
   socket[OPEN] = (socket[OPEN] ?? 0) + 1;
   socket[LAST] = res;
-  res.once('close', requestEnded);
+  // on, not once: a response closes once, and once() would wrap the listener per request.
+  res.on('close', requestEnded);
   return res.socket !== null ? 'now' : 'later';
 }
 

@@ -105,6 +105,19 @@ function hasBody(headers: Record<string, string>): boolean {
   return cl !== undefined && cl !== '0';
 }
 
+/** The body of a node:http request as the stages read it; 100 Continue goes out once the body is wanted. */
+function nodeBodySource(req: IncomingMessage, res: ServerResponse, expectContinue: boolean): BodySource {
+  let continued = !expectContinue;
+  return (h) => {
+    if (!continued) {
+      continued = true;
+      res.writeContinue();
+    }
+    req.on('data', (b: Buffer) => h(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength) as ArrayBuffer, false));
+    req.on('end', () => h(new ArrayBuffer(0), true));
+  };
+}
+
 /** Told about every snapshot the data plane loads and every key point update (the thread host forwards them). */
 export interface SnapshotListener {
   loaded(snapshot: Snapshot): void;
@@ -325,16 +338,8 @@ export class Dataplane {
     try {
       if (req.httpVersionMajor !== 1) return this.#stopNode(ex, client, VERSION_NOT_SUPPORTED);
       if (raw.length / 2 > MAX_HEADER_LINES) return this.#stopNode(ex, client, TOO_MANY_HEADERS);
-      let continued = !expectContinue;
-      const onBody: BodySource = (h) => {
-        if (!continued) {
-          continued = true;
-          res.writeContinue();
-        }
-        req.on('data', (b: Buffer) => h(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength) as ArrayBuffer, false));
-        req.on('end', () => h(new ArrayBuffer(0), true));
-      };
-      this.#begin(onBody, ex, client);
+      // A body reader only for a request that has a body (most have none: no closure for them).
+      this.#begin(hasBody(headers) ? nodeBodySource(req, res, expectContinue) : null, ex, client);
     } catch (err) {
       this.#failed(ex, client, 'data plane request handler failed', err);
     }
@@ -346,7 +351,7 @@ export class Dataplane {
   }
 
   /** Runs route, then the chain of the pool's backend; returns once everything async is under way. */
-  #begin(onBody: BodySource, ex: Exchange, client: ClientSide): void {
+  #begin(onBody: BodySource | null, ex: Exchange, client: ClientSide): void {
     const framing = framingRefusal(ex.headers);
     if (framing !== null) return this.#refuseFraming(ex, client, framing);
     const host = ex.headers.host;
@@ -359,7 +364,7 @@ export class Dataplane {
       client.sendReply(BAD_TARGET, null, true);
       return this.#settle(ex, { outcome: BAD_TARGET.error, status: BAD_TARGET.status });
     }
-    if (hasBody(ex.headers)) ex.body = onBody;
+    if (onBody !== null && hasBody(ex.headers)) ex.body = onBody;
     let r = this.#route(ex);
     if (r !== null) return this.#stop(ex, client, r);
     const chain = ex.pool!.backend === 'http' ? this.#httpChain : this.#sqlChain;

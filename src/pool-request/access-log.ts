@@ -79,13 +79,25 @@ const HOLD_MS = 1000;
 
 let stampedAt = -1;
 let stamp = '';
+/** The ISO time up to the seconds' dot, and the second it is for (Date's toISOString goes through V8's printf). */
+let secondAt = -1;
+let secondPrefix = '';
 
-/** pino's isoTime, formatted once per millisecond: many requests end in the same one under load. */
+/**
+ * pino's isoTime, formatted once per millisecond (many requests end in the same one under load), and the date
+ * and time of day once per second: within it only the milliseconds change.
+ */
 function isoTimeOncePerMs(): string {
   const now = Date.now();
   if (now !== stampedAt) {
     stampedAt = now;
-    stamp = `,"time":"${new Date(now).toISOString()}"`;
+    const ms = now % 1000;
+    const second = now - ms;
+    if (second !== secondAt) {
+      secondAt = second;
+      secondPrefix = `,"time":"${new Date(second).toISOString().slice(0, 20)}`;
+    }
+    stamp = `${secondPrefix}${ms < 10 ? '00' : ms < 100 ? '0' : ''}${ms}Z"`;
   }
   return stamp;
 }

@@ -50,41 +50,52 @@ export interface UpstreamHeaderInput {
   credential: CredentialSecret | null;
 }
 
-/** The headers sent to the origin. */
-export function upstreamRequestHeaders(input: UpstreamHeaderInput): Record<string, string> {
+/**
+ * The headers sent to the origin, as undici takes them flat (name, value, name, value…): no object is built per
+ * request (a record filled with names known only at run time goes through V8's slow property-adding path; callgrind
+ * counted it among the larger per-request costs over the Node floor).
+ */
+export function upstreamRequestHeaders(input: UpstreamHeaderInput): string[] {
   const { headers } = input;
   const listed = connectionListed(headers.connection);
-  const out: Record<string, string> = {};
+  const cred = input.credential;
+  // An injected credential replaces the client's header of the same name.
+  const injected =
+    cred === null ? null
+    : cred.method === 'bearer_static' || cred.method === 'basic' ? 'authorization'
+    : cred.method === 'api_key' ? (cred.header_name || 'x-api-key').toLowerCase()
+    : null;
+  const out: string[] = [];
   for (const name in headers) {
     if (isHopByHop(name, listed)) continue;
     // Pool auth and our own control headers never reach the origin.
     if (name.startsWith('x-service-')) continue;
     if (name === 'host' || name.startsWith('x-forwarded-')) continue;
     if (name === 'authorization' && input.keyInAuthorization) continue;
-    out[name] = headers[name]!;
+    if (name === injected) continue;
+    out.push(name, headers[name]!);
   }
-  out.host = input.originHost;
+  out.push('host', input.originHost);
   if (input.trustForwarded) {
     const prior = headers['x-forwarded-for'];
-    out['x-forwarded-for'] = prior ? `${prior}, ${input.clientAddress}` : input.clientAddress;
-    out['x-forwarded-proto'] = headers['x-forwarded-proto'] || 'http';
-    out['x-forwarded-host'] = headers['x-forwarded-host'] || input.clientHost;
+    out.push(
+      'x-forwarded-for', prior ? `${prior}, ${input.clientAddress}` : input.clientAddress,
+      'x-forwarded-proto', headers['x-forwarded-proto'] || 'http',
+      'x-forwarded-host', headers['x-forwarded-host'] || input.clientHost,
+    );
   } else {
-    out['x-forwarded-for'] = input.clientAddress;
-    out['x-forwarded-proto'] = 'http';
-    out['x-forwarded-host'] = input.clientHost;
+    out.push('x-forwarded-for', input.clientAddress, 'x-forwarded-proto', 'http', 'x-forwarded-host', input.clientHost);
   }
-  const cred = input.credential;
-  if (cred) {
+  if (cred && injected !== null) {
     switch (cred.method) {
       case 'bearer_static':
-        out.authorization = `Bearer ${cred.token}`;
+        out.push('authorization', `Bearer ${cred.token}`);
         break;
       case 'api_key':
-        out[(cred.header_name || 'x-api-key').toLowerCase()] = cred.api_key;
+        out.push(injected, cred.api_key);
         break;
       case 'basic':
-        out.authorization = `Basic ${Buffer.from(`${cred.username}:${cred.password}`).toString('base64')}`;
+        out.push('authorization', `Basic ${Buffer.from(`${cred.username}:${cred.password}`).toString('base64')}`);
         break;
       default:
         // postgres_role belongs to database pools; an http origin gets nothing injected.

@@ -18,7 +18,7 @@ export class NodeClientResponse extends ClientState implements ClientSide {
     this.#req = req;
     this.#res = res;
     this.#head = head;
-    res.once('close', () => {
+    res.on('close', () => {
       if (this.isEnded && res.writableFinished) return;
       this.clientGone();
     });

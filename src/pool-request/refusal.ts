@@ -62,6 +62,11 @@ export function refusalReply(a: Extract<Admission, { ok: false }>, governorHeade
 
 /** The governor response headers (spec: x-service-remaining-slots, -effective-limit, -queued-ms). */
 export function governorHeaders(governor: Governor, poolId: number, queuedMs: number): Array<[string, string]> {
+  return appendGovernorHeaders([], governor, poolId, queuedMs);
+}
+
+/** governorHeaders added to `out` (a forwarded response's head: no array of its own per request); returns `out`. */
+export function appendGovernorHeaders(out: Array<[string, string]>, governor: Governor, poolId: number, queuedMs: number): Array<[string, string]> {
   let remaining = 0;
   let limit = 0;
   try {
@@ -71,9 +76,10 @@ export function governorHeaders(governor: Governor, poolId: number, queuedMs: nu
   } catch {
     // A governor that cannot answer (e.g. a remote one that is down) must not fail a response.
   }
-  return [
+  out.push(
     ['x-service-remaining-slots', String(Math.max(0, remaining))],
     ['x-service-effective-limit', String(limit)],
     ['x-service-queued-ms', String(Math.round(queuedMs))],
-  ];
+  );
+  return out;
 }

@@ -1,0 +1,124 @@
+// Instructions per proxied request (issue 29's CPU-per-request target, counted instead of timed): poolgate and the
+// Node floor (bench/lib/node-floor.mjs) each run under valgrind's callgrind in front of the same https origin;
+// after a warm-up, the counters are zeroed, a fixed number of requests is sent (autocannon -a), and the proxy's
+// instructions (Ir, every thread of the process) are divided by the requests. Instruction counts do not depend on
+// what else the machine runs, so the ratio is repeatable on a shared 2-core box where CPU time and rps are not.
+// They are not time: cache misses, syscalls' kernel work and valgrind's serialised threads are left out.
+// Usage: npm run bench:instructions [-- --requests=2000 --warmup=1500 --connections=16 --idle=10 --targets=poolgate,node_floor --before=<built checkout> --keep=<dir> --write-results]
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import autocannon from 'autocannon';
+import { selfSignedCert, startNodeFloor, startPoolgateTarget, probe } from './lib/proxy-targets.mjs';
+import { startChild } from './lib/child.mjs';
+import { root } from './lib/poolgate.mjs';
+import { writeMarkedSection } from './lib/results.mjs';
+
+const arg = (name, def) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? def;
+const REQUESTS = Number(arg('requests', 2000));
+const WARMUP = Number(arg('warmup', 1500));
+const CONNECTIONS = Number(arg('connections', 16));
+const IDLE_S = Number(arg('idle', 10));
+const TARGETS = arg('targets', process.argv.some((a) => a.startsWith('--before=')) ? 'poolgate_before,poolgate,node_floor' : 'poolgate,node_floor').split(',');
+const WRITE = process.argv.includes('--write-results');
+// --keep=<dir>: the callgrind dumps are copied there (callgrind_annotate shows the native functions; JIT code is unnamed).
+const KEEP = arg('keep', null);
+// --before=<dir>: another build (its bin/poolgate.js, built) measured too, as poolgate_before: a change's before and after in one run.
+const BEFORE = arg('before', null);
+const log = (m) => process.stderr.write(`[instructions] ${m}\n`);
+
+/** Sends exactly n requests; throws unless every one answered 200. */
+async function send(url, headers, n) {
+  const r = await autocannon({ url, connections: CONNECTIONS, amount: n, timeout: 120, headers });
+  const ok = Number(r.statusCodeStats?.['200']?.count ?? 0);
+  if (ok !== n || r.errors > 0) throw new Error(`${url}: ${ok}/${n} answered 200, ${r.errors} errors, ${r.timeouts} timeouts`);
+  return ok;
+}
+
+/** The total Ir of the callgrind dump(s) written for `pid` since the counters were last zeroed. */
+function dumpIr(dir, pid) {
+  const before = new Set(readdirSync(dir));
+  execFileSync('callgrind_control', ['-d', String(pid)], { stdio: 'ignore' });
+  const files = readdirSync(dir).filter((f) => f.startsWith(`cg.${pid}`) && !before.has(f));
+  let ir = 0;
+  for (const f of files) {
+    const m = /^summary:\s+(\d+)/m.exec(readFileSync(join(dir, f), 'utf8'));
+    if (m) ir += Number(m[1]);
+  }
+  if (ir === 0) throw new Error(`no callgrind dump for ${pid} in ${dir}`);
+  if (KEEP) for (const f of files) execFileSync('cp', [join(dir, f), KEEP]);
+  return ir;
+}
+
+async function main() {
+  const dir = mkdtempSync(join(tmpdir(), 'poolgate-bench-instr-'));
+  const cgDir = join(dir, 'cg');
+  execFileSync('mkdir', ['-p', cgDir]);
+  // Off until the target is up (start-up under instrumentation would take minutes); a dump holds every thread.
+  const wrap = ['valgrind', '--tool=callgrind', '--instr-atstart=no', `--callgrind-out-file=${cgDir}/cg.%p`];
+  const stops = [];
+  const rows = [];
+  try {
+    const { keyFile, certFile } = selfSignedCert(dir, '127.0.0.1');
+    const origin = await startChild(join(root, 'bench/lib/tls-origin.mjs'), ['127.0.0.1', keyFile, certFile]);
+    stops.push(() => origin.stop());
+    const originUrl = `https://127.0.0.1:${origin.port}`;
+    for (const key of TARGETS) {
+      const t0 = Date.now();
+      const target =
+        key === 'poolgate' ? await startPoolgateTarget(originUrl, certFile, dir, { maxConcurrent: 1000, wrap })
+        : key === 'poolgate_before' && BEFORE ? await startPoolgateTarget(originUrl, certFile, dir, { maxConcurrent: 1000, wrap, bin: join(BEFORE, 'bin', 'poolgate.js') })
+        : key === 'node_floor' ? await startNodeFloor(originUrl, certFile, undefined, wrap).then((f) => ({ ...f, url: `http://127.0.0.1:${f.port}/`, headers: {} }))
+        : null;
+      if (!target) throw new Error(`unknown target ${key}`);
+      stops.push(() => target.stop());
+      log(`${key} up under valgrind in ${((Date.now() - t0) / 1000).toFixed(0)} s (pid ${target.pid})`);
+      await probe({ name: key, url: target.url, headers: target.headers });
+      execFileSync('callgrind_control', ['-i', 'on', String(target.pid)], { stdio: 'ignore' });
+      // The process with no requests, before any load (so no collection the load caused lands here): timers and
+      // background work (snapshot resync, metrics, jobs and webhook polls on the store), per second of wall time.
+      // Valgrind's slowdown spreads each second's background work over far fewer requests than a real second
+      // serves, so the raw figure overstates it; the figure less this rate is the request's own work.
+      execFileSync('callgrind_control', ['-z', String(target.pid)], { stdio: 'ignore' });
+      const i0 = Date.now();
+      await new Promise((r) => setTimeout(r, IDLE_S * 1000));
+      const idlePerS = dumpIr(cgDir, target.pid) / ((Date.now() - i0) / 1000);
+      await send(target.url, target.headers, WARMUP);
+      execFileSync('callgrind_control', ['-z', String(target.pid)], { stdio: 'ignore' });
+      const t1 = Date.now();
+      const n = await send(target.url, target.headers, REQUESTS);
+      const ir = dumpIr(cgDir, target.pid);
+      const seconds = (Date.now() - t1) / 1000;
+      const idle = Math.round(idlePerS * seconds);
+      execFileSync('callgrind_control', ['-i', 'off', String(target.pid)], { stdio: 'ignore' });
+      const row = { target: key, requests: n, ir, ir_per_request: Math.round(ir / n), idle_ir: idle, busy_ir_per_request: Math.round((ir - idle) / n), seconds };
+      rows.push(row);
+      log(`${key}: ${row.ir_per_request} instructions per request, ${row.busy_ir_per_request} less the idle process's (${n} requests, ${seconds} s under callgrind)`);
+      await target.stop();
+      stops.pop();
+    }
+  } finally {
+    for (const s of stops.reverse()) await s().catch((err) => log(`stop failed: ${err.message}`));
+    rmSync(dir, { recursive: true, force: true });
+  }
+  const pg = rows.find((r) => r.target === 'poolgate');
+  const floor = rows.find((r) => r.target === 'node_floor');
+  const ratio = pg && floor ? Math.round((100 * pg.ir_per_request) / floor.ir_per_request) / 100 : null;
+  const busyRatio = pg && floor ? Math.round((100 * pg.busy_ir_per_request) / floor.busy_ir_per_request) / 100 : null;
+  const label = process.env.BENCH_LABEL ?? '';
+  console.log(JSON.stringify({ label, date: new Date().toISOString(), node: process.version, requests: REQUESTS, warmup: WARMUP, connections: CONNECTIONS, rows, poolgate_over_node_floor: ratio, busy_poolgate_over_node_floor: busyRatio }));
+  if (WRITE) {
+    const lines = [
+      `Instructions per proxied request under callgrind (\`npm run bench:instructions\`, ${new Date().toISOString().slice(0, 10)}, Node ${process.version}${label ? `, ${label}` : ''}):`,
+      `${WARMUP} warm-up requests, then ${REQUESTS} counted, ${CONNECTIONS} keep-alive connections, small GET through to the https origin; every thread of the proxy process.`,
+      '',
+      '| target | instructions per request | / Node floor | less the idle process\'s rate over the same wall time | / Node floor | idle instructions per second |',
+      '| --- | ---: | ---: | ---: | ---: | ---: |',
+      ...rows.map((r) => `| ${r.target} | ${r.ir_per_request.toLocaleString('en')} | ${floor ? (r.ir_per_request / floor.ir_per_request).toFixed(2) : '—'} | ${r.busy_ir_per_request.toLocaleString('en')} | ${floor ? (r.busy_ir_per_request / floor.busy_ir_per_request).toFixed(2) : '—'} | ${Math.round(r.idle_ir / r.seconds).toLocaleString('en')} |`),
+    ];
+    writeMarkedSection('instructions', lines.join('\n'), 'Instructions per request');
+  }
+}
+
+await main();
