@@ -215,16 +215,43 @@ export async function startClusterTopology(): Promise<ClusterTopology> {
 }
 
 /**
- * A Cluster test's process sometimes stayed alive after its last test (ioredis Cluster connections outliving the
- * topology; not found yet, issue 27): once the file is done, what is still open is printed and the process ends
- * with the result tap already has, instead of tap's 120 s timeout hiding it. The timer is unref'd: it fires only
- * when something else still holds the process.
+ * This process's open sockets to `ports` (what a client that outlives its close() would hold: such a socket,
+ * with ioredis's reconnect and slot refresh timers around it, kept a Cluster test's process alive after its
+ * last test until tap's 120 s timeout).
  */
-export function reportLeftoversAtExit(t: { teardown(fn: () => void): void }): void {
+export function socketsTo(ports: Iterable<number>): number {
+  const want = new Set(ports);
+  const handles = (process as unknown as { _getActiveHandles(): unknown[] })._getActiveHandles();
+  return handles.filter((h) => {
+    const s = h as { remotePort?: number; destroyed?: boolean };
+    return s.remotePort !== undefined && want.has(s.remotePort) && !s.destroyed;
+  }).length;
+}
+
+/** Client connections the servers at `ports` count (CLIENT LIST), less replication links and the asking one. */
+export async function clientsOn(ports: Iterable<number>): Promise<number> {
+  let n = 0;
+  for (const port of ports) {
+    n += await probe(port, async (r) => {
+      const me = Number(await r.call('CLIENT', 'ID'));
+      const lines = String(await r.call('CLIENT', 'LIST')).split('\n').filter((l) => l.startsWith('id='));
+      return lines.filter((l) => Number(/^id=(\d+)/.exec(l)![1]) !== me && !/ flags=\S*[SM]/.test(l)).length;
+    }).catch(() => 0);
+  }
+  return n;
+}
+
+/**
+ * A Cluster test's process must end once its last test is done: a Redis connection or timer left behind by a
+ * close() would keep it alive until tap's 120 s timeout. Should anything still hold the process 5 s after the
+ * last teardown, what is open is printed and the process fails (exit code 1) instead of hanging. The timer is
+ * unref'd: it fires only when something else holds the process.
+ */
+export function failIfHeldOpenAtExit(t: { teardown(fn: () => void): void }): void {
   t.teardown(() => {
     setTimeout(() => {
-      process.stderr.write(`# still open after the last test: ${JSON.stringify(process.getActiveResourcesInfo())}\n`);
-      process.exit(process.exitCode ?? 0);
+      process.stderr.write(`# not ok - the process is still held open after its last test: ${JSON.stringify(process.getActiveResourcesInfo())}\n`);
+      process.exit(1);
     }, 5000).unref();
   });
 }
