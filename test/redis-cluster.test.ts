@@ -13,7 +13,8 @@ import { RedisLeaseRegistry } from '../src/lock/redis-leases.js';
 import { RedisNonceStore } from '../src/policies/redis-nonce-store.js';
 import { parseHostList, type RedisTarget } from '../src/config/redis-target.js';
 import type { Admission, PoolLimits } from '../src/governor/governor.js';
-import { startClusterTopology, type ClusterTopology, reportLeftoversAtExit } from './helpers/redis-topology.js';
+import { startClusterTopology, type ClusterTopology, failIfHeldOpenAtExit, socketsTo, clientsOn } from './helpers/redis-topology.js';
+import { until } from './helpers/until.js';
 import { needServer } from './helpers/servers.js';
 
 if (await needServer('redis')) {
@@ -28,7 +29,7 @@ t.before(async () => {
   target = { kind: 'cluster', nodes: parseHostList(cluster.seeds, 'seeds') };
 });
 t.teardown(() => cluster?.stop());
-reportLeftoversAtExit(t);
+failIfHeldOpenAtExit(t);
 
 const pool = (poolId: number, extra: Partial<PoolLimits> = {}): PoolLimits => ({
   poolId,
@@ -137,4 +138,47 @@ t.test('the lock API leases and the HMAC nonces on a Cluster', async (t) => {
     t.equal(await na.claim(id, 5000), 'fresh');
     t.equal(await nb.claim(id, 5000), 'seen', 'another node sees the nonce');
   }
+});
+
+t.test('closed on a Cluster, the governor, its lock leases and the nonce store leave no connection and no timer', async (t) => {
+  const ports = cluster.nodes.map((n) => n.port);
+  // What keeps this process alive (sockets, ref'd timers), before any client of this test exists.
+  await until('the earlier tests\' clients gone', async () => socketsTo(ports) === 0 && (await clientsOn(ports)) === 0, 5000);
+  const openSockets = () =>
+    JSON.stringify(
+      (process as unknown as { _getActiveHandles(): { constructor: { name: string }; remotePort?: number; connecting?: boolean; localPort?: number }[] })
+        ._getActiveHandles()
+        .filter((h) => h.constructor.name === 'Socket')
+        .map((h) => `${h.localPort ?? '-'}->${h.remotePort ?? '-'}${h.connecting ? ' connecting' : ''}`),
+    );
+  const held = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout' || r === 'TCPSocketWrap').length;
+  const before = held();
+
+  // One closed while its sharded subscribers are still being started, one after use on every kind of client.
+  const quick = new RedisGovernor({ target, termMs: 5000, failurePolicy: 'open' });
+  quick.configure([pool(21), pool(22), pool(23)], []);
+  await quick.close();
+  const g = new RedisGovernor({ target, termMs: 5000, failurePolicy: 'open' });
+  await g.ready(10_000);
+  g.configure([pool(31), pool(32), pool(33), pool(34)], []);
+  const permit = await g.acquire({ poolId: 31, waitMs: 0 });
+  if (!permit.ok) throw new Error(`refused: ${permit.reason}`);
+  permit.permit.release({ status: 200 });
+  const lease = await new RedisLeaseRegistry(g).acquire({ poolId: 32, waitMs: 0 }, { termMs: 2000, requestTimeoutMs: 10_000 });
+  t.ok(lease.ok, 'a lock API lease');
+  const nonces = new RedisNonceStore(target);
+  t.equal(await nonces.claim(randomBytes(8).toString('hex'), 5000), 'fresh');
+  t.ok(socketsTo(ports) > 0 && (await clientsOn(ports)) > 0, 'connected to the cluster meanwhile');
+  await g.close();
+  await nonces.close();
+
+  // close() resolves once every connection of theirs is gone; nothing reconnects afterwards.
+  t.equal(socketsTo(ports), 0, 'no socket to a cluster node is left in this process');
+  await until('the servers to drop the closed connections', async () => (await clientsOn(ports)) === 0, 5000);
+  await sleep(1500); // past the slot refresh interval (1 s) and a reconnect's first delay
+  t.equal(socketsTo(ports), 0, 'none is opened again after close');
+  t.equal(await clientsOn(ports), 0, 'the cluster nodes count no client connection of ours');
+  // (A socket or timer that is ending right now may still be listed a moment: it must be gone soon, not at once.)
+  await until('nothing of theirs to hold the process', () => held() <= before, 5000).catch(() => {});
+  t.ok(held() <= before, `no socket or timer holds the process any more (${held()} now, ${before} before: ${JSON.stringify(process.getActiveResourcesInfo())}; sockets ${openSockets()})`);
 });

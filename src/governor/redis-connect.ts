@@ -50,3 +50,25 @@ export function connectRedis(target: RedisTarget, options: RedisOptions = {}, cl
 export function isCluster(c: RedisClient): c is Cluster {
   return c instanceof Cluster;
 }
+
+/**
+ * Ends a client for good: no socket and no timer of it may outlive close(). A Cluster's quit or disconnect
+ * leaves behind what it started meanwhile (a reconnect, a slot refresh's connection, a sharded subscriber
+ * being replaced); each node connection still open is dropped, and its end awaited (bounded).
+ */
+export async function endClient(c: RedisClient): Promise<void> {
+  const ended = (r: { status: string }) => r.status === 'end';
+  for (let i = 0; i < 40; i++) {
+    if (isCluster(c)) {
+      const nodes = c.nodes('all');
+      // (A refresh that found no node left may leave the status at 'disconnecting': nothing is open then.)
+      if (nodes.length === 0 && (ended(c) || (i > 0 && c.status === 'disconnecting'))) return;
+      for (const n of nodes) if (!ended(n)) n.disconnect();
+      if (!ended(c) && c.status !== 'disconnecting') c.disconnect();
+    } else {
+      if (ended(c)) return;
+      c.disconnect();
+    }
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}

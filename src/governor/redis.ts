@@ -3,7 +3,7 @@
 import { randomBytes } from 'node:crypto';
 import type { RedisOptions } from 'ioredis';
 import { describeTarget, type RedisTarget } from '../config/redis-target.js';
-import { connectRedis, isCluster, type RedisClient } from './redis-connect.js';
+import { connectRedis, endClient, isCluster, type RedisClient } from './redis-connect.js';
 import { abortableOf, abortedAlready, waitSignal, type Admission, type AdmitRequest, type BudgetLimits, type Governor, type Outcome, type Permit, type PoolLimits, type PoolState, type RefusalReason } from './governor.js';
 import { EMPTY_STATE, nextAdaptive, sanitizeLimits } from './pool-limits.js';
 import { BudgetShare } from './budget-share.js';
@@ -364,6 +364,8 @@ export class RedisGovernor implements Governor {
   #replayFrom: number | null = null;
   /** A retry of unsent releases and the replay, while some are pending (a Cluster has no reconnect to trigger it). */
   #resendTimer: NodeJS.Timeout | null = null;
+  /** Slots keys whose REFRESH (lease refresh and fallback write-back) is on its way: one at a time per key. */
+  readonly #writing = new Set<string>();
   readonly #refreshTimer: NodeJS.Timeout;
   /** This turn's acquires by pool and releases by pool keys; sent at the end of the turn (#sendTurn). */
   readonly #acquires = new TurnBatch<PoolView, AcquireCall>((v, calls) => this.#sendAcquires(v, calls), MAX_BATCH);
@@ -653,7 +655,7 @@ export class RedisGovernor implements Governor {
     const v = this.#views.get(req.poolId);
     if (v === undefined || !v.active || this.#closed) return { ok: false, reason: 'unavailable', queuedMs: 0 };
     if (abortedAlready(req)) return { ok: false, reason: 'aborted', queuedMs: 0 };
-    if (!this.connected || (v.group !== null && v.group.downUntil > this.now())) {
+    if (!this.connected || (v.group !== null && v.group.downUntil > this.now()) || (keepAlive && this.#handingBack(v))) {
       if (this.#fallback && keepAlive) return this.#viaFallback(v, this.#fallback.acquire(req));
       return this.#down();
     }
@@ -1177,27 +1179,54 @@ export class RedisGovernor implements Governor {
     if (!this.connected) return;
     // Releases that failed on a Cluster whose other primaries stayed up (no reconnect to resend them then).
     this.#resend();
-    const slotsKeys = new Set([...this.#held.keys(), ...this.#fallbackHeld.keys()]);
-    for (const slots of slotsKeys) {
-      const ids: string[] = [];
-      for (const p of this.#held.get(slots) ?? []) ids.push(p.leaseId);
-      // The fallback's slots still in use become leases (written once; then refreshed like the others).
-      const fallback = [...(this.#fallbackHeld.get(slots) ?? [])];
-      for (const p of fallback) ids.push(p.leaseId);
-      if (ids.length === 0) continue;
-      this.#eval(REFRESH, [slots], [String(this.#termMs), ...ids]).then(
-        () => {
-          for (const p of fallback) {
-            // Released while the write was on its way: its lease goes too.
-            if (!p.written && !this.#fallbackHeld.get(slots)?.has(p)) this.#sendRelease(p.keys, p.leaseId);
-            p.written = true;
-          }
-        },
-        () => {
-          if (this.#cluster) this.#lost();
-        },
-      );
+    for (const slots of new Set([...this.#held.keys(), ...this.#fallbackHeld.keys()])) this.#refreshKey(slots);
+  }
+
+  /**
+   * Open policy, Redis answering again: true while a pool of `v`'s group still has fallback slots that are
+   * not leases in Redis yet (their write-back is started here). Until they are, the group keeps admitting on
+   * the local limit: an admission through Redis would not count them, and the origin would see more than
+   * max_concurrent (seen: 7 of 6 on a Cluster once its primary was back).
+   */
+  #handingBack(v: PoolView): boolean {
+    if (this.#fallbackHeld.size === 0) return false;
+    let pending = false;
+    for (const m of v.group?.members ?? [v]) {
+      const set = this.#fallbackHeld.get(m.keys.slots);
+      if (set === undefined || [...set].every((p) => p.written)) continue;
+      pending = true;
+      this.#refreshKey(m.keys.slots);
     }
+    return pending;
+  }
+
+  /** Refreshes this node's leases in one slots key and writes the fallback's slots in use there as leases. */
+  #refreshKey(slots: string): void {
+    if (this.#writing.has(slots)) return;
+    const ids: string[] = [];
+    for (const p of this.#held.get(slots) ?? []) ids.push(p.leaseId);
+    // The fallback's slots still in use become leases (written once; then refreshed like the others).
+    const fallback = [...(this.#fallbackHeld.get(slots) ?? [])];
+    for (const p of fallback) ids.push(p.leaseId);
+    if (ids.length === 0) return;
+    this.#writing.add(slots);
+    this.#eval(REFRESH, [slots], [String(this.#termMs), ...ids]).then(
+      () => {
+        this.#writing.delete(slots);
+        for (const p of fallback) {
+          // Released while the write was on its way: its lease goes too.
+          if (!p.written && !this.#fallbackHeld.get(slots)?.has(p)) this.#sendRelease(p.keys, p.leaseId);
+          p.written = true;
+        }
+        // Granted by the fallback while this write was on its way: written next, before the pool admits
+        // through Redis again.
+        if ([...(this.#fallbackHeld.get(slots) ?? [])].some((p) => !p.written) && this.connected) this.#refreshKey(slots);
+      },
+      () => {
+        this.#writing.delete(slots);
+        if (this.#cluster) this.#lost();
+      },
+    );
   }
 
 
@@ -1251,9 +1280,13 @@ export class RedisGovernor implements Governor {
     this.#sendTurn();
     await Promise.all(sends);
     this.#sub.disconnect();
-    await this.redis.quit().catch(() => this.redis.disconnect());
+    await Promise.race([this.redis.quit().catch(() => {}), new Promise((r) => setTimeout(r, QUIT_WAIT_MS).unref())]);
+    await Promise.all([endClient(this.redis), endClient(this.#sub)]);
   }
 }
+
+/** How long close() lets QUIT be answered before it drops the connections. */
+const QUIT_WAIT_MS = 1000;
 
 /** The data plane's Redis governor from the service config; waits briefly for Redis, then starts anyway (fail policy applies). */
 export async function redisGovernorFromConfig(

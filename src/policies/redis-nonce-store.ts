@@ -1,7 +1,7 @@
 // Seen HMAC nonces in Redis (SET NX PX), shared by every node: a replay to another node is caught. One key per
 // nonce, so a Cluster spreads them over its slots.
 import type { RedisTarget } from '../config/redis-target.js';
-import { connectRedis, type RedisClient } from '../governor/redis-connect.js';
+import { connectRedis, endClient, type RedisClient } from '../governor/redis-connect.js';
 import type { NonceClaim, NonceStore } from './nonce-store.js';
 
 export class RedisNonceStore implements NonceStore {
@@ -22,6 +22,6 @@ export class RedisNonceStore implements NonceStore {
   }
 
   async close(): Promise<void> {
-    this.#redis.disconnect();
+    await endClient(this.#redis);
   }
 }
