@@ -112,6 +112,11 @@ export class ClientSession {
   #heldPinned = false;
   /** When #livePool's check last passed. */
   #lastCheck = new LastCheck();
+  /**
+   * The server connection that asked this client for a LOCAL INFILE file (as the answer to the client's own
+   * COM_QUERY): the client's packets go to it until the empty one that ends the file.
+   */
+  #fileTo: { conn: ServerConn; sent: boolean; done: () => void } | null = null;
 
   /** Where the TCP connection's bytes go: the packet reader, until a TLS upgrade takes them. */
   #fromTcp: (chunk: Buffer) => void = (c) => this.#onData(c);
@@ -136,7 +141,7 @@ export class ClientSession {
   #greet(id: number, g: Greeting): void {
     if (this.#phase !== 'handshake') return;
     this.#offeredMariadb = g.mariadbCapabilities;
-    const caps = BASE_CAPABILITIES | CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS | g.capabilities | CLIENT.CONNECT_ATTRS | (this.#deps.tls ? CLIENT.SSL : 0);
+    const caps = BASE_CAPABILITIES | CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS | CLIENT.LOCAL_FILES | g.capabilities | CLIENT.CONNECT_ATTRS | (this.#deps.tls ? CLIENT.SSL : 0);
     this.#offered = caps;
     this.#send(handshakePacket(g.version, id, this.#nonce, caps, STATUS.AUTOCOMMIT, g.mariadbCapabilities));
   }
@@ -157,7 +162,7 @@ export class ClientSession {
   }
 
   #pump(): void {
-    while (!this.#busy && this.#phase !== 'closed') {
+    while ((!this.#busy || this.#fileTo) && this.#phase !== 'closed') {
       const p = this.#frames.next();
       if (!p) {
         if (this.#frames.oversized) {
@@ -206,6 +211,7 @@ export class ClientSession {
   }
 
   #packet(p: Packet): void | Promise<void> {
+    if (this.#fileTo) return this.#filePacket(p);
     if (this.#phase === 'handshake') return this.#handshake(p);
     if (this.#phase === 'switch') return this.#authenticate(p.seq, p.payload);
     if (this.#phase === 'change') return this.#changed(p.seq, p.payload);
@@ -391,7 +397,7 @@ export class ClientSession {
         if (kill) return this.#kill(kill);
         const effects = sessionEffects(p, this.#pool!.database!.name, this.#conn !== null && !this.#conn.clean);
         if ((effects & PIN_MASK) !== 0 && this.#pool!.settings.wireSessionState === 'refuse') return this.#refuseState();
-        return this.#forward(p, 'result', effects);
+        return this.#forward(p, 'result', effects, (this.#variant & CLIENT.LOCAL_FILES) !== 0);
       }
       case COM.FIELD_LIST:
         return this.#forward(p, 'fields');
@@ -455,10 +461,49 @@ export class ClientSession {
     return this.#conn ? this.#conn.status : STATUS.AUTOCOMMIT;
   }
 
-  #forward(p: Buffer, kind: ResponseKind, effects = 0): Promise<void> {
+  /** `localFiles`: a COM_QUERY of a client that announced CLIENT_LOCAL_FILES (the server may ask it for a file). */
+  #forward(p: Buffer, kind: ResponseKind, effects = 0, localFiles = false): Promise<void> {
     const cmd = frame(0, p);
-    if (effects === 0) return this.#withServer((conn) => conn.run(cmd, kind, this.#socket));
-    return this.#withServer((conn) => this.#tracked(conn, effects, conn.run(cmd, kind, this.#socket)));
+    const run = (conn: ServerConn) => (localFiles ? this.#query(conn, cmd) : conn.run(cmd, kind, this.#socket));
+    if (effects === 0) return this.#withServer(run);
+    return this.#withServer((conn) => this.#tracked(conn, effects, run(conn)));
+  }
+
+  /**
+   * A COM_QUERY that may load local files: each LOCAL INFILE request the server answers with was relayed to
+   * the client; its file packets, up to the empty one, go back to the same server connection, and the
+   * server's answer goes on (OK or ERR, maybe more results).
+   */
+  async #query(conn: ServerConn, cmd: Buffer): Promise<Answer> {
+    let a = await conn.run(cmd, 'result', this.#socket, true);
+    while (a.fileRequest) {
+      const rest = conn.follow(this.#socket);
+      const file = { conn, sent: false, done: () => {} };
+      await new Promise<void>((done) => {
+        file.done = done;
+        this.#fileTo = file;
+        this.#pump();
+        // The answer ended before the client's file did (the server gave up, or the connection broke): the
+        // connection, out of step, is not used again, and the rest of the file is swallowed (#filePacket).
+        rest.then(() => { if (!file.sent) conn.destroy(); }, () => {}).finally(done);
+      });
+      a = await rest;
+    }
+    return a;
+  }
+
+  /** One packet of a LOCAL INFILE file, relayed as is; the empty one ends the file. */
+  #filePacket(p: Packet): void {
+    const to = this.#fileTo!;
+    if (p.payload.length === 0) {
+      this.#fileTo = null;
+      if (!to.conn.alive) return;
+      to.sent = true;
+      to.conn.send(frame(p.seq, p.payload));
+      to.done();
+      return;
+    }
+    to.conn.send(frame(p.seq, p.payload));
   }
 
   /**

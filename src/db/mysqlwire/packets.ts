@@ -23,7 +23,7 @@ export const CLIENT = {
   SESSION_TRACK: 0x800000,
 } as const;
 
-/** What both sides of poolgate always speak: no compression, no LOCAL INFILE, classic EOF packets. */
+/** What both sides of poolgate always speak: no compression, classic EOF packets. */
 export const BASE_CAPABILITIES =
   CLIENT.LONG_PASSWORD |
   CLIENT.LONG_FLAG |
@@ -36,8 +36,11 @@ export const BASE_CAPABILITIES =
   CLIENT.PLUGIN_AUTH |
   CLIENT.PLUGIN_AUTH_LENENC;
 
-/** Capabilities a client may choose that change what the server sends: a server connection is opened with the same. */
-export const VARIANT_CAPABILITIES = CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS | CLIENT.SESSION_TRACK;
+/**
+ * Capabilities a client may choose that change what the server sends: a server connection is opened with the
+ * same. LOCAL_FILES among them: a server connection may ask for a local file only if its client allowed it.
+ */
+export const VARIANT_CAPABILITIES = CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS | CLIENT.SESSION_TRACK | CLIENT.LOCAL_FILES;
 
 /**
  * Capabilities offered only when every pool's server offers them (server-identity.ts): session tracking
