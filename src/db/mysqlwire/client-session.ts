@@ -15,7 +15,7 @@ import type { DataplaneMetrics } from '../../pool-request/release.js';
 import type { Policies } from '../../policies/index.js';
 import type { OutcomeName } from '../../pool-request/exchange.js';
 import { FrameReader, type Packet } from './frame-reader.js';
-import { BASE_CAPABILITIES, CLIENT, COM, MARIADB, STATUS, VARIANT_CAPABILITIES, VARIANT_MARIADB_METADATA, authSwitchPacket, eofPacket, frame, handshakePacket, okPacket, readNulString } from './packets.js';
+import { BASE_CAPABILITIES, CLIENT, COM, MARIADB, STATUS, VARIANT_CAPABILITIES, VARIANT_MARIADB_METADATA, authSwitchPacket, eofPacket, errPacket, frame, handshakePacket, okPacket, readNulString } from './packets.js';
 import { parseHandshakeResponse, type HandshakeResponse } from './client-handshake.js';
 import { makeNonce, scrambleMatches } from './scramble.js';
 import { refusalError, wireError, type WireError } from './wire-errors.js';
@@ -642,15 +642,23 @@ export class ClientSession {
     if (k.kind === 'unmapped') {
       return this.#send(wireError(1, 'notSupported', 'poolgate maps only KILL [CONNECTION | QUERY] <connection id>, sent alone; KILL USER, KILL QUERY ID and KILL inside PREPARE, EXECUTE IMMEDIATE or with other statements are not supported'));
     }
-    const target = this.#deps.sessions.byId(k.id);
+    const target = k.id === null ? this : this.#deps.sessions.byId(k.id);
     if (!target || !target.#ownedBy(this)) return this.#send(wireError(1, 'unknownThread', `Unknown thread id: ${k.id}`));
+    // KILL QUERY CONNECTION_ID() interrupts the KILL itself, as the server answers it.
+    if (k.kind === 'query' && k.id === null) return this.#send(errPacket(1, 1317, '70100', 'Query execution was interrupted'));
+    if (k.kind === 'connection' && target === this) {
+      // Its own connection: ended after ER_CONNECTION_KILLED, as the server does.
+      if (this.#session) this.#session.reason ??= 'client_terminated';
+      this.#socket.end(errPacket(1, 1927, '70100', 'Connection was killed'));
+      this.close();
+      return;
+    }
     if (k.kind === 'query') {
       target.#killQuery();
       this.#send(okPacket(1, this.#status()));
       return;
     }
-    // Killing its own connection ends it, as the server does (no answer comes back).
-    if (target !== this) this.#send(okPacket(1, this.#status()));
+    this.#send(okPacket(1, this.#status()));
     target.close();
   }
 
