@@ -1,8 +1,8 @@
 // Issue 30, item 5: LOAD DATA LOCAL INFILE through the MySQL listener. The server's request for a file is
 // relayed only as the answer to the client's own COM_QUERY, and only to a client that announced
 // CLIENT_LOCAL_FILES (its server connection is opened with the same); the file goes back to that server
-// connection, whose OK/ERR ends the statement and gives the slot back. MariaDB's COM_STMT_BULK_EXECUTE is
-// never offered, so the mariadb connector's batch() falls back to statements the listener runs.
+// connection, whose OK/ERR ends the statement and gives the slot back. MariaDB's COM_STMT_BULK_EXECUTE (the
+// connector's batch()) runs with statement ids mapped as for COM_STMT_EXECUTE.
 import t from 'tap';
 import { Readable } from 'node:stream';
 import { mkdtemp, writeFile } from 'node:fs/promises';
@@ -86,15 +86,22 @@ if (skip) {
     t.ok(await settled(), 'slot given back');
   });
 
-  t.test("MariaDB: COM_STMT_BULK_EXECUTE is not offered, so the connector's batch() runs through poolgate", async (t) => {
+  t.test("MariaDB: COM_STMT_BULK_EXECUTE runs with the client's statement ids mapped (the connector's batch())", async (t) => {
     await direct.query('DELETE FROM f');
-    const conn = await mariadb.createConnection({ host: '127.0.0.1', port: w.port, user: w.sub, password: w.key, database: w.db });
+    const conn = await mariadb.createConnection({ host: '127.0.0.1', port: w.port, user: w.sub, password: w.key, database: w.db, bulk: true });
     t.teardown(() => conn.end().catch(() => {}));
     const bulk = 2n ** 34n; // MARIADB_CLIENT_STMT_BULK_OPERATIONS (extended capability 1 << 2, shifted up 32 bits)
-    t.equal(((conn as any).info.serverCapabilities & bulk), 0n, 'the greeting does not offer bulk operations');
+    t.not(((conn as any).info.serverCapabilities & bulk), 0n, 'the greeting offers bulk operations, as MariaDB does');
+    const before = Number(((await direct.query("SHOW GLOBAL STATUS LIKE 'Com_stmt_execute'")) as any)[0][0].Value);
     const r = await conn.batch('INSERT INTO f VALUES (?, ?)', [[1, 'a'], [2, 'b'], [3, 'c']]);
-    t.equal(Number((Array.isArray(r) ? r.reduce((n: number, x: any) => n + Number(x.affectedRows), 0) : r.affectedRows)), 3, 'three rows inserted');
+    t.equal(Number((r as any).affectedRows), 3, 'three rows inserted in one command');
+    const after = Number(((await direct.query("SHOW GLOBAL STATUS LIKE 'Com_stmt_execute'")) as any)[0][0].Value);
+    t.ok(after - before <= 1, `one execute upstream (bulk), not one per row (${after - before})`);
     t.same(await conn.query('SELECT v FROM f ORDER BY id'), [{ v: 'a' }, { v: 'b' }, { v: 'c' }], 'all of them');
+    // Again, with the statement cached by the connector: another server connection may run it (prepared there first).
+    await conn.batch('INSERT INTO f VALUES (?, ?)', [[4, 'd'], [5, 'e']]);
+    await t.rejects(conn.batch('INSERT INTO f VALUES (?, ?)', [[6, 'f'], [1, 'dup']]), { errno: 1062 }, "a duplicate key: the server's ERR");
+    t.same(await conn.query('SELECT v FROM f WHERE id = 5'), [{ v: 'e' }], 'the connection goes on');
     t.ok(await settled(), 'slot given back');
   });
 }

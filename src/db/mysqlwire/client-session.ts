@@ -21,7 +21,7 @@ import { makeNonce, scrambleMatches } from './scramble.js';
 import { refusalError, wireError, type WireError } from './wire-errors.js';
 import { poolSignature, type ServerPool } from './server-pool.js';
 import type { Greeting, ServerIdentity } from './server-identity.js';
-import { ServerLost, type Answer, type ServerConn } from './server-conn.js';
+import { ServerLost, type Answer, type ServerConn, type ServerStatement } from './server-conn.js';
 import { ClientStatement, LONG_DATA_LIMIT, longDataFor, prepareOk, remember } from './statements.js';
 import type { ResponseKind } from './response-scanner.js';
 import { CLEAR, DIRTY, PIN, PIN_MASK, PIN_REASONS, sessionEffects } from './session-state.js';
@@ -85,6 +85,8 @@ export class ClientSession {
   /** Capabilities (classic, MariaDB's) the greeting offered: the client may take some. */
   #offered = 0;
   #offeredMariadb = 0;
+  /** The client took MariaDB's bulk operations (COM_STMT_BULK_EXECUTE). */
+  #bulk = false;
   /** The transaction this client is in: its server connection and slot, kept between statements. */
   #conn: ServerConn | null = null;
   #permit: Permit | null = null;
@@ -236,6 +238,7 @@ export class ClientSession {
     this.#variant = h.capabilities & VARIANT_CAPABILITIES & this.#offered;
     // Extended column metadata taken: its server connections are opened with it (upstream-login.ts).
     if ((h.mariadbCapabilities & this.#offeredMariadb & MARIADB.EXTENDED_METADATA) !== 0) this.#variant |= VARIANT_MARIADB_METADATA;
+    this.#bulk = (h.mariadbCapabilities & this.#offeredMariadb & MARIADB.STMT_BULK_OPERATIONS) !== 0;
     this.#collation = h.collation;
     // Any other plugin is asked to switch to caching_sha2_password, the one a key known by its hash can verify,
     // as MySQL does. That includes an empty answer under another plugin's name: libmariadb sends
@@ -407,6 +410,9 @@ export class ClientSession {
         return this.#prepare(p);
       case COM.STMT_EXECUTE:
         return this.#execute(p);
+      case COM.STMT_BULK_EXECUTE:
+        if (!this.#bulk) return this.#send(wireError(1, 'unknownCommand', 'COM_STMT_BULK_EXECUTE without the bulk operations capability'));
+        return this.#bulkExecute(p);
       case COM.STMT_SEND_LONG_DATA: {
         const st = p.length >= 7 ? this.#statement(p.readUInt32LE(1)) : undefined;
         // No answer is ever sent to long data; a bad one is reported by the execute.
@@ -588,17 +594,8 @@ export class ClientSession {
     if ((st.effects & PIN_MASK) !== 0 && this.#pool!.settings.wireSessionState === 'refuse') return this.#refuseState();
     const payload = Buffer.from(p);
     await this.#withServer(async (conn) => {
-      let server = conn.statements.get(st.key);
-      if (!server) {
-        const a = await conn.run(frame(0, st.prepare), 'prepare', null);
-        const ok = a.error ? null : prepareOk(a.bytes!);
-        if (!ok) {
-          this.#send(a.bytes!);
-          return a;
-        }
-        server = { id: ok.id, params: ok.params };
-        remember(conn, st.key, server);
-      }
+      const server = await this.#serverStatement(conn, st);
+      if (!('id' in server)) return server;
       const exec = st.executeFor(payload, server.id, conn.mariadb);
       if (!exec) {
         this.#send(wireError(1, 'unknownCommand', 'malformed COM_STMT_EXECUTE'));
@@ -610,6 +607,39 @@ export class ClientSession {
       const run = conn.run(frame(0, exec), 'result', this.#socket);
       return st.effects === 0 ? run : this.#tracked(conn, st.effects, run);
     });
+  }
+
+  /**
+   * MariaDB's COM_STMT_BULK_EXECUTE (the connector's batch()): the client's statement id becomes the server
+   * connection's, as for COM_STMT_EXECUTE; the rows of parameters travel as they are.
+   */
+  async #bulkExecute(p: Buffer): Promise<void> {
+    const st = p.length >= 7 ? this.#statement(p.readUInt32LE(1)) : undefined;
+    if (!st) return this.#send(wireError(1, 'unknownStatement', 'Unknown prepared statement handler given to mysqld_stmt_bulk_execute'));
+    if ((st.effects & PIN_MASK) !== 0 && this.#pool!.settings.wireSessionState === 'refuse') return this.#refuseState();
+    const payload = Buffer.from(p);
+    await this.#withServer(async (conn) => {
+      const server = await this.#serverStatement(conn, st);
+      if (!('id' in server)) return server;
+      payload.writeUInt32LE(server.id, 1);
+      const run = conn.run(frame(0, payload), 'result', this.#socket);
+      return st.effects === 0 ? run : this.#tracked(conn, st.effects, run);
+    });
+  }
+
+  /** `st` as prepared on `conn` (prepared there now if it is not yet); the server's answer, sent on, when that prepare fails. */
+  async #serverStatement(conn: ServerConn, st: ClientStatement): Promise<ServerStatement | Answer> {
+    const known = conn.statements.get(st.key);
+    if (known) return known;
+    const a = await conn.run(frame(0, st.prepare), 'prepare', null);
+    const ok = a.error ? null : prepareOk(a.bytes!);
+    if (!ok) {
+      this.#send(a.bytes!);
+      return a;
+    }
+    const server = { id: ok.id, params: ok.params };
+    remember(conn, st.key, server);
+    return server;
   }
 
   #resetSession(): void {

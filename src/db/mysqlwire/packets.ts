@@ -55,12 +55,17 @@ export const LEARNED_CAPABILITIES = CLIENT.SESSION_TRACK;
  * leaves CLIENT_MYSQL unset answers with its own in the last 4 of the response's 23 reserved bytes.
  */
 export const MARIADB = {
+  /** COM_STMT_BULK_EXECUTE: one prepared statement run for many rows of parameters in one packet. */
+  STMT_BULK_OPERATIONS: 0x4,
   /** Column definitions carry a type name / format block (e.g. format "json" on a LONGTEXT column). */
   EXTENDED_METADATA: 0x8,
 } as const;
 
-/** The MariaDB capabilities poolgate can pass through: they change only the bytes of column definitions. */
-export const PASSABLE_MARIADB_CAPABILITIES = MARIADB.EXTENDED_METADATA;
+/**
+ * The MariaDB capabilities poolgate can pass through: extended metadata changes only the bytes of column
+ * definitions; bulk operations add one command (COM_STMT_BULK_EXECUTE, mapped as COM_STMT_EXECUTE is).
+ */
+export const PASSABLE_MARIADB_CAPABILITIES = MARIADB.EXTENDED_METADATA | MARIADB.STMT_BULK_OPERATIONS;
 
 /**
  * Poolgate's own bit in a variant (bit 30, a classic capability poolgate never negotiates): the client
@@ -91,6 +96,8 @@ export const COM = {
   STMT_RESET: 0x1a,
   SET_OPTION: 0x1b,
   STMT_FETCH: 0x1c,
+  /** MariaDB's COM_STMT_BULK_EXECUTE. */
+  STMT_BULK_EXECUTE: 0xfa,
   RESET_CONNECTION: 0x1f,
 } as const;
 
