@@ -38,7 +38,7 @@ async function throughPoolgate(mode) {
     if (created.status !== 201) throw new Error(`pool not created: ${JSON.stringify(created.body)}`);
     const sub = created.body.data.subdomain;
     await svc.api('PUT', `/api/v1/pools/${sub}/credential`, { token, body: { method: 'postgres_role', username: 'root' } });
-    const set = await svc.api('PATCH', `/api/v1/pools/${sub}/settings`, { token, body: { max_concurrent: 20, settings: { wirePoolMode: mode, queueTimeoutMs: 30_000 } } });
+    const set = await svc.api('PATCH', `/api/v1/pools/${sub}/settings`, { token, body: { max_concurrent: 100, settings: { wirePoolMode: mode, queueTimeoutMs: 30_000 } } });
     if (set.status !== 200) throw new Error(`settings refused: ${JSON.stringify(set.body)}`);
     const key = (await svc.api('POST', `/api/v1/pools/${sub}/keys`, { token })).body.data.key;
     await svc.service.dataplane.snapshots.reload();

@@ -598,7 +598,8 @@ export class ClientSession {
       if (!('id' in server)) return server;
       const exec = st.executeFor(payload, server.id, conn.mariadb);
       if (!exec) {
-        this.#send(wireError(1, 'unknownCommand', 'malformed COM_STMT_EXECUTE'));
+        // Parameters that do not fit the statement: answered as the server answers them (ER_MALFORMED_PACKET).
+        this.#send(errPacket(1, 1835, 'HY000', 'Malformed communication packet'));
         return { error: true, status: conn.status, bytes: null };
       }
       for (const d of st.longData) conn.send(longDataFor(d, server.id));
@@ -811,6 +812,7 @@ export class ClientSession {
       // connected to the database itself; the hold is no latency sample.
       this.#conn = conn;
       this.#heldPinned = true;
+      this.#keep(conn);
       return;
     }
     if (!conn.alive || (conn.clean && this.#pins === 0)) {
@@ -821,6 +823,7 @@ export class ClientSession {
       // Pinned by session state outside a transaction: the connection and the slot stay with the client
       // until the state is gone or it leaves (no idle limit: the state is the client's to keep).
       this.#conn = conn;
+      this.#keep(conn);
     } else {
       // A transaction holds a slot: it may wait for its next statement at most the pool's request timeout.
       const ms = this.#pool!.settings.requestTimeoutMs;
@@ -829,6 +832,23 @@ export class ClientSession {
         this.#fail(0, 'idleInTransaction', `the transaction was idle for over ${ms} ms (the pool's request timeout) and was rolled back`);
       }, ms);
     }
+  }
+
+  /**
+   * A server session kept for this client's state that the server ends between statements (wait_timeout,
+   * a KILL from elsewhere, a restart) ends the client's session too, as a direct connection would end: its
+   * state is gone, and the client learns it at once rather than at its next statement.
+   */
+  #keep(conn: ServerConn): void {
+    conn.onLostWhileKept = () => {
+      if (this.#conn !== conn || this.#running || (this.#phase as Phase) === 'closed') return;
+      this.#deps.log.info({ event: 'mysqlwire', outcome: 'server_session_ended', pool: this.#pool?.subdomain }, 'mysqlwire: the server ended a session kept for a client between statements; the client session ends too');
+      if (this.#session) this.#session.reason ??= 'server_session_ended';
+      this.#conn = null;
+      this.#unpin(PIN_MASK);
+      this.#settle('upstream_aborted', 502);
+      this.close();
+    };
   }
 
   /** Gives the slot back (once) and counts the statement or transaction. */

@@ -65,6 +65,12 @@ export class ServerConn {
   /** SQL text → this connection's prepared statement; bounded (oldest closed first). */
   readonly statements = new Map<string, ServerStatement>();
   idleSince = 0;
+  /**
+   * Called when the connection goes while a client keeps it between statements (pinned by session state, or
+   * wirePoolMode 'session'); the keeping client sets it (each time, so it never piles up) and checks it is
+   * still the holder.
+   */
+  onLostWhileKept: (() => void) | null = null;
   #socket: Socket;
   readonly #scanner = new ResponseScanner();
   #job: Job | null = null;
@@ -189,5 +195,8 @@ export class ServerConn {
     this.#job = null;
     job?.reject(new ServerLost(job.forwarded));
     for (const f of this.#onGone.splice(0)) f();
+    const kept = this.onLostWhileKept;
+    this.onLostWhileKept = null;
+    kept?.();
   }
 }
