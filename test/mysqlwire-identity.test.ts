@@ -67,7 +67,7 @@ t.test('auto: the pools\' servers are probed; same engine announces the oldest v
   t.ok((await id.greeting()).version.includes('MariaDB'), 'the first answer ends the wait');
   await new Promise((r) => setTimeout(r, 10));
   t.same(probed.sort(), ['a', 'b'], 'one probe per MySQL server');
-  t.same(id.greeting(), { version: MARIA_10.version, capabilities: CLIENT.SESSION_TRACK, mariadbCapabilities: MARIADB.EXTENDED_METADATA }, 'oldest version; only the capabilities poolgate passes through');
+  t.same(id.greeting(), { version: MARIA_10.version, capabilities: CLIENT.SESSION_TRACK, mariadbCapabilities: MARIADB.EXTENDED_METADATA }, 'oldest version; only the capabilities poolgate passes through (bulk operations only where every server offers them)');
 });
 
 t.test('auto: servers of different engines announce the fallback and no MariaDB capability', async (t) => {
@@ -100,9 +100,9 @@ t.test('a server no pool points at any more stops counting; an explicit setting 
   await new Promise((r) => setTimeout(r, 10));
   t.equal((id.greeting() as { version: string }).version, FALLBACK_VERSION);
   f.set([pool(1, 'a')]);
-  t.same(id.greeting(), { version: MARIA_11.version, capabilities: CLIENT.SESSION_TRACK, mariadbCapabilities: MARIADB.EXTENDED_METADATA }, 'the MySQL pool is gone');
+  t.same(id.greeting(), { version: MARIA_11.version, capabilities: CLIENT.SESSION_TRACK, mariadbCapabilities: MARIADB.EXTENDED_METADATA | MARIADB.STMT_BULK_OPERATIONS }, 'the MySQL pool is gone');
   const fixed = identity('9.1.0-custom', [pool(1, 'a')], { a: MARIA_11 });
-  t.same(await fixed.id.greeting(), { version: '9.1.0-custom', capabilities: CLIENT.SESSION_TRACK, mariadbCapabilities: MARIADB.EXTENDED_METADATA });
+  t.same(await fixed.id.greeting(), { version: '9.1.0-custom', capabilities: CLIENT.SESSION_TRACK, mariadbCapabilities: MARIADB.EXTENDED_METADATA | MARIADB.STMT_BULK_OPERATIONS });
 });
 
 const skip = await needServer('mariadb');

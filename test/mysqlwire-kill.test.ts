@@ -98,4 +98,20 @@ if (skip) {
     t.ok(await until('nothing sleeps upstream', async () => (await sleeping('20')) === 0, 8_000), `nothing sleeps upstream after ${Math.round(performance.now() - started)} ms`);
     t.ok(await until('no slot held', () => governor.state(w.poolId).inFlight === 0), 'no slot held');
   });
+
+  t.test('KILL [QUERY] CONNECTION_ID() is the session itself, answered as the server answers it (the connectors\' pool tests)', async (t) => {
+    const a = await w.connect();
+    await t.rejects(a.query('KILL QUERY CONNECTION_ID()'), { errno: 1317, sqlState: '70100' }, 'KILL QUERY: the KILL itself is interrupted');
+    t.same((await a.query('SELECT 1 AS one'))[0], [{ one: 1 }], 'and the session goes on');
+    await a.query('BEGIN');
+    await a.query('INSERT INTO t VALUES (77)');
+    await t.rejects(a.query('KILL CONNECTION_ID()'), { errno: 1927, sqlState: '70100' }, 'KILL: ER_CONNECTION_KILLED');
+    await t.rejects(a.query('SELECT 1'), 'then the session is closed');
+    t.ok(await until('no slot held', () => governor.state(w.poolId).inFlight === 0), 'its slot comes back');
+    t.same((await direct.query('SELECT COUNT(*) AS n FROM t WHERE id = 77'))[0], [{ n: 0 }], 'its transaction was rolled back');
+    const conn = await mariadb.createConnection({ host: '127.0.0.1', port: w.port, user: w.sub, password: w.key, database: w.db, connectTimeout: 20_000 });
+    conn.on('error', () => {});
+    await t.rejects(conn.query('KILL CONNECTION_ID()'), { sqlState: '70100' }, 'MariaDB connector: 70100');
+    await t.rejects(conn.query('SELECT 1'), 'its connection is closed');
+  });
 }

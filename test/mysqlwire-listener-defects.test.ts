@@ -79,4 +79,30 @@ if (skip) {
     await Promise.all([b.end(), c.end()]);
     t.ok(await until('every slot back', () => governor.state(w.poolId).inFlight === 0), 'every slot back');
   });
+
+  t.test('COM_STMT_EXECUTE with parameters that do not fit the statement: ERR 1835, as the server answers (the connector expects it)', async (t) => {
+    await w.setPool(2, { adaptive: false });
+    const conn = await mariadb.createConnection({ host: '127.0.0.1', port: w.port, user: w.sub, password: w.key, database: w.db, namedPlaceholders: true, connectTimeout: 20_000 });
+    t.teardown(() => conn.end().catch(() => {}));
+    await t.rejects(conn.execute('select ? as val1, ? as val3', ['30', '10']), { errno: 1835, sqlState: 'HY000' }, 'Malformed communication packet');
+    t.same(await conn.query('SELECT 1 AS one'), [{ one: 1 }], 'the connection goes on');
+    t.equal(governor.state(w.poolId).inFlight, 0, 'no slot held');
+  });
+
+  t.test('a server session kept for a pinned client that the server ends (wait_timeout) ends the client session at once', async (t) => {
+    await w.setPool(2, { adaptive: false });
+    const c = await w.connect();
+    const ended = new Promise<string>((resolve) => {
+      c.on('error', (e: any) => resolve(`error ${e.code}`));
+      c.connection.stream.once('close', () => resolve('closed'));
+    });
+    await c.query('SET @@wait_timeout = 1');
+    t.equal(listener.counts(w.poolId).inTransaction, 1, 'pinned by the SET');
+    const how = await Promise.race([ended, new Promise<string>((r) => setTimeout(() => r('still open'), 8_000))]);
+    t.not(how, 'still open', `the client's connection ends when the server's does (${how})`);
+    t.ok(await until('slot back', () => governor.state(w.poolId).inFlight === 0 && listener.counts(w.poolId).inTransaction === 0), 'slot and pin given back');
+    const d = await w.connect();
+    t.same((await d.query('SELECT 1 AS one'))[0], [{ one: 1 }], 'the pool goes on');
+    await d.end();
+  });
 }

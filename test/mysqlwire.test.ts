@@ -126,8 +126,8 @@ if (skip) {
     await c.end();
   });
 
-  t.test('LOAD DATA LOCAL INFILE is refused (CLIENT_LOCAL_FILES is never negotiated)', async (t) => {
-    const r = await cli(['--local-infile=1', w.db, '-e', "LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE cli"]);
+  t.test('LOAD DATA LOCAL INFILE from a client without local infile is refused (test/mysqlwire-local-infile.test.ts loads files)', async (t) => {
+    const r = await cli(['--local-infile=0', w.db, '-e', "LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE cli"]);
     t.not(r.code, 0);
     t.match(r.stderr, /ERROR (1148|4166|2068)/);
     const [[n]] = (await direct.query('SELECT COUNT(*) AS n FROM cli')) as any;

@@ -1,5 +1,6 @@
 // Issue 30 item 6: a PostgreSQL 17 client with sslnegotiation=direct sends a TLS ClientHello first (ALPN
-// postgresql). With a certificate the listener speaks TLS at once and the login goes on inside it.
+// postgresql). With a certificate the listener speaks TLS at once and the login goes on inside it; without
+// one the connection is closed at once and logged as a direct TLS attempt (not as an oversized message).
 import t from 'tap';
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -8,6 +9,8 @@ import { join } from 'node:path';
 import { connect } from 'node:tls';
 import { needServer } from './helpers/servers.js';
 import { startWirePool } from './helpers/pgwire.js';
+import { startTestService } from './helpers/service.js';
+import { pino } from 'pino';
 
 const skip = await needServer('postgres');
 if (skip) {
@@ -49,5 +52,25 @@ if (skip) {
     s.write(Buffer.concat([msg, pw]));
     t.ok(await wait(() => got.includes(Buffer.from([0x5a, 0, 0, 0, 5]))), 'logged in: ReadyForQuery');
     s.destroy();
+  });
+
+  t.test('a listener without a certificate closes a direct TLS client at once, logged as what it is', async (t) => {
+    const lines: Array<Record<string, any>> = [];
+    const log = pino({ level: 'debug' }, { write: (l: string) => void lines.push(JSON.parse(l) as Record<string, any>) });
+    const bare = await startTestService({ overrides: { dbAllowInsecure: true, accessLogFile: '/dev/null' }, log });
+    t.teardown(() => bare.close());
+    const started = Date.now();
+    const s = connect({ host: '127.0.0.1', port: bare.service.ports.pg!, servername: 'x.pools.localhost', rejectUnauthorized: false, ALPNProtocols: ['postgresql'] });
+    const outcome = await new Promise<string>((resolve) => {
+      s.once('secureConnect', () => resolve('handshake completed'));
+      s.once('error', (e: NodeJS.ErrnoException) => resolve(`error ${e.code ?? e.message}`));
+      s.once('close', () => resolve('closed'));
+    });
+    s.destroy();
+    t.match(outcome, /^(error|closed)/, `the TLS client sees the connection end (${outcome})`);
+    t.ok(Date.now() - started < 5_000, 'at once, not after a login timeout');
+    const refused = lines.find((l) => l.event === 'pgwire' && l.outcome === 'login refused');
+    t.match(refused?.msg, /direct TLS negotiation \(sslnegotiation=direct\), but the listener has no certificate/, 'one clear line says why');
+    t.notOk(lines.some((l) => /bytes exceeds the limit/.test(l.msg)), 'not "message of 369295617 bytes exceeds the limit"');
   });
 }

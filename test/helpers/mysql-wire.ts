@@ -8,6 +8,7 @@ import type { Test } from 'tap';
 import { startTestService, type TestService } from './service.js';
 import { mysqlAccount } from './servers.js';
 import { CHANGE_CHANNEL } from '../../src/store/sql.js';
+import type { Logger } from '../../src/log.js';
 
 export interface WirePool {
   svc: TestService;
@@ -28,13 +29,13 @@ export interface WirePool {
   processes(like?: string): Promise<number>;
 }
 
-export async function wirePool(t: Test, opts: { maxConcurrent?: number; overrides?: Record<string, unknown> } = {}): Promise<WirePool> {
+export async function wirePool(t: Test, opts: { maxConcurrent?: number; overrides?: Record<string, unknown>; log?: Logger } = {}): Promise<WirePool> {
   const suffix = randomBytes(4).toString('hex');
   const user = `wire_${suffix}`;
   const db = `wire_${suffix}`;
   const password = 'Wire-Pa55';
   const root = await mysqlAccount(t, { db, user, password });
-  const svc = await startTestService({ overrides: { dbAllowInsecure: true, accessLogFile: '/dev/null', ...opts.overrides } });
+  const svc = await startTestService({ overrides: { dbAllowInsecure: true, accessLogFile: '/dev/null', ...opts.overrides }, ...(opts.log ? { log: opts.log } : {}) });
   t.teardown(() => svc.close());
   const boot = await svc.bootstrap();
   const created = await svc.api('POST', '/api/v1/pools/database', {

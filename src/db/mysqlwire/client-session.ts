@@ -15,13 +15,13 @@ import type { DataplaneMetrics } from '../../pool-request/release.js';
 import type { Policies } from '../../policies/index.js';
 import type { OutcomeName } from '../../pool-request/exchange.js';
 import { FrameReader, type Packet } from './frame-reader.js';
-import { BASE_CAPABILITIES, CLIENT, COM, MARIADB, STATUS, VARIANT_CAPABILITIES, VARIANT_MARIADB_METADATA, authSwitchPacket, eofPacket, frame, handshakePacket, okPacket, readNulString } from './packets.js';
+import { BASE_CAPABILITIES, CLIENT, COM, MARIADB, STATUS, VARIANT_CAPABILITIES, VARIANT_MARIADB_METADATA, authSwitchPacket, eofPacket, errPacket, frame, handshakePacket, okPacket, readNulString } from './packets.js';
 import { parseHandshakeResponse, type HandshakeResponse } from './client-handshake.js';
 import { makeNonce, scrambleMatches } from './scramble.js';
 import { refusalError, wireError, type WireError } from './wire-errors.js';
 import { poolSignature, type ServerPool } from './server-pool.js';
 import type { Greeting, ServerIdentity } from './server-identity.js';
-import { ServerLost, type Answer, type ServerConn } from './server-conn.js';
+import { ServerLost, type Answer, type ServerConn, type ServerStatement } from './server-conn.js';
 import { ClientStatement, LONG_DATA_LIMIT, longDataFor, prepareOk, remember } from './statements.js';
 import type { ResponseKind } from './response-scanner.js';
 import { CLEAR, DIRTY, PIN, PIN_MASK, PIN_REASONS, sessionEffects } from './session-state.js';
@@ -85,6 +85,8 @@ export class ClientSession {
   /** Capabilities (classic, MariaDB's) the greeting offered: the client may take some. */
   #offered = 0;
   #offeredMariadb = 0;
+  /** The client took MariaDB's bulk operations (COM_STMT_BULK_EXECUTE). */
+  #bulk = false;
   /** The transaction this client is in: its server connection and slot, kept between statements. */
   #conn: ServerConn | null = null;
   #permit: Permit | null = null;
@@ -112,6 +114,11 @@ export class ClientSession {
   #heldPinned = false;
   /** When #livePool's check last passed. */
   #lastCheck = new LastCheck();
+  /**
+   * The server connection that asked this client for a LOCAL INFILE file (as the answer to the client's own
+   * COM_QUERY): the client's packets go to it until the empty one that ends the file.
+   */
+  #fileTo: { conn: ServerConn; sent: boolean; done: () => void } | null = null;
 
   /** Where the TCP connection's bytes go: the packet reader, until a TLS upgrade takes them. */
   #fromTcp: (chunk: Buffer) => void = (c) => this.#onData(c);
@@ -136,7 +143,7 @@ export class ClientSession {
   #greet(id: number, g: Greeting): void {
     if (this.#phase !== 'handshake') return;
     this.#offeredMariadb = g.mariadbCapabilities;
-    const caps = BASE_CAPABILITIES | CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS | g.capabilities | CLIENT.CONNECT_ATTRS | (this.#deps.tls ? CLIENT.SSL : 0);
+    const caps = BASE_CAPABILITIES | CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS | CLIENT.LOCAL_FILES | g.capabilities | CLIENT.CONNECT_ATTRS | (this.#deps.tls ? CLIENT.SSL : 0);
     this.#offered = caps;
     this.#send(handshakePacket(g.version, id, this.#nonce, caps, STATUS.AUTOCOMMIT, g.mariadbCapabilities));
   }
@@ -157,7 +164,7 @@ export class ClientSession {
   }
 
   #pump(): void {
-    while (!this.#busy && this.#phase !== 'closed') {
+    while ((!this.#busy || this.#fileTo) && this.#phase !== 'closed') {
       const p = this.#frames.next();
       if (!p) {
         if (this.#frames.oversized) {
@@ -206,6 +213,7 @@ export class ClientSession {
   }
 
   #packet(p: Packet): void | Promise<void> {
+    if (this.#fileTo) return this.#filePacket(p);
     if (this.#phase === 'handshake') return this.#handshake(p);
     if (this.#phase === 'switch') return this.#authenticate(p.seq, p.payload);
     if (this.#phase === 'change') return this.#changed(p.seq, p.payload);
@@ -230,6 +238,7 @@ export class ClientSession {
     this.#variant = h.capabilities & VARIANT_CAPABILITIES & this.#offered;
     // Extended column metadata taken: its server connections are opened with it (upstream-login.ts).
     if ((h.mariadbCapabilities & this.#offeredMariadb & MARIADB.EXTENDED_METADATA) !== 0) this.#variant |= VARIANT_MARIADB_METADATA;
+    this.#bulk = (h.mariadbCapabilities & this.#offeredMariadb & MARIADB.STMT_BULK_OPERATIONS) !== 0;
     this.#collation = h.collation;
     // Any other plugin is asked to switch to caching_sha2_password, the one a key known by its hash can verify,
     // as MySQL does. That includes an empty answer under another plugin's name: libmariadb sends
@@ -391,7 +400,7 @@ export class ClientSession {
         if (kill) return this.#kill(kill);
         const effects = sessionEffects(p, this.#pool!.database!.name, this.#conn !== null && !this.#conn.clean);
         if ((effects & PIN_MASK) !== 0 && this.#pool!.settings.wireSessionState === 'refuse') return this.#refuseState();
-        return this.#forward(p, 'result', effects);
+        return this.#forward(p, 'result', effects, (this.#variant & CLIENT.LOCAL_FILES) !== 0);
       }
       case COM.FIELD_LIST:
         return this.#forward(p, 'fields');
@@ -401,6 +410,9 @@ export class ClientSession {
         return this.#prepare(p);
       case COM.STMT_EXECUTE:
         return this.#execute(p);
+      case COM.STMT_BULK_EXECUTE:
+        if (!this.#bulk) return this.#send(wireError(1, 'unknownCommand', 'COM_STMT_BULK_EXECUTE without the bulk operations capability'));
+        return this.#bulkExecute(p);
       case COM.STMT_SEND_LONG_DATA: {
         const st = p.length >= 7 ? this.#statement(p.readUInt32LE(1)) : undefined;
         // No answer is ever sent to long data; a bad one is reported by the execute.
@@ -455,10 +467,49 @@ export class ClientSession {
     return this.#conn ? this.#conn.status : STATUS.AUTOCOMMIT;
   }
 
-  #forward(p: Buffer, kind: ResponseKind, effects = 0): Promise<void> {
+  /** `localFiles`: a COM_QUERY of a client that announced CLIENT_LOCAL_FILES (the server may ask it for a file). */
+  #forward(p: Buffer, kind: ResponseKind, effects = 0, localFiles = false): Promise<void> {
     const cmd = frame(0, p);
-    if (effects === 0) return this.#withServer((conn) => conn.run(cmd, kind, this.#socket));
-    return this.#withServer((conn) => this.#tracked(conn, effects, conn.run(cmd, kind, this.#socket)));
+    const run = (conn: ServerConn) => (localFiles ? this.#query(conn, cmd) : conn.run(cmd, kind, this.#socket));
+    if (effects === 0) return this.#withServer(run);
+    return this.#withServer((conn) => this.#tracked(conn, effects, run(conn)));
+  }
+
+  /**
+   * A COM_QUERY that may load local files: each LOCAL INFILE request the server answers with was relayed to
+   * the client; its file packets, up to the empty one, go back to the same server connection, and the
+   * server's answer goes on (OK or ERR, maybe more results).
+   */
+  async #query(conn: ServerConn, cmd: Buffer): Promise<Answer> {
+    let a = await conn.run(cmd, 'result', this.#socket, true);
+    while (a.fileRequest) {
+      const rest = conn.follow(this.#socket);
+      const file = { conn, sent: false, done: () => {} };
+      await new Promise<void>((done) => {
+        file.done = done;
+        this.#fileTo = file;
+        this.#pump();
+        // The answer ended before the client's file did (the server gave up, or the connection broke): the
+        // connection, out of step, is not used again, and the rest of the file is swallowed (#filePacket).
+        rest.then(() => { if (!file.sent) conn.destroy(); }, () => {}).finally(done);
+      });
+      a = await rest;
+    }
+    return a;
+  }
+
+  /** One packet of a LOCAL INFILE file, relayed as is; the empty one ends the file. */
+  #filePacket(p: Packet): void {
+    const to = this.#fileTo!;
+    if (p.payload.length === 0) {
+      this.#fileTo = null;
+      if (!to.conn.alive) return;
+      to.sent = true;
+      to.conn.send(frame(p.seq, p.payload));
+      to.done();
+      return;
+    }
+    to.conn.send(frame(p.seq, p.payload));
   }
 
   /**
@@ -543,20 +594,12 @@ export class ClientSession {
     if ((st.effects & PIN_MASK) !== 0 && this.#pool!.settings.wireSessionState === 'refuse') return this.#refuseState();
     const payload = Buffer.from(p);
     await this.#withServer(async (conn) => {
-      let server = conn.statements.get(st.key);
-      if (!server) {
-        const a = await conn.run(frame(0, st.prepare), 'prepare', null);
-        const ok = a.error ? null : prepareOk(a.bytes!);
-        if (!ok) {
-          this.#send(a.bytes!);
-          return a;
-        }
-        server = { id: ok.id, params: ok.params };
-        remember(conn, st.key, server);
-      }
+      const server = await this.#serverStatement(conn, st);
+      if (!('id' in server)) return server;
       const exec = st.executeFor(payload, server.id, conn.mariadb);
       if (!exec) {
-        this.#send(wireError(1, 'unknownCommand', 'malformed COM_STMT_EXECUTE'));
+        // Parameters that do not fit the statement: answered as the server answers them (ER_MALFORMED_PACKET).
+        this.#send(errPacket(1, 1835, 'HY000', 'Malformed communication packet'));
         return { error: true, status: conn.status, bytes: null };
       }
       for (const d of st.longData) conn.send(longDataFor(d, server.id));
@@ -565,6 +608,39 @@ export class ClientSession {
       const run = conn.run(frame(0, exec), 'result', this.#socket);
       return st.effects === 0 ? run : this.#tracked(conn, st.effects, run);
     });
+  }
+
+  /**
+   * MariaDB's COM_STMT_BULK_EXECUTE (the connector's batch()): the client's statement id becomes the server
+   * connection's, as for COM_STMT_EXECUTE; the rows of parameters travel as they are.
+   */
+  async #bulkExecute(p: Buffer): Promise<void> {
+    const st = p.length >= 7 ? this.#statement(p.readUInt32LE(1)) : undefined;
+    if (!st) return this.#send(wireError(1, 'unknownStatement', 'Unknown prepared statement handler given to mysqld_stmt_bulk_execute'));
+    if ((st.effects & PIN_MASK) !== 0 && this.#pool!.settings.wireSessionState === 'refuse') return this.#refuseState();
+    const payload = Buffer.from(p);
+    await this.#withServer(async (conn) => {
+      const server = await this.#serverStatement(conn, st);
+      if (!('id' in server)) return server;
+      payload.writeUInt32LE(server.id, 1);
+      const run = conn.run(frame(0, payload), 'result', this.#socket);
+      return st.effects === 0 ? run : this.#tracked(conn, st.effects, run);
+    });
+  }
+
+  /** `st` as prepared on `conn` (prepared there now if it is not yet); the server's answer, sent on, when that prepare fails. */
+  async #serverStatement(conn: ServerConn, st: ClientStatement): Promise<ServerStatement | Answer> {
+    const known = conn.statements.get(st.key);
+    if (known) return known;
+    const a = await conn.run(frame(0, st.prepare), 'prepare', null);
+    const ok = a.error ? null : prepareOk(a.bytes!);
+    if (!ok) {
+      this.#send(a.bytes!);
+      return a;
+    }
+    const server = { id: ok.id, params: ok.params };
+    remember(conn, st.key, server);
+    return server;
   }
 
   #resetSession(): void {
@@ -597,15 +673,23 @@ export class ClientSession {
     if (k.kind === 'unmapped') {
       return this.#send(wireError(1, 'notSupported', 'poolgate maps only KILL [CONNECTION | QUERY] <connection id>, sent alone; KILL USER, KILL QUERY ID and KILL inside PREPARE, EXECUTE IMMEDIATE or with other statements are not supported'));
     }
-    const target = this.#deps.sessions.byId(k.id);
+    const target = k.id === null ? this : this.#deps.sessions.byId(k.id);
     if (!target || !target.#ownedBy(this)) return this.#send(wireError(1, 'unknownThread', `Unknown thread id: ${k.id}`));
+    // KILL QUERY CONNECTION_ID() interrupts the KILL itself, as the server answers it.
+    if (k.kind === 'query' && k.id === null) return this.#send(errPacket(1, 1317, '70100', 'Query execution was interrupted'));
+    if (k.kind === 'connection' && target === this) {
+      // Its own connection: ended after ER_CONNECTION_KILLED, as the server does.
+      if (this.#session) this.#session.reason ??= 'client_terminated';
+      this.#socket.end(errPacket(1, 1927, '70100', 'Connection was killed'));
+      this.close();
+      return;
+    }
     if (k.kind === 'query') {
       target.#killQuery();
       this.#send(okPacket(1, this.#status()));
       return;
     }
-    // Killing its own connection ends it, as the server does (no answer comes back).
-    if (target !== this) this.#send(okPacket(1, this.#status()));
+    this.#send(okPacket(1, this.#status()));
     target.close();
   }
 
@@ -728,6 +812,7 @@ export class ClientSession {
       // connected to the database itself; the hold is no latency sample.
       this.#conn = conn;
       this.#heldPinned = true;
+      this.#keep(conn);
       return;
     }
     if (!conn.alive || (conn.clean && this.#pins === 0)) {
@@ -738,6 +823,7 @@ export class ClientSession {
       // Pinned by session state outside a transaction: the connection and the slot stay with the client
       // until the state is gone or it leaves (no idle limit: the state is the client's to keep).
       this.#conn = conn;
+      this.#keep(conn);
     } else {
       // A transaction holds a slot: it may wait for its next statement at most the pool's request timeout.
       const ms = this.#pool!.settings.requestTimeoutMs;
@@ -746,6 +832,23 @@ export class ClientSession {
         this.#fail(0, 'idleInTransaction', `the transaction was idle for over ${ms} ms (the pool's request timeout) and was rolled back`);
       }, ms);
     }
+  }
+
+  /**
+   * A server session kept for this client's state that the server ends between statements (wait_timeout,
+   * a KILL from elsewhere, a restart) ends the client's session too, as a direct connection would end: its
+   * state is gone, and the client learns it at once rather than at its next statement.
+   */
+  #keep(conn: ServerConn): void {
+    conn.onLostWhileKept = () => {
+      if (this.#conn !== conn || this.#running || (this.#phase as Phase) === 'closed') return;
+      this.#deps.log.info({ event: 'mysqlwire', outcome: 'server_session_ended', pool: this.#pool?.subdomain }, 'mysqlwire: the server ended a session kept for a client between statements; the client session ends too');
+      if (this.#session) this.#session.reason ??= 'server_session_ended';
+      this.#conn = null;
+      this.#unpin(PIN_MASK);
+      this.#settle('upstream_aborted', 502);
+      this.close();
+    };
   }
 
   /** Gives the slot back (once) and counts the statement or transaction. */

@@ -5,12 +5,14 @@
 import { skipBlank, wordAt } from './session-state.js';
 
 export type KillRequest =
-  /** `KILL [HARD|SOFT] [CONNECTION|QUERY] <id>`, or COM_PROCESS_KILL. */
-  | { kind: 'query' | 'connection'; id: number }
+  /** `KILL [HARD|SOFT] [CONNECTION|QUERY] <id>`, or COM_PROCESS_KILL; id null: `CONNECTION_ID()`, the session itself. */
+  | { kind: 'query' | 'connection'; id: number | null }
   /** A KILL poolgate cannot map (KILL USER, KILL QUERY ID, one among several statements, or in PREPARE / EXECUTE IMMEDIATE). */
   | { kind: 'unmapped' };
 
 const MAX_ID = 0xffffffff;
+/** `CONNECTION_ID()` as the whole rest of a KILL (the connectors' pool tests kill their own connection so). */
+const SELF = /^connection_id\s*\(\s*\)\s*;?\s*$/i;
 
 /** A COM_QUERY / COM_STMT_PREPARE payload (command byte first) that is or carries a KILL; null when none does. */
 export function killRequest(p: Buffer): KillRequest | null {
@@ -25,6 +27,7 @@ export function killRequest(p: Buffer): KillRequest | null {
       kind = 'query';
       i = skipBlank(p, i + 5);
     }
+    if (SELF.test(p.toString('latin1', i))) return { kind, id: null };
     const start = i;
     while (i < p.length && p[i]! >= 0x30 && p[i]! <= 0x39) i++;
     if (i === start || i - start > 10) return { kind: 'unmapped' };

@@ -23,7 +23,7 @@ export const CLIENT = {
   SESSION_TRACK: 0x800000,
 } as const;
 
-/** What both sides of poolgate always speak: no compression, no LOCAL INFILE, classic EOF packets. */
+/** What both sides of poolgate always speak: no compression, classic EOF packets. */
 export const BASE_CAPABILITIES =
   CLIENT.LONG_PASSWORD |
   CLIENT.LONG_FLAG |
@@ -36,8 +36,11 @@ export const BASE_CAPABILITIES =
   CLIENT.PLUGIN_AUTH |
   CLIENT.PLUGIN_AUTH_LENENC;
 
-/** Capabilities a client may choose that change what the server sends: a server connection is opened with the same. */
-export const VARIANT_CAPABILITIES = CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS | CLIENT.SESSION_TRACK;
+/**
+ * Capabilities a client may choose that change what the server sends: a server connection is opened with the
+ * same. LOCAL_FILES among them: a server connection may ask for a local file only if its client allowed it.
+ */
+export const VARIANT_CAPABILITIES = CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS | CLIENT.SESSION_TRACK | CLIENT.LOCAL_FILES;
 
 /**
  * Capabilities offered only when every pool's server offers them (server-identity.ts): session tracking
@@ -52,12 +55,17 @@ export const LEARNED_CAPABILITIES = CLIENT.SESSION_TRACK;
  * leaves CLIENT_MYSQL unset answers with its own in the last 4 of the response's 23 reserved bytes.
  */
 export const MARIADB = {
+  /** COM_STMT_BULK_EXECUTE: one prepared statement run for many rows of parameters in one packet. */
+  STMT_BULK_OPERATIONS: 0x4,
   /** Column definitions carry a type name / format block (e.g. format "json" on a LONGTEXT column). */
   EXTENDED_METADATA: 0x8,
 } as const;
 
-/** The MariaDB capabilities poolgate can pass through: they change only the bytes of column definitions. */
-export const PASSABLE_MARIADB_CAPABILITIES = MARIADB.EXTENDED_METADATA;
+/**
+ * The MariaDB capabilities poolgate can pass through: extended metadata changes only the bytes of column
+ * definitions; bulk operations add one command (COM_STMT_BULK_EXECUTE, mapped as COM_STMT_EXECUTE is).
+ */
+export const PASSABLE_MARIADB_CAPABILITIES = MARIADB.EXTENDED_METADATA | MARIADB.STMT_BULK_OPERATIONS;
 
 /**
  * Poolgate's own bit in a variant (bit 30, a classic capability poolgate never negotiates): the client
@@ -88,6 +96,8 @@ export const COM = {
   STMT_RESET: 0x1a,
   SET_OPTION: 0x1b,
   STMT_FETCH: 0x1c,
+  /** MariaDB's COM_STMT_BULK_EXECUTE. */
+  STMT_BULK_EXECUTE: 0xfa,
   RESET_CONNECTION: 0x1f,
 } as const;
 

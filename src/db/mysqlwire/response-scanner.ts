@@ -29,14 +29,20 @@ export class ResponseScanner {
   status = 0;
   /** The answer ended with an ERR packet. */
   error = false;
+  /** The answer paused at a LOCAL INFILE request: the client's file comes next, then resume(). */
+  fileRequest = false;
+  /** LOCAL INFILE requests are followed (a COM_QUERY from a client that announced CLIENT_LOCAL_FILES). */
+  #localFiles = false;
 
   /**
    * `status`: the connection's flags before the command. An answer that is only an ERR carries none, and
    * they stand; starting from 0 instead would read as "autocommit off, in a transaction" and keep the
    * connection with the client (an error as the first answer on a new connection).
    */
-  start(kind: ResponseKind, status: number): void {
+  start(kind: ResponseKind, status: number, localFiles = false): void {
     this.#kind = kind;
+    this.#localFiles = localFiles;
+    this.fileRequest = false;
     this.status = status;
     this.#state = kind === 'fields' ? 'defs' : 'first';
     this.#count = 0;
@@ -45,6 +51,11 @@ export class ResponseScanner {
     this.#hdrHave = 0;
     this.#inPayload = false;
     this.#continued = false;
+  }
+
+  /** After a LOCAL INFILE request and the client's file: the server's OK or ERR (maybe more results) comes next. */
+  resume(): void {
+    this.fileRequest = false;
   }
 
   /** Feeds bytes from `at`; returns the offset just after the answer's last byte, or -1 when it has not ended. */
@@ -113,8 +124,11 @@ export class ResponseScanner {
           return (this.status & STATUS.MORE_RESULTS) === 0;
         }
         if (first === 0xfb) {
-          // LOCAL INFILE is never negotiated; a server asking for it anyway ends the exchange as an error.
-          this.error = true;
+          // A LOCAL INFILE request ends this part of the answer: the client sends its file, then the server
+          // answers on from 'first'. Asked for anything else (or for a client that did not announce
+          // CLIENT_LOCAL_FILES), it ends the exchange as an error.
+          if (this.#localFiles) this.fileRequest = true;
+          else this.error = true;
           return true;
         }
         this.#count = p[0]! < 0xfb ? p[0]! : p[0] === 0xfc ? p.readUInt16LE(1) : 0xffff;

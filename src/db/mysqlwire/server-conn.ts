@@ -14,6 +14,8 @@ export interface Answer {
   status: number;
   /** The whole answer, when it was collected rather than forwarded. */
   bytes: Buffer | null;
+  /** It paused at a LOCAL INFILE request (relayed to the client): its file goes to send(), then follow(). */
+  fileRequest?: boolean;
 }
 
 /** The connection broke (closed, killed, desynchronised) before the answer ended. */
@@ -63,6 +65,12 @@ export class ServerConn {
   /** SQL text → this connection's prepared statement; bounded (oldest closed first). */
   readonly statements = new Map<string, ServerStatement>();
   idleSince = 0;
+  /**
+   * Called when the connection goes while a client keeps it between statements (pinned by session state, or
+   * wirePoolMode 'session'); the keeping client sets it (each time, so it never piles up) and checks it is
+   * still the holder.
+   */
+  onLostWhileKept: (() => void) | null = null;
   #socket: Socket;
   readonly #scanner = new ResponseScanner();
   #job: Job | null = null;
@@ -112,15 +120,27 @@ export class ServerConn {
     else this.#onGone.push(f);
   }
 
-  /** Sends a command and follows its answer; forwarded to `sink` as it comes, or collected when sink is null. */
-  run(cmd: Buffer, kind: ResponseKind, sink: Socket | null): Promise<Answer> {
+  /**
+   * Sends a command and follows its answer; forwarded to `sink` as it comes, or collected when sink is null.
+   * `localFiles`: a LOCAL INFILE request pauses the answer (fileRequest) instead of ending it as an error.
+   */
+  run(cmd: Buffer, kind: ResponseKind, sink: Socket | null, localFiles = false): Promise<Answer> {
     if (this.#gone) return Promise.reject(new ServerLost(false));
     if (this.#job) return Promise.reject(new Error('server connection busy'));
-    this.#scanner.start(kind, this.status);
+    this.#scanner.start(kind, this.status, localFiles);
     this.commands++;
     return new Promise((resolve, reject) => {
       this.#job = { resolve, reject, sink, chunks: [], forwarded: false };
       this.#socket.write(cmd);
+    });
+  }
+
+  /** Follows the rest of an answer that paused at a LOCAL INFILE request; call it before the file's last (empty) packet goes out. */
+  follow(sink: Socket | null): Promise<Answer> {
+    if (this.#gone) return Promise.reject(new ServerLost(true));
+    this.#scanner.resume();
+    return new Promise((resolve, reject) => {
+      this.#job = { resolve, reject, sink, chunks: [], forwarded: true };
     });
   }
 
@@ -156,7 +176,8 @@ export class ServerConn {
     if (end < 0) return;
     this.#job = null;
     this.status = this.#scanner.status;
-    job.resolve({ error: this.#scanner.error, status: this.status, bytes: job.sink ? null : Buffer.concat(job.chunks) });
+    const bytes = job.sink ? null : Buffer.concat(job.chunks);
+    job.resolve(this.#scanner.fileRequest ? { error: false, status: this.status, bytes, fileRequest: true } : { error: this.#scanner.error, status: this.status, bytes });
     // Bytes past the answer: the two sides no longer agree where packets are.
     if (end < chunk.length) this.destroy();
   }
@@ -174,5 +195,8 @@ export class ServerConn {
     this.#job = null;
     job?.reject(new ServerLost(job.forwarded));
     for (const f of this.#onGone.splice(0)) f();
+    const kept = this.onLostWhileKept;
+    this.onLostWhileKept = null;
+    kept?.();
   }
 }

@@ -155,6 +155,11 @@ export async function upstreamLogin(t: LoginTarget): Promise<LoggedIn> {
       myCaps &= ~CLIENT.LONG_PASSWORD;
       myMariadbCaps = MARIADB.EXTENDED_METADATA;
     }
+    // Bulk operations change nothing until a client sends COM_STMT_BULK_EXECUTE: asked for whenever offered.
+    if ((mariadbCaps & MARIADB.STMT_BULK_OPERATIONS) !== 0) {
+      myCaps &= ~CLIENT.LONG_PASSWORD;
+      myMariadbCaps |= MARIADB.STMT_BULK_OPERATIONS;
+    }
     if ((caps & CLIENT.SSL) !== 0) {
       myCaps |= CLIENT.SSL;
       // SSLRequest: the first 32 bytes of the handshake response, then TLS on the same socket.
