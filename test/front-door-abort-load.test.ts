@@ -9,6 +9,7 @@ import { startTestService, type TestService } from './helpers/service.js';
 import { startOrigin, type Origin } from './helpers/origin.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { soak } from './helpers/soak.js';
+import { until } from './helpers/until.js';
 
 const TOTAL = soak(20_000, 2_000);
 // 2,000 requests through a cap of 4 take ~5 s on an idle machine; at a load average of 50 on 2 cores, over 2 minutes.
@@ -72,10 +73,6 @@ t.test(`${TOTAL.toLocaleString('en-US')} requests with random client aborts: the
   t.ok(aborted > TOTAL / 20, `client aborts happened (${aborted})`);
   t.ok(served > TOTAL / 2, `most were served (${served})`);
   t.ok(origin.peak <= CAP, `the origin never saw more than ${CAP} at once (peak ${origin.peak})`);
-  const until = async (cond: () => boolean) => {
-    for (let i = 0; i < 300 && !cond(); i++) await new Promise((r) => setTimeout(r, 10));
-    return cond();
-  };
-  t.ok(await until(() => dp.inFlight === 0), 'no request left in the data plane');
+  await until('no request left in the data plane', () => dp.inFlight === 0, 3000, 10);
   t.equal(dp.governor.state(rows[0]!.id).inFlight, 0, 'zero slots held');
 });

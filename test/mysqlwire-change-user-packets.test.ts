@@ -6,6 +6,7 @@ import mysql from 'mysql2/promise';
 import mariadb from 'mariadb';
 import { needServer } from './helpers/servers.js';
 import { wirePool } from './helpers/mysql-wire.js';
+import { until } from './helpers/until.js';
 
 const skip = await needServer('mariadb');
 if (skip) {
@@ -38,7 +39,7 @@ if (skip) {
     const bad = await w.connect();
     bad.on('error', () => {});
     await t.rejects(bad.changeUser({ user: w.sub, password: 'not-the-key' }), { errno: 1045 }, 'a wrong key: access denied');
-    t.ok(await until(() => governor.state(w.poolId).inFlight === 0), 'no slot held');
+    await until('no slot held', () => governor.state(w.poolId).inFlight === 0, 5000);
   });
 
   t.test('packets of 16 MiB and more: split as the protocol does, both ways', async (t) => {
@@ -57,11 +58,3 @@ if (skip) {
   });
 }
 
-async function until(f: () => boolean, ms = 5000): Promise<boolean> {
-  const end = Date.now() + ms;
-  while (!f()) {
-    if (Date.now() > end) return false;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  return true;
-}

@@ -9,6 +9,7 @@ import mysql from 'mysql2/promise';
 import { MYSQL, needServer } from './helpers/servers.js';
 import { mariadbCli, wirePool } from './helpers/mysql-wire.js';
 import { sha2Scramble } from '../src/db/mysqlwire/scramble.js';
+import { sleep, until } from './helpers/until.js';
 
 const skip = await needServer('mariadb');
 if (skip) {
@@ -20,14 +21,6 @@ if (skip) {
   const direct = await mysql.createConnection({ ...MYSQL, database: w.db });
   t.teardown(() => direct.end());
   await direct.query('CREATE TABLE t (id INT PRIMARY KEY) ENGINE=InnoDB');
-  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-  const until = async (what: string, f: () => boolean | Promise<boolean>, ms = 20_000) => {
-    const end = Date.now() + ms;
-    while (!(await f())) {
-      if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-      await sleep(50);
-    }
-  };
 
   t.test('max_concurrent 3 holds under 50 concurrent clients: never more statements running upstream', async (t) => {
     await w.setPool(3, { adaptive: false, queueLength: 100, queueTimeoutMs: 120_000 });

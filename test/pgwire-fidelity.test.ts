@@ -7,6 +7,7 @@ import { connect as tcpConnect } from 'node:net';
 import pg from 'pg';
 import { needServer } from './helpers/servers.js';
 import { assertNothingHeld, startWirePool, type WirePool } from './helpers/pgwire.js';
+import { until as waitFor } from './helpers/until.js';
 
 const skip = await needServer('postgres');
 if (skip) {
@@ -15,14 +16,9 @@ if (skip) {
   const w: WirePool = await startWirePool({ maxConcurrent: 2 });
   t.teardown(() => w.close());
   const listener = () => w.svc.service.pgWire!;
-  const until = async (what: string, check: () => boolean | Promise<boolean>, ms = 20_000) => {
-    const end = Date.now() + ms;
-    while (Date.now() < end) {
-      if (await check()) return;
-      await new Promise((r) => setTimeout(r, 25));
-    }
-    throw new Error(`timed out waiting for ${what}: ${JSON.stringify(listener().counts())}`);
-  };
+  /** The shared until, naming the listener's counts when a wait runs out. */
+  const until = (what: string, check: () => boolean | Promise<boolean>, ms = 20_000) =>
+    waitFor(() => `${what}: ${JSON.stringify(listener().counts())}`, check, ms);
   const settled = () => until('the listener to settle', () => {
     const c = listener().counts();
     return c.clients === 0 && c.linked === 0 && c.serversOpen === c.serversIdle;

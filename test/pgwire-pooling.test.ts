@@ -5,6 +5,7 @@ import t from 'tap';
 import pg from 'pg';
 import { needServer } from './helpers/servers.js';
 import { startWirePool, type WirePool } from './helpers/pgwire.js';
+import { until as waitFor } from './helpers/until.js';
 
 const skip = await needServer('postgres');
 if (skip) {
@@ -15,14 +16,9 @@ if (skip) {
   t.teardown(() => w.close());
   const listener = () => w.svc.service.pgWire!;
   const inFlight = () => w.svc.service.dataplane!.governor.state(w.poolId).inFlight;
-  const until = async (what: string, check: () => boolean | Promise<boolean>, ms = 20_000) => {
-    const end = Date.now() + ms;
-    while (Date.now() < end) {
-      if (await check()) return true;
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    throw new Error(`timed out waiting for ${what}: ${JSON.stringify(listener().counts())}, in flight ${inFlight()}`);
-  };
+  /** The shared until, naming the listener's counts when a wait runs out. */
+  const until = (what: string, check: () => boolean | Promise<boolean>, ms = 20_000) =>
+    waitFor(() => `${what}: ${JSON.stringify(listener().counts())}, in flight ${inFlight()}`, check, ms);
   const quiet = () => until('the listener to settle', () => {
     const c = listener().counts();
     return c.linked === 0 && c.clients === 0 && c.serversOpen === c.serversIdle && inFlight() === 0;

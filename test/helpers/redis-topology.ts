@@ -6,9 +6,9 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { freePort } from './redis-server.js';
+import { until } from './until.js';
 
 export interface RedisProc {
   port: number;
@@ -30,14 +30,9 @@ async function probe<T>(port: number, fn: (r: Redis) => Promise<T>): Promise<T> 
   }
 }
 
-/** Polls `cond` every 50 ms (errors count as not yet) until it holds or `ms` passes. */
+/** The shared until, polling every 50 ms, with a Redis error counted as not yet. */
 export async function waitUntil(cond: () => Promise<boolean>, what: string, ms = 15_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await cond().catch(() => false)) return;
-    await sleep(50);
-  }
-  throw new Error(`timed out waiting for ${what}`);
+  await until(what, () => cond().catch(() => false), ms, 50);
 }
 
 // A replica's first sync is diskless and at once: Redis 7 waits 5 s by default (repl-diskless-sync-delay) for

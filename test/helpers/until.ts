@@ -8,12 +8,13 @@ export { sleep };
 
 type Falsy = false | 0 | '' | null | undefined;
 
-export async function until<T>(what: string, check: () => T | Promise<T>, ms = 20_000, everyMs = 20): Promise<Exclude<T, Falsy>> {
+/** `what` may be a function, called on timeout, to name the state the wait ended in. */
+export async function until<T>(what: string | (() => string), check: () => T | Promise<T>, ms = 20_000, everyMs = 20): Promise<Exclude<T, Falsy>> {
   const end = performance.now() + ms;
   for (;;) {
     const v = await check();
     if (v) return v as Exclude<T, Falsy>;
-    if (performance.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    if (performance.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${typeof what === 'string' ? what : what()}`);
     await sleep(everyMs);
   }
 }
