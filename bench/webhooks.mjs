@@ -12,7 +12,8 @@
 //     (bench/lib/webhook-floor.mjs), and the target is a ratio to it: poolgate CPU per delivery ≤ 1.5× the floor's.
 // Usage: npm run bench:webhooks [-- --write-results]  (env BENCH_EVENTS burst events, default 20000; BENCH_RATE steady
 // events/s, default 1000; BENCH_STEADY_S, default 10; BENCH_SKIP_ENVELOPES=1 skips part 1 (and writes no RESULTS.md);
-// BENCH_FLOOR=0 skips the floor; BENCH_CPU_PROF=dir writes poolgate's .cpuprofile there; POOLGATE_TEST_PG_URL).
+// BENCH_FLOOR=0 skips the floor; BENCH_CPU_PROF=dir writes poolgate's .cpuprofile there; BENCH_POOLGATE_BIN=another
+// build's bin/poolgate.js, for a before/after comparison; POOLGATE_TEST_PG_URL).
 // Writes bench/out/webhooks-*.json; with --write-results also the text between the bench:webhooks markers of
 // bench/RESULTS.md.
 import { execFileSync, fork } from 'node:child_process';
@@ -217,7 +218,10 @@ async function main() {
     POOLGATE_WEBHOOK_CONCURRENCY: String(settings.concurrency),
     POOLGATE_WEBHOOK_DESTINATION_CONCURRENCY: String(settings.per_destination_ceiling),
     POOLGATE_LOG_LEVEL: 'warn',
-  }, process.env.BENCH_CPU_PROF ? { nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] } : {});
+  }, {
+    ...(process.env.BENCH_CPU_PROF ? { nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] } : {}),
+    ...(process.env.BENCH_POOLGATE_BIN ? { bin: process.env.BENCH_POOLGATE_BIN } : {}),
+  });
   const db = new pg.Pool({ connectionString: dbUrl.toString(), max: 8 });
   let result;
   try {
@@ -384,14 +388,17 @@ async function main() {
     const steadyStart = performance.now();
     const total = settings.steady_rate * settings.steady_s;
     let late = 0;
+    const enqueues = [];
     for (let i = 0; i < total; i++) {
       const due = steadyStart + (i * 1000) / settings.steady_rate;
       const wait = due - performance.now();
       if (wait > 1) await sleep(wait);
       else if (wait < -100) late++;
-      void enqueueOne().then((id) => steady.add(id));
+      enqueues.push(enqueueOne().then((id) => steady.add(id)));
     }
     const offeredS = (performance.now() - steadyStart) / 1000;
+    // Every event committed before counting: one still in its transaction would be missing from the expected.
+    await Promise.all(enqueues);
     await sleep(500);
     const steadyLat = await waitDelivered(steady, 120_000);
     const steadyRequests = receiver.count - requests1;

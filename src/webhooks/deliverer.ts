@@ -4,8 +4,10 @@
 //
 // Two loops, each one statement at a time: the recorder writes every outcome gathered so far (one
 // statement), the claimer claims due rows for every destination with room (one statement) and sends them.
-// Work that arrives while a statement runs is gathered for the next one, so under load the batches grow
-// by themselves and at light load a delivery waits for no batch. A destination with a failure not yet
+// Work that arrives while a statement runs is gathered for the next one, and both loops run at most once
+// per LINGER_MS (a notification after a quiet spell is claimed at once; at a steady rate of single-event
+// transactions, one claim and one record cover every event of the last few ms instead of a statement per
+// notification and per finished send: each statement costs the process far more CPU than a POST). A destination with a failure not yet
 // written gets no new claims until it is: its 8th failure is in the store (deactivated) before anything
 // more is claimed for it, so only the sends already in flight can follow it.
 //
@@ -55,6 +57,8 @@ export interface DelivererOptions {
   initialPerDestination?: number;
   /** Period of the due-row poll (enqueues and re-enables also wake the deliverer at once). */
   pollMs: number;
+  /** At most one claim and one record per this many ms (default LINGER_MS). */
+  lingerMs?: number;
   /** Finished deliveries are kept this long for replay, then pruned (default 30 days). */
   retentionMs?: number;
   timeoutMs?: number;
@@ -83,6 +87,12 @@ export type AttemptOutcome =
 
 /** How long a send-time SSRF verdict for a host name is reused (new connections are checked anyway). */
 const TARGET_VERDICT_MS = 1000;
+/**
+ * At most one claim and one record per this many ms (the first after a quiet spell runs at once): the
+ * latency it may add to a delivery at a steady rate, for a few statements per batch of events instead of
+ * per event.
+ */
+export const LINGER_MS = 5;
 /** Period of the pruning of finished deliveries past their retention. */
 const PRUNE_EVERY_MS = 60_000;
 const DEFAULT_RETENTION_MS = 30 * 24 * 3600 * 1000;
@@ -96,12 +106,18 @@ export class Deliverer {
   #timer: NodeJS.Timeout | null = null;
   #unlisten: Array<() => Promise<void>> = [];
   #pumping = false;
-  #again = false;
+  /** Something asked to look for due rows (a notification, the poll, a freed slot with rows left behind). */
+  #want = false;
   #recording: Promise<void> | null = null;
   /** Failures not yet written, by destination: it gets no new claims until they are. */
   readonly #unwrittenFailures = new Map<number, number>();
   /** Something may be due now (a notification, a full claim): claim without the read-only probe first. */
   #hint = true;
+  /** The last claim may have left due rows behind (a destination or the total at its room): a finished send claims again. */
+  #backlog = false;
+  /** When the claimer and recorder last ran, and the timer that runs them again LINGER_MS after that. */
+  #lastRun = -Infinity;
+  #lingerTimer: NodeJS.Timeout | null = null;
   #stopping = false;
   #lastPrune = 0;
   /** Send-time SSRF verdicts by host name, with their time. */
@@ -118,6 +134,7 @@ export class Deliverer {
       random: Math.random,
       initialPerDestination: Math.min(8, opts.perDestination),
       retentionMs: DEFAULT_RETENTION_MS,
+      lingerMs: LINGER_MS,
       ...opts,
     };
     let ca: string[] | undefined;
@@ -169,40 +186,61 @@ export class Deliverer {
     this.kick();
   }
 
-  /** Records what finished and looks for due rows now (notifications, the poll timer, each finished send). */
+  /** Looks for due rows (after a read-only probe unless something hinted that rows are due), and records. */
   kick(): void {
-    if (this.#outcomes.length > 0) this.#record();
-    if (this.#stopping) return;
-    if (this.#pumping) {
-      this.#again = true;
+    this.#want = true;
+    this.#schedule();
+  }
+
+  /**
+   * Records what finished and looks for due rows (notifications, the poll timer, each finished send): now if
+   * the loops last ran LINGER_MS ago or more, else once when that much has passed, for everything asked meanwhile.
+   */
+  #schedule(): void {
+    // Stopping: stop() records what is left itself.
+    if (this.#lingerTimer || this.#stopping) return;
+    const wait = this.#lastRun + this.#o.lingerMs - performance.now();
+    if (wait > 0) {
+      this.#lingerTimer = setTimeout(() => {
+        this.#lingerTimer = null;
+        this.#run();
+      }, wait);
       return;
     }
+    this.#run();
+  }
+
+  #run(): void {
+    this.#lastRun = performance.now();
+    if (this.#outcomes.length > 0) this.#record();
+    // Asked while a claim runs: the claimer runs again when it ends.
+    if (this.#stopping || !this.#want || this.#pumping) return;
+    this.#want = false;
     this.#pumping = true;
     void this.#pump()
       .catch((err: unknown) => this.#o.log.warn({ err }, 'webhook deliverer: claiming due deliveries failed; retrying at the next poll'))
       .finally(() => {
         this.#pumping = false;
-        if (this.#again) {
-          this.#again = false;
-          this.kick();
-        }
+        if (this.#want) this.#schedule();
       });
   }
 
-  /** The recorder loop: writes gathered outcomes, one batch at a time, until none are left. */
+  /** The recorder: writes the gathered outcomes in one batch; what comes back meanwhile waits for the next run. */
   #record(): void {
     if (this.#recording) return;
     this.#recording = (async () => {
+      const heldBack = this.#unwrittenFailures.size > 0;
       try {
-        while (this.#outcomes.length > 0) await this.#flush();
+        await this.#flush();
       } finally {
         this.#recording = null;
       }
+      if (this.#stopping) return;
       // Destinations held back by an unwritten failure may claim again.
-      if (!this.#stopping) {
+      if (heldBack) {
         this.#hint = true;
         this.kick();
-      }
+      } else if (this.#outcomes.length > 0) this.#schedule();
     })();
   }
 
@@ -210,6 +248,8 @@ export class Deliverer {
   async stop(): Promise<void> {
     this.#stopping = true;
     if (this.#timer) clearInterval(this.#timer);
+    if (this.#lingerTimer) clearTimeout(this.#lingerTimer);
+    this.#lingerTimer = null;
     for (const u of this.#unlisten) await u().catch(() => {});
     this.#unlisten = [];
     await Promise.allSettled([...this.#inFlight]);
@@ -235,7 +275,7 @@ export class Deliverer {
       const rows = await this.#claim(free);
       for (const row of rows) this.#launch(row);
       // A full claim may have left due rows behind: claim again at once.
-      if (rows.length === 0 || rows.length < free) {
+      if (rows.length < free) {
         await this.#prune();
         return;
       }
@@ -263,6 +303,7 @@ export class Deliverer {
       rooms.push(this.#unwrittenFailures.has(dest) ? 0 : l.room);
     }
     const started = performance.now();
+    this.#backlog = true;
     const { rows } = await this.#o.sql.query<ClaimedRow>(
       `WITH room AS (SELECT * FROM unnest($3::int[], $4::int[]) AS r(dest, room)),
        pick AS (
@@ -288,7 +329,17 @@ export class Deliverer {
     this.stats.claims++;
     this.stats.claimed += rows.length;
     this.stats.claimMs += performance.now() - started;
+    this.#backlog = rows.length >= n || this.#atRoom(rows, dests, rooms);
     return rows;
+  }
+
+  /** Whether a destination got as many rows as its room (0 included): it may have more due than it could take. */
+  #atRoom(rows: readonly ClaimedRow[], dests: readonly number[], rooms: readonly number[]): boolean {
+    const got = new Map<number, number>();
+    for (const r of rows) got.set(r.webhook_endpoint_id, (got.get(r.webhook_endpoint_id) ?? 0) + 1);
+    for (let i = 0; i < dests.length; i++) if ((got.get(dests[i]!) ?? 0) >= rooms[i]!) return true;
+    for (const [dest, n] of got) if (!this.#limits.has(dest) && n >= this.#o.initialPerDestination) return true;
+    return false;
   }
 
   #limitFor(dest: number): DestinationLimit {
@@ -313,7 +364,12 @@ export class Deliverer {
       })
       .finally(() => {
         this.#inFlight.delete(p);
-        this.kick();
+        // The freed slot matters only if the last claim may have left rows behind; the outcome is recorded either way.
+        if (this.#backlog) {
+          this.#hint = true;
+          this.#want = true;
+        }
+        this.#schedule();
       });
     this.#inFlight.add(p);
   }
