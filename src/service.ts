@@ -1,5 +1,6 @@
 // Starts the roles of one process (control, dataplane, worker) on one store, and stops them in the order
 // written below. Each part is a module of src/roles/ with its own start and stop.
+import { SYSTEM_TIME, type GovernorTime } from './governor/clock.js';
 import { resolve } from 'node:path';
 import type { Config } from './config/schema.js';
 import type { ControlApp } from './control/app.js';
@@ -37,6 +38,8 @@ export interface ServiceOptions {
   /** DNS resolution used by the target guard; tests pass one that maps names to fixed addresses. */
   lookup?: Lookup;
   now?: () => Date;
+  /** The in-memory governor's time and timers (waits, queue timeouts, the RPM gate); tests drive them. */
+  governorTime?: Readonly<GovernorTime>;
   log?: Logger;
   /** The job runner's limits (result cap, retry backoff, jitter source); tests make them small. */
   jobs?: JobRunnerTuning;
@@ -88,6 +91,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
   health.add(storeCheck(sql));
   const rc: RoleContext = {
     config, sql, box, log, now, clock, health, ports,
+    governorTime: opts.governorTime ?? SYSTEM_TIME,
     lookup: opts.lookup ?? systemLookup,
     // Where jobs are polled: the lock API's public address (its port is known once it listens).
     lockApiUrl: () => config.lockApiUrl ?? `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${ports.lock ?? config.lockPort}`,

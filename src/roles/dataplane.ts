@@ -1,7 +1,7 @@
 // The dataplane role: pool traffic (the pool listener, in threads when dataplaneThreads is above 1), the lock
 // API, the database wire listeners and the metrics server, all on one governor and one snapshot.
 import type { LiveSource } from '../control/context.js';
-import { PROCESS_TIME, SYSTEM_TIME } from '../governor/clock.js';
+import { PROCESS_TIME } from '../governor/clock.js';
 import { MemoryGovernor } from '../governor/memory.js';
 import { SharedMemoryGovernor } from '../governor/shared-memory.js';
 import { storeIntake } from '../jobs/job-intake.js';
@@ -45,7 +45,7 @@ export async function startDataplaneRole(rc: RoleContext, live: { source: LiveSo
   // With threads, one nonce store for all of them (claims come to the main thread), so a replay to another thread is caught.
   const redis = await redisSide(config, log);
   const nonces = shared ? new MemoryNonceStore() : redis?.nonces();
-  const governor = redis?.governor ?? shared ?? new MemoryGovernor(SYSTEM_TIME);
+  const governor = redis?.governor ?? shared ?? new MemoryGovernor(rc.governorTime);
   const poolMetrics = new PoolMetrics();
   const rollups = new RollupBuffer({
     db: sql,

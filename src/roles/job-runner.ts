@@ -5,7 +5,6 @@ import { Upstreams, forwardBuffered } from '../dataplane/forward.js';
 import type { Dataplane } from '../dataplane/server.js';
 import type { SnapshotFeed } from '../pool-request/snapshot.js';
 import { SnapshotSource, poolLimits } from '../dataplane/snapshot-source.js';
-import { SYSTEM_TIME } from '../governor/clock.js';
 import type { Governor } from '../governor/governor.js';
 import { MemoryGovernor } from '../governor/memory.js';
 import { JobRunner, type JobRunnerTuning } from '../jobs/runner.js';
@@ -69,7 +68,7 @@ export async function startJobRunner(rc: RoleContext, dataplane: Dataplane | nul
 async function ownAdmission(rc: RoleContext): Promise<Admission> {
   const { config, sql, box, log, clock, health } = rc;
   const redis = await redisSide(config, log);
-  const own = redis?.governor ?? new MemoryGovernor(SYSTEM_TIME);
+  const own = redis?.governor ?? new MemoryGovernor(rc.governorTime);
   // Database pools' jobs need connections of their own when no data plane shares the process.
   const databases = new DbUpstreams({ allowInsecure: config.dbAllowInsecure, allowPrivate: config.allowPrivateTargets, log, pools: new UpstreamPools(config.dbIdleTimeoutMs) });
   const source = new SnapshotSource({

@@ -1,5 +1,6 @@
 // What every role of a process is given, and what it hands back: a running part that can be stopped.
 // service.ts starts the roles and stops them in the one order written there.
+import type { GovernorTime } from '../governor/clock.js';
 import type { Config } from '../config/schema.js';
 import type { Health } from '../health.js';
 import type { Logger } from '../log.js';
@@ -35,6 +36,8 @@ export interface RoleContext {
   readonly now: () => Date;
   /** Unix ms for per-request checks: Date.now itself unless a test fixes the time. */
   readonly clock: () => number;
+  /** The in-memory governor's time and timers: the system's, unless a test drives them. */
+  readonly governorTime: Readonly<GovernorTime>;
   /** DNS resolution used by the target guard; tests pass one that maps names to fixed addresses. */
   readonly lookup: Lookup;
   readonly health: Health;

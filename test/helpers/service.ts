@@ -1,5 +1,6 @@
 // Starts poolgate in-process on random ports with a fresh store (PGlite in a temp dir, copied from the
 // run's migrated template, or a fresh PostgreSQL database), and tears everything down after the test.
+import type { GovernorTime } from '../../src/governor/clock.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -137,6 +138,8 @@ export async function startTestService(
     roles?: RoleName[];
     /** The job runner's limits: small result caps and backoffs keep job tests fast. */
     jobs?: JobRunnerTuning;
+    /** The in-memory governor's time and timers: a DrivenGovernorTime lets a test jump over a queue timeout. */
+    governorTime?: GovernorTime;
   } = {},
 ): Promise<TestService> {
   const { config, drop } = await testConfig(opts);
@@ -147,6 +150,7 @@ export async function startTestService(
       roles: opts.roles ?? ['control', 'dataplane', 'worker'],
       lookup: opts.lookup,
       jobs: opts.jobs,
+      governorTime: opts.governorTime,
       now: opts.now,
       log: opts.log ?? createLogger(process.env.POOLGATE_TEST_LOG ?? 'silent'),
     });
