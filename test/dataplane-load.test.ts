@@ -86,6 +86,10 @@ t.test(`${STREAM_MB} MB download and upload stream through with flat memory`, as
   const client = new Pool(proxyUrl(), { connections: 2 });
   t.teardown(() => client.close());
   const SIZE = STREAM_MB * 1024 * 1024;
+  // A body held whole would add at least its own size (120 MB; 200 in the soak run); streamed, the growth is the
+  // working set of three peers in this one process (V8's young generation, socket buffers): 40-84 MB seen on Node 24
+  // under load. The bound sits between the two.
+  const FLAT_MB = 100;
 
   // Warm-up: the first megabytes grow V8's young generation and the sockets' buffers to their working size, which
   // does not grow with the body (Node 24 grows its young generation further than Node 20 did: ~35 MB more RSS
@@ -102,7 +106,7 @@ t.test(`${STREAM_MB} MB download and upload stream through with flat memory`, as
     for await (const chunk of res.body) received += (chunk as Buffer).length;
   });
   t.equal(received, SIZE, 'every byte downloaded');
-  t.ok(down < 80, `download RSS growth ${down.toFixed(1)} MB`);
+  t.ok(down < FLAT_MB, `download RSS growth ${down.toFixed(1)} MB`);
 
   let chunkedReceived = 0;
   const downChunked = await rssGrowth(async () => {
@@ -110,7 +114,7 @@ t.test(`${STREAM_MB} MB download and upload stream through with flat memory`, as
     for await (const chunk of res.body) chunkedReceived += (chunk as Buffer).length;
   });
   t.equal(chunkedReceived, SIZE, 'every byte of a body without a length');
-  t.ok(downChunked < 80, `chunked download RSS growth ${downChunked.toFixed(1)} MB`);
+  t.ok(downChunked < FLAT_MB, `chunked download RSS growth ${downChunked.toFixed(1)} MB`);
 
   const piece = Buffer.alloc(64 * 1024, 0x62);
   let echoed: any;
@@ -132,7 +136,7 @@ t.test(`${STREAM_MB} MB download and upload stream through with flat memory`, as
     echoed = await res.body.json();
   });
   t.equal(echoed.bodyBytes, SIZE, 'the origin received every byte');
-  t.ok(up < 80, `upload RSS growth ${up.toFixed(1)} MB`);
+  t.ok(up < FLAT_MB, `upload RSS growth ${up.toFixed(1)} MB`);
   t.comment(`RSS growth: download ${down.toFixed(1)} MB, chunked download ${downChunked.toFixed(1)} MB, upload ${up.toFixed(1)} MB`);
 });
 
