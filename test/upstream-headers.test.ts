@@ -68,3 +68,11 @@ t.test('the pool key in Authorization is pool auth, not the origin\'s', async (t
   const open = byName(upstreamRequestHeaders(input({ headers: { authorization: 'Bearer origin-token' } })));
   t.same(open.get('authorization'), ['Bearer origin-token'], "an origin's own Authorization passes through");
 });
+
+t.test('a credential named like a forwarding header replaces poolgate\'s own: each name once', async (t) => {
+  const flat = upstreamRequestHeaders(input({ credential: { method: 'api_key', api_key: 'managed', header_name: 'X-Forwarded-Host' } }));
+  const out = byName(flat);
+  t.same(out.get('x-forwarded-host'), ['managed'], 'the credential, once');
+  t.same(out.get('x-forwarded-for'), ['203.0.113.7']);
+  t.equal(new Set(flat.filter((_, i) => i % 2 === 0)).size, flat.length / 2, 'no name twice');
+});

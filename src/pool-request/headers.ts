@@ -58,13 +58,9 @@ export interface UpstreamHeaderInput {
 export function upstreamRequestHeaders(input: UpstreamHeaderInput): string[] {
   const { headers } = input;
   const listed = connectionListed(headers.connection);
-  const cred = input.credential;
-  // An injected credential replaces the client's header of the same name.
-  const injected =
-    cred === null ? null
-    : cred.method === 'bearer_static' || cred.method === 'basic' ? 'authorization'
-    : cred.method === 'api_key' ? (cred.header_name || 'x-api-key').toLowerCase()
-    : null;
+  // An injected credential replaces any header of the same name: the client's and poolgate's own forwarding ones.
+  const injected = injectedHeader(input.credential);
+  const skip = injected === null ? null : injected[0];
   const out: string[] = [];
   for (const name in headers) {
     if (isHopByHop(name, listed)) continue;
@@ -72,37 +68,32 @@ export function upstreamRequestHeaders(input: UpstreamHeaderInput): string[] {
     if (name.startsWith('x-service-')) continue;
     if (name === 'host' || name.startsWith('x-forwarded-')) continue;
     if (name === 'authorization' && input.keyInAuthorization) continue;
-    if (name === injected) continue;
+    if (name === skip) continue;
     out.push(name, headers[name]!);
   }
   out.push('host', input.originHost);
-  if (input.trustForwarded) {
-    const prior = headers['x-forwarded-for'];
-    out.push(
-      'x-forwarded-for', prior ? `${prior}, ${input.clientAddress}` : input.clientAddress,
-      'x-forwarded-proto', headers['x-forwarded-proto'] || 'http',
-      'x-forwarded-host', headers['x-forwarded-host'] || input.clientHost,
-    );
-  } else {
-    out.push('x-forwarded-for', input.clientAddress, 'x-forwarded-proto', 'http', 'x-forwarded-host', input.clientHost);
-  }
-  if (cred && injected !== null) {
-    switch (cred.method) {
-      case 'bearer_static':
-        out.push('authorization', `Bearer ${cred.token}`);
-        break;
-      case 'api_key':
-        out.push(injected, cred.api_key);
-        break;
-      case 'basic':
-        out.push('authorization', `Basic ${Buffer.from(`${cred.username}:${cred.password}`).toString('base64')}`);
-        break;
-      default:
-        // postgres_role belongs to database pools; an http origin gets nothing injected.
-        break;
-    }
-  }
+  const trusted = input.trustForwarded;
+  const prior = trusted ? headers['x-forwarded-for'] : undefined;
+  if (skip !== 'x-forwarded-for') out.push('x-forwarded-for', prior ? `${prior}, ${input.clientAddress}` : input.clientAddress);
+  if (skip !== 'x-forwarded-proto') out.push('x-forwarded-proto', (trusted && headers['x-forwarded-proto']) || 'http');
+  if (skip !== 'x-forwarded-host') out.push('x-forwarded-host', (trusted && headers['x-forwarded-host']) || input.clientHost);
+  if (injected !== null) out.push(injected[0], injected[1]);
   return out;
+}
+
+/** The header a managed credential puts on a request to an http origin (name lower-cased), or none. */
+function injectedHeader(cred: CredentialSecret | null): [string, string] | null {
+  switch (cred?.method) {
+    case 'bearer_static':
+      return ['authorization', `Bearer ${cred.token}`];
+    case 'api_key':
+      return [(cred.header_name || 'x-api-key').toLowerCase(), cred.api_key];
+    case 'basic':
+      return ['authorization', `Basic ${Buffer.from(`${cred.username}:${cred.password}`).toString('base64')}`];
+    default:
+      // postgres_role belongs to database pools; an http origin gets nothing injected.
+      return null;
+  }
 }
 
 /**
