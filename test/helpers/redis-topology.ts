@@ -30,9 +30,36 @@ async function probe<T>(port: number, fn: (r: Redis) => Promise<T>): Promise<T> 
   }
 }
 
-/** The shared until, polling every 50 ms, with a Redis error counted as not yet. */
-export async function waitUntil(cond: () => Promise<boolean>, what: string, ms = 15_000): Promise<void> {
-  await until(what, () => cond().catch(() => false), ms, 50);
+/** A server of a topology being started exited (its port was taken meanwhile, say): start the whole topology again. */
+class ServerExited extends Error {}
+
+/**
+ * The shared until, polling every 50 ms, with a Redis error counted as not yet. With `alive`, a server among
+ * them that has exited ends the wait at once (instead of waiting out `ms` for a process that is gone).
+ */
+export async function waitUntil(cond: () => Promise<boolean>, what: string, ms = 15_000, alive: readonly ChildProcess[] = []): Promise<void> {
+  await until(
+    what,
+    () => {
+      const gone = alive.find((p) => p.exitCode !== null || p.signalCode !== null);
+      if (gone) throw new ServerExited(`a redis-server exited (${gone.exitCode ?? gone.signalCode}) while waiting for ${what}`);
+      return cond().catch(() => false);
+    },
+    ms,
+    50,
+  );
+}
+
+/** Up to three starts: a server that could not bind its port (taken between the check and its bind) is retried. */
+async function withRestarts<T>(start: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await start();
+    } catch (err) {
+      if (!(err instanceof ServerExited) || attempt === 3) throw err;
+      process.stderr.write(`# ${err.message}; starting the topology again\n`);
+    }
+  }
 }
 
 // A replica's first sync is diskless and at once: Redis 7 waits 5 s by default (repl-diskless-sync-delay) for
@@ -56,7 +83,11 @@ export interface SentinelTopology {
  * SIGKILLed primary is replaced in about a second. Resolves once the replica is in sync and every sentinel
  * knows the replica and the two other sentinels (a failover needs both).
  */
-export async function startSentinelTopology(master = 'poolgate-ha'): Promise<SentinelTopology> {
+export function startSentinelTopology(master = 'poolgate-ha'): Promise<SentinelTopology> {
+  return withRestarts(() => startSentinelOnce(master));
+}
+
+async function startSentinelOnce(master: string): Promise<SentinelTopology> {
   const dir = mkdtempSync(join(tmpdir(), 'poolgate-sentinel-'));
   const procs: ChildProcess[] = [];
   const stop = () => {
@@ -70,11 +101,11 @@ export async function startSentinelTopology(master = 'poolgate-ha'): Promise<Sen
     // Their own dir: a replica's first sync writes an RDB file there (not in the repository).
     const primary = { port: pPort, proc: spawnRedis(['--port', String(pPort), ...BASE, '--dir', dir]) };
     procs.push(primary.proc);
-    await waitUntil(() => probe(pPort, async (r) => (await r.ping()) === 'PONG'), 'the primary');
+    await waitUntil(() => probe(pPort, async (r) => (await r.ping()) === 'PONG'), 'the primary', 15_000, procs);
     const rPort = await freePort();
     const replica = { port: rPort, proc: spawnRedis(['--port', String(rPort), ...BASE, '--dir', dir, '--replicaof', '127.0.0.1', String(pPort)]) };
     procs.push(replica.proc);
-    await waitUntil(() => probe(rPort, async (r) => (await r.info('replication')).includes('master_link_status:up')), 'the replica in sync');
+    await waitUntil(() => probe(rPort, async (r) => (await r.info('replication')).includes('master_link_status:up')), 'the replica in sync', 15_000, procs);
     const sentinels: RedisProc[] = [];
     // Each sentinel is told the replica and the other two (with the ids they are given) up front: found by
     // themselves (hello messages every 2 s, the replica from the primary's INFO), they took ~5 s more.
@@ -111,6 +142,7 @@ export async function startSentinelTopology(master = 'poolgate-ha'): Promise<Sen
           }),
         `sentinel ${s.port} to see the replica and the other sentinels`,
         30_000,
+        procs,
       );
     }
     const url = `redis+sentinel://${sentinels.map((s) => `127.0.0.1:${s.port}`).join(',')}/${master}`;
@@ -151,7 +183,11 @@ export interface ClusterTopology {
  * Three primaries with one replica each (redis-cli --cluster create … --cluster-replicas 1), node timeout
  * 1 s: a SIGKILLed primary's replica takes over in about two seconds.
  */
-export async function startClusterTopology(): Promise<ClusterTopology> {
+export function startClusterTopology(): Promise<ClusterTopology> {
+  return withRestarts(startClusterOnce);
+}
+
+async function startClusterOnce(): Promise<ClusterTopology> {
   const dir = mkdtempSync(join(tmpdir(), 'poolgate-cluster-'));
   const nodes: RedisProc[] = [];
   const stop = () => {
@@ -161,14 +197,14 @@ export async function startClusterTopology(): Promise<ClusterTopology> {
   process.once('exit', stop);
   try {
     for (let i = 0; i < 6; i++) {
-      const port = await freePort();
+      const port = await freePort({ bus: true });
       const proc = spawnRedis([
         '--port', String(port), ...BASE, '--dir', dir,
         '--cluster-enabled', 'yes', '--cluster-config-file', join(dir, `nodes-${port}.conf`), '--cluster-node-timeout', '1000',
       ]);
       nodes.push({ port, proc });
     }
-    for (const n of nodes) await waitUntil(() => probe(n.port, async (r) => (await r.ping()) === 'PONG'), `cluster node ${n.port}`);
+    for (const n of nodes) await waitUntil(() => probe(n.port, async (r) => (await r.ping()) === 'PONG'), `cluster node ${n.port}`, 15_000, nodes.map((m) => m.proc));
     const create = spawnSync('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '1', '--cluster-yes'], { encoding: 'utf8', timeout: 30_000 });
     if (create.status !== 0) throw new Error(`redis-cli --cluster create failed: ${create.stdout}${create.stderr}`);
     const healthy = async () => {
@@ -179,7 +215,7 @@ export async function startClusterTopology(): Promise<ClusterTopology> {
       }
       return true;
     };
-    await waitUntil(healthy, 'cluster_state:ok on every node', 30_000);
+    await waitUntil(healthy, 'cluster_state:ok on every node', 30_000, nodes.map((n) => n.proc));
     // Every replica in sync with its primary, so that a failover has data to promote.
     await waitUntil(
       async () => {
@@ -191,6 +227,7 @@ export async function startClusterTopology(): Promise<ClusterTopology> {
       },
       'replicas in sync',
       30_000,
+      nodes.map((n) => n.proc),
     );
     return {
       nodes,
