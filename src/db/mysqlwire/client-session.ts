@@ -19,7 +19,7 @@ import type { ServerPool } from './server-pool.js';
 import type { ServerIdentity } from './server-identity.js';
 import { directReads } from '../direct-reads.js';
 import { replaying } from '../replay-stream.js';
-import { STATES, legalTransition, type State } from './session-states.js';
+import { STATES, illegalPacket, legalTransition, type State } from './session-states.js';
 import { Login } from './session-login.js';
 import { Link } from './session-link.js';
 import { Protocol } from './session-protocol.js';
@@ -63,6 +63,8 @@ export interface SessionWire {
   send(b: Buffer): void;
   /** An ERR, then the session is closed. */
   fail(seq: number, e: WireError, message: string): void;
+  /** A packet not legal in this state: an ERR saying what the session waited for, then it is closed. */
+  illegal(seq: number, e: WireError, what: string): void;
   /** A refusal for the wire log. */
   refused(what: string, code: string, message: string): void;
   /** Why the session ends, for its end line (the first reason given stands). */
@@ -124,6 +126,7 @@ export class ClientSession {
       pump: () => this.#pump(),
       send: (b) => this.#send(b),
       fail: (seq, e, message) => this.#fail(seq, e, message),
+      illegal: (seq, e, what) => this.#fail(seq, e, illegalPacket(this.#state, what)),
       refused: (what, code, message) => this.#refused(what, code, message),
       ended: (reason) => {
         if (this.#logged) this.#logged.reason ??= reason;
@@ -176,8 +179,9 @@ export class ClientSession {
       const p = this.#frames.next();
       if (!p) {
         if (this.#frames.oversized) {
-          if (STATES[this.#state].login) this.#fail(0, 'badHandshake', 'bad handshake');
-          else this.#fail(0, 'packetTooLarge', `packet larger than ${MAX_CLIENT_PACKET} bytes`);
+          const limit = this.login.pool ? MAX_CLIENT_PACKET : MAX_LOGIN_PACKET;
+          if (STATES[this.#state].login) this.#wire.illegal(0, 'badHandshake', `bad handshake: a packet larger than ${limit} bytes`);
+          else this.#wire.illegal(0, 'packetTooLarge', `packet larger than ${limit} bytes`);
         }
         return;
       }
@@ -222,7 +226,7 @@ export class ClientSession {
         // Every command starts a new exchange at sequence 0. Anything else is a desynchronised client (MariaDB
         // answers 1156 too): running it could execute bytes the client meant as something else, e.g. a
         // START TRANSACTION that commits the open transaction. The session is closed and its transaction rolled back.
-        if (p.seq !== 0) return this.#fail((p.seq + 1) & 0xff, 'packetsOutOfOrder', 'Got packets out of order');
+        if (p.seq !== 0) return this.#wire.illegal((p.seq + 1) & 0xff, 'packetsOutOfOrder', `Got packets out of order: sequence id ${p.seq}`);
         return this.#protocol.command(p.payload);
       default:
         // 'running' and 'closed' read nothing (STATES[...].reads).

@@ -73,7 +73,7 @@ export class Login {
   handshake(p: Packet): void {
     const w = this.#wire;
     const h = parseHandshakeResponse(p.payload);
-    if (!h) return w.fail(p.seq + 1, 'badHandshake', 'bad handshake');
+    if (!h) return w.illegal(p.seq + 1, 'badHandshake', 'bad handshake: not a HandshakeResponse');
     if (h.sslRequest) {
       if (!w.deps.tls || w.socket instanceof TLSSocket) return w.fail(p.seq + 1, 'badHandshake', 'TLS is not offered');
       w.upgrade();

@@ -49,7 +49,7 @@ export class Protocol {
     const w = this.#wire;
     const pool = this.#login.pool!;
     this.#link.active();
-    if (p.length === 0) return w.fail(0, 'unknownCommand', 'empty command packet');
+    if (p.length === 0) return w.illegal(0, 'unknownCommand', 'empty command packet');
     switch (p[0]) {
       case COM.QUIT:
         w.ended('client_terminated');

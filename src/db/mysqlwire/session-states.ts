@@ -29,14 +29,19 @@ export interface StateSpec {
 }
 
 export const STATES: Readonly<Record<State, StateSpec>> = {
-  handshake: { waitsFor: 'HandshakeResponse or SSLRequest', reads: true, login: true, next: ['authSwitch', 'idle'] },
-  authSwitch: { waitsFor: 'the auth switch response (the scramble)', reads: true, login: true, next: ['idle'] },
-  idle: { waitsFor: 'a command (sequence id 0)', reads: true, login: false, next: ['running', 'changeUser'] },
-  running: { waitsFor: "the server's answer (client packets wait)", reads: false, login: false, next: ['idle', 'infile'] },
+  handshake: { waitsFor: 'a HandshakeResponse or an SSLRequest', reads: true, login: true, next: ['authSwitch', 'idle'] },
+  authSwitch: { waitsFor: 'the auth switch response with the scramble', reads: true, login: true, next: ['idle'] },
+  idle: { waitsFor: 'a command, sequence id 0', reads: true, login: false, next: ['running', 'changeUser'] },
+  running: { waitsFor: "the server's answer; client packets wait", reads: false, login: false, next: ['idle', 'infile'] },
   infile: { waitsFor: 'LOCAL INFILE file packets up to the empty one', reads: true, login: false, next: ['running', 'idle'] },
   changeUser: { waitsFor: 'the auth switch response to COM_CHANGE_USER', reads: true, login: true, next: ['idle'] },
   closed: { waitsFor: 'nothing', reads: false, login: false, next: [] },
 };
+
+/** The message of an ERR for a packet not legal in `state`: what it was, and what the session waited for. */
+export function illegalPacket(state: State, what: string): string {
+  return `${what} (the session was waiting for ${STATES[state].waitsFor})`;
+}
 
 /** Whether `from` may go to `to` (a bug otherwise: the session is closed, never left half-way). */
 export function legalTransition(from: State, to: State): boolean {
