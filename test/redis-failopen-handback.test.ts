@@ -30,7 +30,7 @@ t.test('open policy: the fallback\'s slots are leases in Redis before the pool a
   proc.kill('SIGKILL');
   await until('the governor to see Redis gone', () => !gov.connected, 5000);
   const a = permit(await gov.acquire({ poolId: 1, waitMs: 0 }));
-  // Waits in the fallback's queue for the one local slot; it gets it only after Redis is back.
+  // Waits in the fallback's queue for the one local slot; once Redis is back it waits there instead.
   const waiting = gov.acquire({ poolId: 1, waitMs: 10_000 });
 
   proc = await startRedisServer(port);
@@ -42,13 +42,51 @@ t.test('open policy: the fallback\'s slots are leases in Redis before the pool a
 
   a.release();
   const b = permit(await waiting);
-  // b is the fallback's, not in Redis yet: an admission through Redis now would make two of max 1.
-  t.match(await gov.acquire({ poolId: 1, waitMs: 0 }), { ok: false }, 'no second slot while the fallback still holds one that Redis does not count');
-  await until('the late fallback slot written back', async () => (await probe.zcard(slots)) === 1, 5000);
-  t.match(await gov.acquire({ poolId: 1, waitMs: 0 }), { ok: false, reason: 'no_slot' }, 'through Redis, the fallback\'s slot counts against max_concurrent');
+  t.match(await gov.acquire({ poolId: 1, waitMs: 0 }), { ok: false }, 'no second slot while the first caller after the outage holds the one');
+  await until('its slot is a lease in Redis', async () => (await probe.zcard(slots)) === 1, 5000);
+  t.match(await gov.acquire({ poolId: 1, waitMs: 0 }), { ok: false, reason: 'no_slot' }, 'through Redis, its slot counts against max_concurrent');
   b.release();
   await until('its lease removed at its release', async () => (await probe.zcard(slots)) === 0, 5000);
   const c = permit(await gov.acquire({ poolId: 1, waitMs: 0 }));
   t.equal(gov.state(1).inFlight, 1, 'back on Redis');
   c.release();
+});
+
+// The soak run's 11 of 8 (issue 27): a node whose fallback queue was long when Redis came back kept granting local
+// slots from it for seconds. Each such grant took a slot its own release had just freed in Redis, but became a
+// lease there only after it was granted, so another node admitting through Redis in between took the same slot.
+// Now nothing is granted by the fallback once Redis answers: a caller still in its queue goes through Redis.
+t.test('open policy: a caller in the fallback\'s queue when Redis answers again is admitted through Redis, where it counts', { skip: await needServer('redis') }, async (t) => {
+  const port = await freePort();
+  let proc = await startRedisServer(port);
+  t.teardown(() => void proc.kill('SIGKILL'));
+  const url = `redis://127.0.0.1:${port}`;
+  // Two nodes, max 2: each admits 1 on its own while Redis is away.
+  const nodes = [0, 1].map(() => new RedisGovernor({ url, prefix: 'handback2:', failurePolicy: 'open', failOpenDivisor: 2, termMs: 30_000 }));
+  for (const g of nodes) t.teardown(() => g.close());
+  await Promise.all(nodes.map((g) => g.ready()));
+  for (const g of nodes) g.configure([pool(1, { maxConcurrent: 2, queueTimeoutMs: 3000 })], []);
+  const [a, b] = nodes as [RedisGovernor, RedisGovernor];
+
+  proc.kill('SIGKILL');
+  await until('both nodes to see Redis gone', () => !a.connected && !b.connected, 5000);
+  const first = permit(await a.acquire({ poolId: 1, waitMs: 0 }));
+  const waiting = a.acquire({ poolId: 1, waitMs: 3000 });
+
+  proc = await startRedisServer(port);
+  await until('both nodes reconnected', () => a.connected && b.connected, 5000);
+  const probe = new Redis(url);
+  t.teardown(() => probe.disconnect());
+  const slots = a.leaseKeys(1)!.slots;
+  // Redis has room (the written-back slot is 1 of 2): the caller is admitted there, without waiting for the
+  // fallback's local slot (before: it waited for that, then held a slot Redis did not count).
+  const second = permit(await waiting);
+  t.equal(await probe.zcard(slots), 2, 'both of node A\'s slots are leases in Redis');
+  t.match(await b.acquire({ poolId: 1, waitMs: 0 }), { ok: false, reason: 'no_slot' }, 'node B is refused at max_concurrent');
+  first.release();
+  const third = permit(await b.acquire({ poolId: 1, waitMs: 1000 }));
+  t.equal(await probe.zcard(slots), 2, 'node B took the slot the release freed, and only that one');
+  second.release();
+  third.release();
+  await until('no lease left', async () => (await probe.zcard(slots)) === 0, 5000);
 });

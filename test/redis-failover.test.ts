@@ -9,7 +9,7 @@ import { failoverScenario } from './helpers/redis-failover.js';
 import { soak } from './helpers/soak.js';
 
 /** The soak run: 5 s of traffic before the kill and 10 s after Redis is back, twice the rate. */
-const RUN = soak({ preMs: 5000, postMs: 10_000, paceMs: 5, holdMs: 40, max: 8 }, { preMs: 800, postMs: 1000, paceMs: 10, holdMs: 40, max: 6 });
+const RUN = soak({ preMs: 5000, postMs: 10_000, paceMs: 5, holdMs: 40, max: 8 }, { preMs: 800, postMs: 1000, paceMs: 5, holdMs: 40, max: 6 });
 
 const skip = (await needServer('postgres')) || (await needServer('redis'));
 

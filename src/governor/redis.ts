@@ -710,7 +710,8 @@ export class RedisGovernor implements Governor {
     // the script counts it. (Once; a write that failed leaves the failure policy to the next check.)
     if (!writtenBack) {
       const wb = this.#writeBack(v);
-      if (wb !== null) return wb.then(() => this.#acquire(req, termMs, keepAlive, leaseId, true));
+      const t0 = this.now();
+      if (wb !== null) return wb.then((ok) => { if (this.now() - t0 > 30) trace(`slow writeback ${this.now() - t0} ok=${ok}`); return this.#acquire(req, termMs, keepAlive, leaseId, true); });
     }
     const waitMs = Math.min(req.waitMs, v.queueTimeoutMs);
     const mayWait = rules.mayQueue(v, waitMs);
@@ -922,7 +923,8 @@ export class RedisGovernor implements Governor {
       // Redis answers: the caller is admitted there, within what is left of its wait.
       const spent = this.now() - startedAt;
       const r = this.#acquire({ ...req, waitMs: Math.max(0, Math.min(req.waitMs, v.queueTimeoutMs) - spent) }, this.#termMs, true, null) as Admission | Promise<Admission>;
-      const mark = (b: Admission): Admission => (b.ok ? { ...b, queuedMs: b.queuedMs + spent, queued: b.queued || waited } : { ...b, queuedMs: b.queuedMs + spent, ...(waited ? { queued: true } : {}) });
+      trace(`reroute spent=${spent} wait=${req.waitMs} ok=${a.ok}`);
+      const mark = (b: Admission): Admission => (trace(`rerouted ok=${b.ok} ${b.ok ? '' : b.reason} q=${b.queuedMs} spent=${spent} total=${this.now() - startedAt}`), b.ok ? { ...b, queuedMs: b.queuedMs + spent, queued: b.queued || waited } : { ...b, queuedMs: b.queuedMs + spent, ...(waited ? { queued: true } : {}) });
       return r instanceof Promise ? r.then(mark) : mark(r);
     };
     const r = this.#fallback!.acquire({ poolId: req.poolId, waitMs: req.waitMs, abortable: wait });
