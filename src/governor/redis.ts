@@ -1,11 +1,6 @@
 // The Redis governor (many nodes): slots are leases in a sorted set per pool scored by deadline, decided by
 // Lua scripts (EVALSHA); waiters queue FIFO per node and are woken by pub/sub, with a timed retry behind it.
 import { randomBytes } from 'node:crypto';
-import { appendFileSync } from 'node:fs';
-const TRACE_DIR = process.env.PG_TRACE_DIR;
-export function trace(msg: string): void {
-  if (TRACE_DIR) appendFileSync(`${TRACE_DIR}/gov-${process.pid}.log`, `${Date.now()} ${msg}\n`);
-}
 import type { RedisOptions } from 'ioredis';
 import { describeTarget, type RedisTarget } from '../config/redis-target.js';
 import { connectRedis, endClient, isCluster, type RedisClient } from './redis-connect.js';
@@ -700,18 +695,14 @@ export class RedisGovernor implements Governor {
     if (v === undefined || !v.active || this.#closed) return { ok: false, reason: 'unavailable', queuedMs: 0 };
     if (abortedAlready(req)) return { ok: false, reason: 'aborted', queuedMs: 0 };
     if (!this.#redisAnswers(v)) {
-      if (this.#fallback && keepAlive) {
-      trace(`acq fallback pool=${v.limits.poolId} conn=${this.connected} status=${this.redis.status} fbstate=${JSON.stringify(this.#fallback.state(v.limits.poolId))}`);
-      return this.#viaFallback(v, req, this.now());
-    }
+      if (this.#fallback && keepAlive) return this.#viaFallback(v, req, this.now());
       return this.#down();
     }
     // Redis answers again: what this node holds in the group is written there first (one round trip), so that
     // the script counts it. (Once; a write that failed leaves the failure policy to the next check.)
     if (!writtenBack) {
       const wb = this.#writeBack(v);
-      const t0 = this.now();
-      if (wb !== null) return wb.then((ok) => { if (this.now() - t0 > 30) trace(`slow writeback ${this.now() - t0} ok=${ok}`); return this.#acquire(req, termMs, keepAlive, leaseId, true); });
+      if (wb !== null) return wb.then(() => this.#acquire(req, termMs, keepAlive, leaseId, true));
     }
     const waitMs = Math.min(req.waitMs, v.queueTimeoutMs);
     const mayWait = rules.mayQueue(v, waitMs);
@@ -909,7 +900,6 @@ export class RedisGovernor implements Governor {
   #viaFallback(v: PoolView, req: AdmitRequest, startedAt: number, failed = false): Admission | Promise<Admission> {
     const wait = new FallbackWait(req.abortable);
     const done = (a: Admission, waited: boolean): Admission | Promise<Admission> => {
-      trace(`fb grant pool=${v.limits.poolId} ok=${a.ok} conn=${this.connected} moved=${wait.moved}`);
       if (a.ok && (!this.#redisAnswers(v) || (failed && !waited))) {
         const p = new FallbackPermit(this, a.permit, v.keys, `${this.nodeId}:f${++this.#seq}`);
         let set = this.#fallbackHeld.get(v.keys.slots);
@@ -923,8 +913,7 @@ export class RedisGovernor implements Governor {
       // Redis answers: the caller is admitted there, within what is left of its wait.
       const spent = this.now() - startedAt;
       const r = this.#acquire({ ...req, waitMs: Math.max(0, Math.min(req.waitMs, v.queueTimeoutMs) - spent) }, this.#termMs, true, null) as Admission | Promise<Admission>;
-      trace(`reroute spent=${spent} wait=${req.waitMs} ok=${a.ok}`);
-      const mark = (b: Admission): Admission => (trace(`rerouted ok=${b.ok} ${b.ok ? '' : b.reason} q=${b.queuedMs} spent=${spent} total=${this.now() - startedAt}`), b.ok ? { ...b, queuedMs: b.queuedMs + spent, queued: b.queued || waited } : { ...b, queuedMs: b.queuedMs + spent, ...(waited ? { queued: true } : {}) });
+      const mark = (b: Admission): Admission => (b.ok ? { ...b, queuedMs: b.queuedMs + spent, queued: b.queued || waited } : { ...b, queuedMs: b.queuedMs + spent, ...(waited ? { queued: true } : {}) });
       return r instanceof Promise ? r.then(mark) : mark(r);
     };
     const r = this.#fallback!.acquire({ poolId: req.poolId, waitMs: req.waitMs, abortable: wait });
@@ -969,7 +958,11 @@ export class RedisGovernor implements Governor {
   releasePermit(p: RedisPermit, outcome?: Outcome): void {
     const set = this.#held.get(p.keys.slots);
     set?.delete(p);
-    if (set?.size === 0) this.#held.delete(p.keys.slots);
+    if (set?.size === 0) {
+      this.#held.delete(p.keys.slots);
+      // Nothing of this node's left there to write again.
+      this.#rewrite.delete(p.keys.slots);
+    }
     const v = this.#views.get(p.poolId);
     const current = v !== undefined && v.keys.slots === p.keys.slots ? v : undefined;
     if (current) {
@@ -1032,7 +1025,6 @@ export class RedisGovernor implements Governor {
           v.count = Math.max(0, reply[0]! - v.unacked);
           v.stored = reply[1]!;
         }
-        trace(`acq reply pool=${v.limits.poolId} count=${reply[0]} answers=${reply.slice(2).map((x) => (x > 0 ? 1 : x)).join(',')}`);
         for (let i = 0; i < calls.length; i++) calls[i]!.settle(reply[i + 2]!);
       },
       (err: unknown) => {
@@ -1253,7 +1245,6 @@ export class RedisGovernor implements Governor {
       if (!this.#cluster) return;
     }
     this.#up = true;
-    trace(`connected status=${this.redis.status} fb=${[...this.#fallbackHeld.values()].map((x) => x.size).join(',')} held=${[...this.#held.values()].map((x) => x.size).join(',')}`);
     this.#markReady();
     this.#onConnection(true);
     // Leases this node still holds are written back (Redis may have restarted empty), releases that could not
@@ -1263,7 +1254,6 @@ export class RedisGovernor implements Governor {
   }
 
   #disconnected(): void {
-    trace(`close event up=${this.#up}`);
     if (!this.#up) return;
     this.#up = false;
     this.#lost();
@@ -1293,6 +1283,7 @@ export class RedisGovernor implements Governor {
    * see more than max_concurrent (seen: 7 of 6 on a Cluster once its primary was back).
    */
   #writeBack(v: PoolView): Promise<boolean> | null {
+    if (this.#fallbackHeld.size === 0 && this.#rewrite.size === 0) return null;
     let writes: Promise<boolean>[] | null = null;
     for (const m of v.group?.members ?? [v]) {
       const slots = m.keys.slots;
@@ -1328,8 +1319,7 @@ export class RedisGovernor implements Governor {
     }
     const tag = (held?.values().next().value ?? fallback[0])!.keys.tag;
     const write = this.#eval(REFRESH, [slots], [String(this.#termMs), ...ids]).then(
-      (added) => {
-        trace(`refresh ${slots} ids=${ids.length} fb=${fallback.length} unwritten=${fallback.filter((p) => !p.written).length} added=${String(added)}`);
+      () => {
         this.#writing.delete(slots);
         if (mark !== undefined && this.#rewrite.get(slots) === mark) this.#rewrite.delete(slots);
         for (const p of fallback) {

@@ -5,7 +5,7 @@
 import { join } from 'node:path';
 import { once } from 'node:events';
 import { createServer as createHttpsServer } from 'node:https';
-import { appendFileSync, readFileSync, rmSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import type { ChildProcessWithoutNullStreams } from 'node:child_process';
 import { until } from './until.js';
 import { Pool } from 'undici';
@@ -85,7 +85,6 @@ export async function countingOrigin() {
     const n = (active.get(pool) ?? 0) + 1;
     active.set(pool, n);
     peaks.set(pool, Math.max(peaks.get(pool) ?? 0, n));
-    if (process.env.PG_TRACE_DIR && n > 6) appendFileSync(`${process.env.PG_TRACE_DIR}/origin.log`, `${Date.now()} ${pool} ${n}\n`);
     req.resume();
     setTimeout(() => {
       active.set(pool, active.get(pool)! - 1);

@@ -111,7 +111,6 @@ export async function failoverScenario(t: Test, topology: 'sentinel' | 'cluster'
   const peakBefore = subs.map((s) => origin.takePeak(s));
   const killAt = performance.now() - t0;
   kill();
-  t.comment(`TRACE kill wall=${Date.now()} pids=${JSON.stringify(pairs.map((p) => p.map((n) => n.child.pid)))}`);
   t.comment(`${topology}: primary killed at ${(killAt / 1000).toFixed(2)} s`);
   // Down for sure (the first write after the kill may still have been answered), then back.
   await new Promise((r) => setTimeout(r, 100));
@@ -122,7 +121,6 @@ export async function failoverScenario(t: Test, topology: 'sentinel' | 'cluster'
   // "During": from the kill until a second after Redis is back (the nodes reconnect and write back meanwhile).
   await new Promise((r) => setTimeout(r, 1000));
   const peakDuring = subs.map((s) => origin.takePeak(s));
-  t.comment(`TRACE back wall=${Date.now() - 1000} after-from wall=${Date.now()}`);
   await new Promise((r) => setTimeout(r, o.postMs));
   await Promise.all(loads.map((l) => l.stop()));
   const peakAfter = subs.map((s) => origin.takePeak(s));
