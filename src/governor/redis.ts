@@ -876,8 +876,19 @@ export class RedisGovernor implements Governor {
   #failWaiter(w: Waiter): void {
     if (w.phase === Phase.Settled) return;
     if (this.#fallback && w.keepAlive) {
-      const wait = Math.max(0, w.view.limits.queueTimeoutMs - (this.now() - w.enqueuedAt));
-      const settle = (a: Admission) => this.#settle(w, a);
+      const wait = Math.max(0, w.waitUntil - this.now());
+      // The fallback's wait (and a move back to Redis) runs the rest of the caller's wait from here: a timeout of its
+      // own would answer the caller while a slot for it may still come, and that slot would be held by nobody.
+      if (w.timer !== null) this.#timers.clearTimeout(w.timer);
+      w.timer = null;
+      const settle = (a: Admission) => {
+        // Answered meanwhile (aborted): a slot that comes anyway goes back at once.
+        if (w.phase === Phase.Settled) {
+          if (a.ok) a.permit.release();
+          return;
+        }
+        this.#settle(w, a);
+      };
       const r = this.#viaFallback(w.view, { poolId: w.view.limits.poolId, waitMs: wait, abortable: w.signal && abortableOf(w.signal) }, this.now(), true);
       if (r instanceof Promise) void r.then(settle);
       else settle(r);
@@ -912,7 +923,10 @@ export class RedisGovernor implements Governor {
       else if (!wait.moved || a.reason !== 'aborted' || (req.abortable?.aborted ?? false)) return a;
       // Redis answers: the caller is admitted there, within what is left of its wait.
       const spent = this.now() - startedAt;
-      const r = this.#acquire({ ...req, waitMs: Math.max(0, Math.min(req.waitMs, v.queueTimeoutMs) - spent) }, this.#termMs, true, null) as Admission | Promise<Admission>;
+      const left = Math.min(req.waitMs, v.queueTimeoutMs) - spent;
+      // Moved as its wait ran out: it timed out (a fail-fast try would answer no_slot, 429, to a caller that waited).
+      if (waited && left <= 0) return { ok: false, reason: 'queue_timeout', queuedMs: spent, retryAfterMs: v.retryAfterMs(), queued: true };
+      const r = this.#acquire({ ...req, waitMs: Math.max(0, left) }, this.#termMs, true, null) as Admission | Promise<Admission>;
       const mark = (b: Admission): Admission => (b.ok ? { ...b, queuedMs: b.queuedMs + spent, queued: b.queued || waited } : { ...b, queuedMs: b.queuedMs + spent, ...(waited ? { queued: true } : {}) });
       return r instanceof Promise ? r.then(mark) : mark(r);
     };
