@@ -12,7 +12,7 @@ import { PAUSE, SET_RPM, RENEW, REFRESH } from '../src/governor/redis-scripts.js
 import { RedisLeaseRegistry } from '../src/lock/redis-leases.js';
 import { RedisNonceStore } from '../src/policies/redis-nonce-store.js';
 import { parseHostList, type RedisTarget } from '../src/config/redis-target.js';
-import { connectRedis, endClient } from '../src/governor/redis-connect.js';
+import { connectRedis, endClient, isCluster } from '../src/governor/redis-connect.js';
 import type { Admission, PoolLimits } from '../src/governor/governor.js';
 import { startClusterTopology, type ClusterTopology, endIfHeldOpenAtExit, socketsTo, clientsOn } from './helpers/redis-topology.js';
 import { until } from './helpers/until.js';
@@ -200,6 +200,7 @@ t.test('a Cluster client ended while its slot refresh is on its way leaves no ti
   await until('nothing to hold the process', () => held() === 0, 5000);
   const before = held();
   const c = connectRedis(target, { maxRetriesPerRequest: 0 });
+  if (!isCluster(c)) throw new Error('a Cluster target gives a Cluster client');
   c.on('error', () => {});
   await until('the client ready', () => c.status === 'ready', 10_000);
   // Every node holds its answers for 1.5 s (asked on the client's own connections, so that the only socket opened
