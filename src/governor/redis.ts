@@ -469,6 +469,9 @@ export class RedisGovernor implements Governor {
       }, 1000).unref();
     });
     if (!this.#cluster) void this.#sub.subscribe(this.#channel).catch(() => {});
+    // Cluster: a node gone from the slot map (a primary lost, its replica promoted) is a loss even for a node that
+    // had no command fail meanwhile: the new primary may lack leases this node holds (#lost, #writeBack).
+    else this.redis.on('-node', () => this.#lost());
     this.#refreshTimer = setInterval(() => this.#refreshAll(), Math.max(10, Math.floor(this.#termMs / 3)));
     this.#refreshTimer.unref();
   }
