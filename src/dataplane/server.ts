@@ -2,10 +2,9 @@
 // backend, each chain built once here (Envoy's filter chain): route, then for an HTTP pool authenticate →
 // scope → policies → the 413 rule → the wait → the async check, ending in admit → forward → release; for a
 // database pool the same with the SQL target check after the policies, ending in SQL over HTTP.
-import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket } from 'uWebSockets.js';
 import type { Config } from '../config/schema.js';
 import type { Admission, Governor } from '../governor/governor.js';
-import { loadUws } from '../http/uws.js';
+import { UwsDoor, type DoorRequest } from '../http/uws/door.js';
 import type { Logger } from '../log.js';
 import type { SecretBox } from '../security/secret-box.js';
 import { systemLookup, type Lookup } from '../security/targets.js';
@@ -15,11 +14,11 @@ import { refusalReply, governorHeaders } from '../pool-request/refusal.js';
 import { BodyLimit, bodyLimitStage } from '../pool-request/body-limit.js';
 import { admit, queueWaitStage } from '../pool-request/admit.js';
 import { authenticateStage } from '../pool-request/authenticate.js';
-import { ClientResponse, type ClientSide } from '../pool-request/client-response.js';
-import { NodeClientResponse } from '../pool-request/node-client-response.js';
+import type { BodySource, ResponseEncoder } from '../pool-request/codec.js';
+import { NodeResponseEncoder, nodeBodySource, readNodeHeaders } from '../pool-request/node-http.js';
 import type { Duplex } from 'node:stream';
 import { createServer, type IncomingMessage, type Server as NodeServer, type ServerResponse } from 'node:http';
-import { newExchange, peerAddress, readNodeHeaders, readRequestHeaders, reply, type BodySource, type Exchange, type Reply, type Stage } from '../pool-request/exchange.js';
+import { newExchange, peerAddress, reply, type Exchange, type Reply, type Stage } from '../pool-request/exchange.js';
 import { forward, Upstreams, type ForwardDeps } from './forward.js';
 import { releaseStage, type DataplaneMetrics, type Settlement } from '../pool-request/release.js';
 import { requestFailed } from '../pool-request/request-failed.js';
@@ -95,7 +94,7 @@ const TOO_MANY_HEADERS = reply(431, 'bad_request', `more than ${MAX_HEADER_LINES
 interface Chain {
   readonly stages: readonly Stage[];
   /** Answers and settles the request itself (synchronously registers its body reader). */
-  readonly end: (ex: Exchange, client: ClientSide) => void;
+  readonly end: (ex: Exchange, client: ResponseEncoder) => void;
 }
 
 /** The request carries a body (uWS then delivers it through onData). */
@@ -103,19 +102,6 @@ function hasBody(headers: Record<string, string>): boolean {
   if (headers['transfer-encoding'] !== undefined) return true;
   const cl = headers['content-length'];
   return cl !== undefined && cl !== '0';
-}
-
-/** The body of a node:http request as the stages read it; 100 Continue goes out once the body is wanted. */
-function nodeBodySource(req: IncomingMessage, res: ServerResponse, expectContinue: boolean): BodySource {
-  let continued = !expectContinue;
-  return (h) => {
-    if (!continued) {
-      continued = true;
-      res.writeContinue();
-    }
-    req.on('data', (b: Buffer) => h(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength) as ArrayBuffer, false));
-    req.on('end', () => h(new ArrayBuffer(0), true));
-  };
 }
 
 /** Told about every snapshot the data plane loads and every key point update (the thread host forwards them). */
@@ -131,8 +117,8 @@ export class Dataplane {
   readonly policies: Policies;
   #port = 0;
   readonly #opts: DataplaneOptions;
-  /** The pool listener: uWS, or node:http with proxyHttpParser 'node' (docs/http-front-door.md). */
-  readonly #app: TemplatedApp | null = null;
+  /** The pool listener: node:http, or the uWS door with proxyHttpParser 'uws' (docs/http-front-door.md). */
+  readonly #uws: UwsDoor | null = null;
   readonly #node: NodeServer | null = null;
   /** Stage 1: finds the pool, and with it the backend whose chain runs next. */
   readonly #route: Stage;
@@ -148,7 +134,6 @@ export class Dataplane {
   readonly #bodyLimit: BodyLimit | null;
   /** SQL over HTTP: serves every database pool (postgres, mysql) after stage 4. */
   readonly #sql: SqlOverHttp;
-  #listenSocket: us_listen_socket | null = null;
   #inFlight = 0;
   #drained: (() => void) | null = null;
   #closing: Promise<void> | null = null;
@@ -222,8 +207,7 @@ export class Dataplane {
         socket.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
       });
     } else {
-      this.#app = loadUws().App();
-      this.#app.any('/*', (res, req) => this.#handle(res, req));
+      this.#uws = new UwsDoor((req, body, client) => this.#handleUws(req, body, client));
     }
   }
 
@@ -281,29 +265,17 @@ export class Dataplane {
         });
       });
     }
-    const uws = loadUws();
-    return new Promise((resolve, reject) => {
-      this.#app!.listen(host, port, (socket) => {
-        if (!socket) {
-          reject(new Error(`data plane cannot listen on ${host}:${port}`));
-          return;
-        }
-        this.#listenSocket = socket;
-        this.#port = uws.us_socket_local_port(socket);
-        resolve();
-      });
+    return this.#uws!.listen(host, port).then((p) => {
+      this.#port = p;
     });
   }
 
-  #handle(res: HttpResponse, req: HttpRequest): void {
-    // Everything from req is read here, synchronously: it is invalid after the handler returns.
-    const method = req.getCaseSensitiveMethod();
-    const client = new ClientResponse(res, method === 'HEAD');
-    const headers = readRequestHeaders(req);
-    const ex = newExchange(method, req.getUrl(), req.getQuery() ?? '', headers, Buffer.from(res.getRemoteAddressAsText()).toString(), this.snapshots.current);
+  /** A request from the uWS door (src/http/uws/door.ts). */
+  #handleUws(req: DoorRequest, body: BodySource, client: ResponseEncoder): void {
+    const ex = newExchange(req.method, req.path, req.query, req.headers, req.clientAddress, this.snapshots.current);
     this.#inFlight++;
     try {
-      this.#begin((h) => res.onData(h), ex, client);
+      this.#begin(body, ex, client);
     } catch (err) {
       // A bug must cost one request, not the process (an exception escaping a uWS handler is fatal).
       this.#failed(ex, client, 'data plane request handler failed', err);
@@ -311,7 +283,7 @@ export class Dataplane {
   }
 
   /** A bug or an unexpected failure: this request gets 500 and is settled (src/pool-request/request-failed.ts). */
-  #failed(ex: Exchange, client: ClientSide, what: string, err: unknown): void {
+  #failed(ex: Exchange, client: ResponseEncoder, what: string, err: unknown): void {
     requestFailed(this.#opts.log, what, err, client, (st) => this.#settle(ex, st));
   }
 
@@ -327,7 +299,7 @@ export class Dataplane {
 
   #serveNode(req: IncomingMessage, res: ServerResponse, expectContinue: boolean): void {
     const method = req.method ?? 'GET';
-    const client = new NodeClientResponse(req, res, method === 'HEAD');
+    const client = new NodeResponseEncoder(req, res, method === 'HEAD');
     const raw = req.rawHeaders;
     const headers = readNodeHeaders(raw);
     const url = req.url ?? '';
@@ -345,13 +317,13 @@ export class Dataplane {
     }
   }
 
-  #stopNode(ex: Exchange, client: ClientSide, r: Reply): void {
+  #stopNode(ex: Exchange, client: ResponseEncoder, r: Reply): void {
     client.sendReply(r, null, true);
     this.#settle(ex, { outcome: r.error, status: r.status });
   }
 
   /** Runs route, then the chain of the pool's backend; returns once everything async is under way. */
-  #begin(onBody: BodySource | null, ex: Exchange, client: ClientSide): void {
+  #begin(onBody: BodySource | null, ex: Exchange, client: ResponseEncoder): void {
     const framing = framingRefusal(ex.headers);
     if (framing !== null) return this.#refuseFraming(ex, client, framing);
     const host = ex.headers.host;
@@ -377,15 +349,15 @@ export class Dataplane {
   }
 
   /** A stage's refusal. It leaves any request body unread: that connection is closed rather than the body parsed. */
-  #stop(ex: Exchange, client: ClientSide, r: Reply): void {
+  #stop(ex: Exchange, client: ResponseEncoder, r: Reply): void {
     // uWS would parse what follows the unread body as a request of its own: answered on the next turn instead.
-    if (ex.body !== null && this.#app !== null) return this.#refuseFraming(ex, client, r);
+    if (ex.body !== null && this.#uws !== null) return this.#refuseFraming(ex, client, r);
     client.sendReply(r, null, ex.body !== null);
     this.#settle(ex, { outcome: r.error, status: r.status });
   }
 
   /** The end of an HTTP pool's chain: the body stream, then (after a pending policies verdict) admit on. */
-  #forwardEnd(ex: Exchange, client: ClientSide): void {
+  #forwardEnd(ex: Exchange, client: ResponseEncoder): void {
     // Async pools (spec rule 5): a job when asked by header, when busy (async_on_queue), or after the wait.
     const asyncPool = this.#opts.jobs && asyncEligible(ex.pool!) ? ex.pool! : null;
     const judged = ex.body !== null && needsFormJudgement(ex);
@@ -399,7 +371,7 @@ export class Dataplane {
    * that stalls or breaks off there costs no slot and never reaches the origin (issue 25 items 4, 5). A read key's
    * form body is read whole and judged for `_method` (scope.ts).
    */
-  #readFirst(ex: Exchange, client: ClientSide, body: RequestBody | null, judged: boolean, asyncPool: PoolEntry | null): void {
+  #readFirst(ex: Exchange, client: ResponseEncoder, body: RequestBody | null, judged: boolean, asyncPool: PoolEntry | null): void {
     if (body === null) return this.#admitStage(ex, client, body, ex.waitMs, asyncPool);
     let waiting = true;
     client.onAbort(() => {
@@ -442,7 +414,7 @@ export class Dataplane {
    * body would become a request of their own. Answered later, the response is pending when uWS meets those
    * bytes, and uWS closes the connection instead (nothing more is parsed, nothing reaches the origin).
    */
-  #refuseFraming(ex: Exchange, client: ClientSide, r: Reply): void {
+  #refuseFraming(ex: Exchange, client: ResponseEncoder, r: Reply): void {
     client.onAbort(() => this.#settle(ex, { outcome: 'client_aborted', status: 0 }));
     setImmediate(() => {
       if (!client.open) return;
@@ -452,7 +424,7 @@ export class Dataplane {
   }
 
   /** Waits for an async policy verdict (JWT, signed body, Redis nonces), then refuses or goes on. */
-  #afterPolicies(pending: Promise<Reply | null>, ex: Exchange, client: ClientSide, body: RequestBody | null, go: () => void): void {
+  #afterPolicies(pending: Promise<Reply | null>, ex: Exchange, client: ResponseEncoder, body: RequestBody | null, go: () => void): void {
     let deciding = true;
     client.onAbort(() => {
       if (deciding) this.#settle(ex, { outcome: 'client_aborted', status: 0 });
@@ -473,7 +445,7 @@ export class Dataplane {
   }
 
   /** Stage 5 on: a job when the request asks for one, else a slot. */
-  #admitStage(ex: Exchange, client: ClientSide, body: RequestBody | null, wait: number, asyncPool: PoolEntry | null): void {
+  #admitStage(ex: Exchange, client: ResponseEncoder, body: RequestBody | null, wait: number, asyncPool: PoolEntry | null): void {
     if (asyncPool && asyncRequested(ex.headers)) return this.#toJob(ex, client, body, 'requested');
     const a = admit(this.governor, ex, asyncPool?.asyncOnQueue ? 0 : wait, client);
     if (a instanceof Promise) {
@@ -493,7 +465,7 @@ export class Dataplane {
     }
   }
 
-  #admitted(ex: Exchange, client: ClientSide, body: RequestBody | null, a: Admission): void {
+  #admitted(ex: Exchange, client: ResponseEncoder, body: RequestBody | null, a: Admission): void {
     ex.admission = a;
     ex.queuedMs = a.queuedMs;
     // Queued only when the governor really put it in its queue (a promise alone is not a wait: see Admission).
@@ -530,7 +502,7 @@ export class Dataplane {
   }
 
   /** Spills the request as a job and answers 202 (src/jobs/job-intake.ts). */
-  #toJob(ex: Exchange, client: ClientSide, body: RequestBody | null, reason: JobReason): void {
+  #toJob(ex: Exchange, client: ResponseEncoder, body: RequestBody | null, reason: JobReason): void {
     // A job is counted by the jobs, not as a refused pool request.
     ex.admission = null;
     acceptJob(this.#opts.jobs!, ex, client, body, reason).then(
@@ -558,8 +530,7 @@ export class Dataplane {
   /** Stops accepting, lets in-flight requests finish (up to drainMs), then closes every connection. */
   close(): Promise<void> {
     this.#closing ??= (async () => {
-      if (this.#listenSocket) loadUws().us_listen_socket_close(this.#listenSocket);
-      this.#listenSocket = null;
+      this.#uws?.stopListening();
       this.#node?.close();
       await this.snapshots.close();
       if (this.#inFlight > 0) {
@@ -572,7 +543,7 @@ export class Dataplane {
         });
       }
       // Drops idle keep-alive connections too (present at runtime, missing from the typings).
-      if (this.#app) (this.#app as TemplatedApp & { close(): void }).close();
+      this.#uws?.closeConnections();
       this.#node?.closeAllConnections();
       await this.#upstreams.close(this.#inFlight > 0);
       await this.#sql.close();
