@@ -1,10 +1,11 @@
-// The pool traffic listener (uWS, or node:http): one handler running the stage chain of the request's
+// The proxy port's request handler behind its front door (node:http: node-door.ts; uWS: src/http/uws/): one handler running the stage chain of the request's
 // backend, each chain built once here (Envoy's filter chain): route, then for an HTTP pool authenticate →
 // scope → policies → the 413 rule → the wait → the async check, ending in admit → forward → release; for a
 // database pool the same with the SQL target check after the policies, ending in SQL over HTTP.
 import type { Config } from '../config/schema.js';
 import type { Admission, Governor } from '../governor/governor.js';
-import { UwsDoor, type DoorRequest } from '../http/uws/door.js';
+import { UwsDoor } from '../http/uws/door.js';
+import { NodeDoor } from './node-door.js';
 import type { Logger } from '../log.js';
 import type { SecretBox } from '../security/secret-box.js';
 import { systemLookup, type Lookup } from '../security/targets.js';
@@ -14,17 +15,13 @@ import { refusalReply, governorHeaders } from '../pool-request/refusal.js';
 import { BodyLimit, bodyLimitStage } from '../pool-request/body-limit.js';
 import { admit, queueWaitStage } from '../pool-request/admit.js';
 import { authenticateStage } from '../pool-request/authenticate.js';
-import type { BodySource, ResponseEncoder } from '../pool-request/codec.js';
-import { NodeResponseEncoder, nodeBodySource, readNodeHeaders } from '../pool-request/node-http.js';
-import type { Duplex } from 'node:stream';
-import { createServer, type IncomingMessage, type Server as NodeServer, type ServerResponse } from 'node:http';
-import { newExchange, peerAddress, reply, type Exchange, type Reply, type Stage } from '../pool-request/exchange.js';
+import { hasBody, type BodySource, type DoorHandler, type FrontDoor, type ResponseEncoder } from '../pool-request/codec.js';
+import { reply, type Exchange, type Reply, type Stage } from '../pool-request/exchange.js';
 import { forward, Upstreams, type ForwardDeps } from './forward.js';
 import { releaseStage, type DataplaneMetrics, type Settlement } from '../pool-request/release.js';
 import { requestFailed } from '../pool-request/request-failed.js';
 import { BodyTimeoutError, RequestBody } from '../pool-request/request-body.js';
 import { BodyTooLargeError } from '../pool-request/body-limit.js';
-import { nodeRequestArrived, onNodeClientError } from './node-connection.js';
 import { framingRefusal } from './framing.js';
 import { acceptJob, asyncEligible, asyncRequested, tooLargeForJob, type JobIntake } from '../jobs/job-intake.js';
 import { asyncSizeStage } from '../jobs/async-stage.js';
@@ -38,7 +35,6 @@ import type { NonceStore } from '../policies/nonce-store.js';
 import { policiesStage } from '../policies/dataplane-stage.js';
 import { SqlOverHttp, sqlTargetStage } from '../db/sql-over-http.js';
 import type { DbUpstreams } from '../db/upstream.js';
-import { errorBody } from '../errors/catalogue.js';
 import { proxyHttpParser, UWS_LIMITS } from './http-parser.js';
 import { dataplaneThreadCount } from './threads/host.js';
 
@@ -69,7 +65,6 @@ export interface DataplaneOptions {
 }
 
 const BAD_TARGET = reply(400, 'bad_request', 'the request target must be a path');
-const VERSION_NOT_SUPPORTED = reply(505, 'bad_request', 'only HTTP/1.0 and HTTP/1.1 are served');
 /** RFC 9112 §3.2: a request with more than one Host (or a list in one) is answered 400, and the connection closed. */
 const TWO_HOSTS = reply(400, 'bad_request', 'a request must carry exactly one Host header');
 /**
@@ -83,25 +78,12 @@ const FORM_TOO_LARGE = reply(
   'payload_too_large',
   `a read key's form body is judged for a _method field before it is forwarded, and may be at most ${PREREAD_BYTES} bytes`,
 );
-/**
- * node:http's own cap is bytes (maxHeaderSize); a cap on lines answers 431 to a flood of tiny headers. 48 is the
- * most uWS 20.30 accepts (it drops a request with more), so both parsers admit the same requests.
- */
-const MAX_HEADER_LINES = 48;
-const TOO_MANY_HEADERS = reply(431, 'bad_request', `more than ${MAX_HEADER_LINES} header lines`);
 
 /** The stages a request on one backend runs after route, and the end that then takes the request over. */
 interface Chain {
   readonly stages: readonly Stage[];
   /** Answers and settles the request itself (synchronously registers its body reader). */
   readonly end: (ex: Exchange, client: ResponseEncoder) => void;
-}
-
-/** The request carries a body (uWS then delivers it through onData). */
-function hasBody(headers: Record<string, string>): boolean {
-  if (headers['transfer-encoding'] !== undefined) return true;
-  const cl = headers['content-length'];
-  return cl !== undefined && cl !== '0';
 }
 
 /** Told about every snapshot the data plane loads and every key point update (the thread host forwards them). */
@@ -118,8 +100,24 @@ export class Dataplane {
   #port = 0;
   readonly #opts: DataplaneOptions;
   /** The pool listener: node:http, or the uWS door with proxyHttpParser 'uws' (docs/http-front-door.md). */
-  readonly #uws: UwsDoor | null = null;
-  readonly #node: NodeServer | null = null;
+  readonly #door: FrontDoor;
+  /** What the door hands each request to. */
+  readonly #doorHandler: DoorHandler = {
+    serve: (ex, body, client) => {
+      this.#inFlight++;
+      try {
+        this.#begin(body, ex, client);
+      } catch (err) {
+        // A bug must cost one request, not the process (an exception escaping a uWS handler is fatal).
+        this.#failed(ex, client, 'data plane request handler failed', err);
+      }
+    },
+    refuse: (ex, client, r) => {
+      this.#inFlight++;
+      client.sendReply(r, null, true);
+      this.#settle(ex, { outcome: r.error, status: r.status });
+    },
+  };
   /** Stage 1: finds the pool, and with it the backend whose chain runs next. */
   readonly #route: Stage;
   readonly #httpChain: Chain;
@@ -194,21 +192,9 @@ export class Dataplane {
         onKeys: (changes) => this.#listener?.keys(changes),
       });
     }
-    if (proxyHttpParser(opts.config) === 'node') {
-      this.#node = createServer({ requireHostHeader: true, headersTimeout: 10_000, requestTimeout: 0, keepAliveTimeout: 10_000 });
-      this.#node.on('request', (req, res) => this.#handleNode(req, res, false));
-      // Expect: 100-continue comes here instead: 100 Continue goes out only once the body is wanted, after the gates.
-      this.#node.on('checkContinue', (req, res) => this.#handleNode(req, res, true));
-      // A malformed request is answered after the requests read before it (src/dataplane/node-connection.ts).
-      this.#node.on('clientError', onNodeClientError);
-      // node:http hands CONNECT to 'connect' (never 'request'); the proxy forwards no tunnels: answer and close.
-      this.#node.on('connect', (_req: IncomingMessage, socket: Duplex) => {
-        const body = JSON.stringify(errorBody('bad_request', 'the request cannot be forwarded: CONNECT is not supported'));
-        socket.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
-      });
-    } else {
-      this.#uws = new UwsDoor((req, body, client) => this.#handleUws(req, body, client));
-    }
+    // The proxy port's front door: node:http (first-class), or the uWS adapter where chosen (docs/http-front-door.md).
+    const snapshot = () => this.snapshots.current;
+    this.#door = proxyHttpParser(opts.config) === 'node' ? new NodeDoor(this.#doorHandler, snapshot) : new UwsDoor(this.#doorHandler, snapshot);
   }
 
   /** Loads the snapshot, then listens on config.proxyPort. */
@@ -251,75 +237,15 @@ export class Dataplane {
     return this.#inFlight;
   }
 
-  #listen(host: string, port: number): Promise<void> {
-    const node = this.#node;
-    if (node !== null) {
-      return new Promise((resolve, reject) => {
-        node.once('error', reject);
-        // Threads sharing the proxy port each bind it with SO_REUSEPORT; the kernel spreads connections over them.
-        const reusePort = dataplaneThreadCount(this.#opts.config) > 1 && this.#opts.config.dataplaneThreadPorts === 'shared';
-        node.listen({ port, host, reusePort }, () => {
-          node.off('error', reject);
-          this.#port = (node.address() as { port: number }).port;
-          resolve();
-        });
-      });
-    }
-    return this.#uws!.listen(host, port).then((p) => {
-      this.#port = p;
-    });
-  }
-
-  /** A request from the uWS door (src/http/uws/door.ts). */
-  #handleUws(req: DoorRequest, body: BodySource, client: ResponseEncoder): void {
-    const ex = newExchange(req.method, req.path, req.query, req.headers, req.clientAddress, this.snapshots.current);
-    this.#inFlight++;
-    try {
-      this.#begin(body, ex, client);
-    } catch (err) {
-      // A bug must cost one request, not the process (an exception escaping a uWS handler is fatal).
-      this.#failed(ex, client, 'data plane request handler failed', err);
-    }
+  async #listen(host: string, port: number): Promise<void> {
+    // Threads sharing the proxy port each bind it with SO_REUSEPORT; the kernel spreads connections over them.
+    const reusePort = dataplaneThreadCount(this.#opts.config) > 1 && this.#opts.config.dataplaneThreadPorts === 'shared';
+    this.#port = await this.#door.listen(host, port, reusePort);
   }
 
   /** A bug or an unexpected failure: this request gets 500 and is settled (src/pool-request/request-failed.ts). */
   #failed(ex: Exchange, client: ResponseEncoder, what: string, err: unknown): void {
     requestFailed(this.#opts.log, what, err, client, (st) => this.#settle(ex, st));
-  }
-
-  /**
-   * A request taken by node:http (llhttp has already refused malformed framing with 400/431 and closed). One
-   * pipelined behind an answer that is not out yet begins once it is (src/dataplane/node-connection.ts).
-   */
-  #handleNode(req: IncomingMessage, res: ServerResponse, expectContinue: boolean): void {
-    const when = nodeRequestArrived(req, res);
-    if (when === 'now') this.#serveNode(req, res, expectContinue);
-    else if (when === 'later') res.once('socket', () => this.#serveNode(req, res, expectContinue));
-  }
-
-  #serveNode(req: IncomingMessage, res: ServerResponse, expectContinue: boolean): void {
-    const method = req.method ?? 'GET';
-    const client = new NodeResponseEncoder(req, res, method === 'HEAD');
-    const raw = req.rawHeaders;
-    const headers = readNodeHeaders(raw);
-    const url = req.url ?? '';
-    const q = url.indexOf('?');
-    const address = peerAddress(req.socket.remoteAddress);
-    const ex = newExchange(method, q === -1 ? url : url.slice(0, q), q === -1 ? '' : url.slice(q + 1), headers, address, this.snapshots.current);
-    this.#inFlight++;
-    try {
-      if (req.httpVersionMajor !== 1) return this.#stopNode(ex, client, VERSION_NOT_SUPPORTED);
-      if (raw.length / 2 > MAX_HEADER_LINES) return this.#stopNode(ex, client, TOO_MANY_HEADERS);
-      // A body reader only for a request that has a body (most have none: no closure for them).
-      this.#begin(hasBody(headers) ? nodeBodySource(req, res, expectContinue) : null, ex, client);
-    } catch (err) {
-      this.#failed(ex, client, 'data plane request handler failed', err);
-    }
-  }
-
-  #stopNode(ex: Exchange, client: ResponseEncoder, r: Reply): void {
-    client.sendReply(r, null, true);
-    this.#settle(ex, { outcome: r.error, status: r.status });
   }
 
   /** Runs route, then the chain of the pool's backend; returns once everything async is under way. */
@@ -351,7 +277,7 @@ export class Dataplane {
   /** A stage's refusal. It leaves any request body unread: that connection is closed rather than the body parsed. */
   #stop(ex: Exchange, client: ResponseEncoder, r: Reply): void {
     // uWS would parse what follows the unread body as a request of its own: answered on the next turn instead.
-    if (ex.body !== null && this.#uws !== null) return this.#refuseFraming(ex, client, r);
+    if (ex.body !== null && this.#door.answersUnreadBodyLater) return this.#refuseFraming(ex, client, r);
     client.sendReply(r, null, ex.body !== null);
     this.#settle(ex, { outcome: r.error, status: r.status });
   }
@@ -530,8 +456,7 @@ export class Dataplane {
   /** Stops accepting, lets in-flight requests finish (up to drainMs), then closes every connection. */
   close(): Promise<void> {
     this.#closing ??= (async () => {
-      this.#uws?.stopListening();
-      this.#node?.close();
+      this.#door.stopListening();
       await this.snapshots.close();
       if (this.#inFlight > 0) {
         await new Promise<void>((resolve) => {
@@ -543,8 +468,7 @@ export class Dataplane {
         });
       }
       // Drops idle keep-alive connections too (present at runtime, missing from the typings).
-      this.#uws?.closeConnections();
-      this.#node?.closeAllConnections();
+      this.#door.closeConnections();
       await this.#upstreams.close(this.#inFlight > 0);
       await this.#sql.close();
       await this.policies.close();

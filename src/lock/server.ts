@@ -8,7 +8,7 @@ import type { AccessLog } from '../pool-request/access-log.js';
 import { governorHeaders, refusalReply } from '../pool-request/refusal.js';
 import { authenticateStage } from '../pool-request/authenticate.js';
 import { BodyLimit } from '../pool-request/body-limit.js';
-import type { ResponseEncoder } from '../pool-request/codec.js';
+import { hasBody, type ResponseEncoder } from '../pool-request/codec.js';
 import { NodeResponseEncoder, nodeBodySource, readNodeHeaders } from '../pool-request/node-http.js';
 import { newExchange, peerAddress, type Exchange, type Stage, type OutcomeName } from '../pool-request/exchange.js';
 import type { PoolEntry, SnapshotFeed } from '../pool-request/snapshot.js';
@@ -130,9 +130,8 @@ export class LockServer {
     const headers = readNodeHeaders(req.rawHeaders);
     const ex = newExchange(method, path, q === -1 ? '' : url.slice(q + 1), headers, peerAddress(req.socket.remoteAddress), this.#opts.snapshots.current);
     const call: LockCall | null = route ? { ex, route, client, head } : null;
-    const bodyPresent = headers['transfer-encoding'] !== undefined || (headers['content-length'] !== undefined && headers['content-length'] !== '0');
     const limit = route?.action === 'release' ? RELEASE_BODY : ACQUIRE_BODY;
-    if (!bodyPresent) {
+    if (!hasBody(headers)) {
       this.#run(call, client, head, method, Buffer.alloc(0));
       return;
     }

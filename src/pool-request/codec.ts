@@ -4,7 +4,7 @@
 // headers, then body Buffers with end-of-stream, backpressure reported by the return value and lifted by a
 // callback. node:http is the first-class implementation (node-http.ts); any other door is an adapter in its own
 // folder (uWebSockets.js: src/http/uws/).
-import type { Reply } from './exchange.js';
+import type { Exchange, Reply } from './exchange.js';
 import { errorBody } from '../errors/catalogue.js';
 
 /**
@@ -12,6 +12,13 @@ import { errorBody } from '../errors/catalogue.js';
  * it without copying), `end` true with the last one (an empty chunk when the body ends without bytes).
  */
 export type BodySource = (handler: (chunk: Buffer, end: boolean) => void) => void;
+
+/** The request declares a body (Transfer-Encoding, or a Content-Length other than 0): only then is it read. */
+export function hasBody(headers: Readonly<Record<string, string>>): boolean {
+  if (headers['transfer-encoding'] !== undefined) return true;
+  const cl = headers['content-length'];
+  return cl !== undefined && cl !== '0';
+}
 
 /** Headers as ordered name/value pairs, names lower-case. */
 export type HeaderList = ReadonlyArray<readonly [string, string]>;
@@ -155,4 +162,29 @@ export function encodeWhole(client: ResponseEncoder, head: boolean, status: numb
   client.encodeHeaders(status, headers, body.length);
   if (head) client.endWithoutBody(body.length);
   else client.encodeData(body, true);
+}
+
+/**
+ * What a listener does with the requests a front door reads (the data plane's proxy port): `serve` takes a request
+ * over (it must register its body reader synchronously: a door may deliver the body only to a reader set now);
+ * `refuse` answers one the door already judged unservable (e.g. HTTP/2.0 on node:http), closes, and settles it.
+ */
+export interface DoorHandler {
+  serve(ex: Exchange, body: BodySource | null, client: ResponseEncoder): void;
+  refuse(ex: Exchange, client: ResponseEncoder, r: Reply): void;
+}
+
+/** A front door of a port: it turns each request into an Exchange, a BodySource and a ResponseEncoder. */
+export interface FrontDoor {
+  /** Listens; resolves with the port. `reusePort`: several threads bind the same port (SO_REUSEPORT). */
+  listen(host: string, port: number, reusePort: boolean): Promise<number>;
+  /** Stops accepting connections; open ones go on. */
+  stopListening(): void;
+  /** Drops every connection, idle keep-alive ones too. */
+  closeConnections(): void;
+  /**
+   * The door parses bytes that follow an unread request body as a request of their own even after an answer
+   * that says close (uWS 20.30): a refusal that leaves a body unread must go out on the next turn.
+   */
+  readonly answersUnreadBodyLater: boolean;
 }
