@@ -306,7 +306,7 @@ export class SqlOverHttp {
     if (!r.ok && r.failure.kind === 'aborted') return { outcome: 'client_aborted', status: 0, upstream: { dropped: true } };
     const { status, body } = r.ok ? { status: 200, body: responseJson(req, r.results) } : errorJson(r.failure as Exclude<DbFailure, { kind: 'aborted' }>, r.index);
     const headers = [['content-type', 'application/json'] as const, ...governorHeaders(this.#opts.governor, pool.id, ex.queuedMs)];
-    const sent = await sendJson(client, status, headers, Buffer.from(JSON.stringify(body)));
+    const sent = sendJson(client, status, headers, Buffer.from(JSON.stringify(body)));
     if (!sent) return { outcome: 'client_aborted', status: 0, upstream: { status, latencyMs: ex.upstreamMs } };
     return settlementOf(r, status, ex.upstreamMs);
   }
@@ -320,12 +320,12 @@ function jobReason(pool: PoolEntry, refusal: string): JobReason | null {
 }
 
 /**
- * Writes a whole JSON response; false when the client went away first. Resolves once the encoder took the body
- * (it writes what the socket cannot take yet as the socket drains).
+ * Writes a whole JSON response; false when the client went away first. The encoder takes the body whole (what the
+ * socket cannot take yet goes out as it drains), so the slot is not held for a slow reader.
  */
-function sendJson(client: ResponseEncoder, status: number, headers: HeaderList, body: Buffer): Promise<boolean> {
-  if (!client.open) return Promise.resolve(false);
+function sendJson(client: ResponseEncoder, status: number, headers: HeaderList, body: Buffer): boolean {
+  if (!client.open) return false;
   client.encodeHeaders(status, headers, body.length);
   client.encodeData(body, true);
-  return Promise.resolve(true);
+  return true;
 }
