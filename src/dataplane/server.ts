@@ -1,7 +1,8 @@
-// The proxy port's request handler behind its front door (node:http: node-door.ts; uWS: src/http/uws/): one handler running the stage chain of the request's
-// backend, each chain built once here (Envoy's filter chain): route, then for an HTTP pool authenticate →
-// scope → policies → the 413 rule → the wait → the async check, ending in admit → forward → release; for a
-// database pool the same with the SQL target check after the policies, ending in SQL over HTTP.
+// The proxy port's request handler behind its front door (node:http: node-door.ts; uWS: src/http/uws/), running
+// the stage chain of the request's backend, each chain built once here (Envoy's filter chain): route, then for an
+// HTTP pool authenticate → scope → policies → the 413 rule → the wait → the async check, ending in admit →
+// forward → release; for a database pool the same with the SQL target check after the policies, ending in SQL
+// over HTTP.
 import type { Config } from '../config/schema.js';
 import type { Admission, Governor } from '../governor/governor.js';
 import { UwsDoor } from '../http/uws/door.js';
