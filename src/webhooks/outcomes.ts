@@ -1,7 +1,8 @@
 // Recording finished deliveries in batches: every outcome gathered since the last write goes to the store in
 // one statement — the attempts for the history, each row delivered, rescheduled or given up, and each
-// destination's failure streak (8 consecutive failures deactivate it; any success resets it).
-import type { Queryable } from '../store/sql.js';
+// destination's failure streak (8 consecutive failures deactivate it; any success resets it). The deliverer
+// sends the batch in the statement that claims its next rows (claim.ts).
+import type { Queryable, SqlParam } from '../store/sql.js';
 import { CHANGE_CHANNEL } from '../store/sql.js';
 
 export interface Outcome {
@@ -52,18 +53,17 @@ export function streakChanges(outcomes: readonly Outcome[]): StreakChange[] {
 }
 
 /**
- * Writes a batch of outcomes in one statement and returns the destinations this batch deactivated (their
- * change notification is sent in the same statement, so the data plane learns of it at commit).
+ * The common table expressions that write a batch of outcomes, parameters $1 to $17 (recordParams): the
+ * attempts for the history, each row's new state, each destination's streak, and `deactivated`, the
+ * destinations this batch deactivated (their change notification is sent in the same statement, so the data
+ * plane learns of it at commit). A statement that writes outcomes starts `WITH` these and selects from
+ * `deactivated`; the deliverer's claim follows them in the same statement (claim.ts).
  *
  * Locks: the statement updates destination rows (FOR NO KEY UPDATE) and inserts attempts that reference
  * them (FOR KEY SHARE, which does not conflict); there is no SELECT … FOR UPDATE, which deadlocked
  * against the attempts' foreign-key locks when two recordings ran at once on PostgreSQL.
  */
-export async function recordOutcomes(db: Queryable, outcomes: readonly Outcome[], failuresBeforeDeactivation: number): Promise<number[]> {
-  if (outcomes.length === 0) return [];
-  const streaks = streakChanges(outcomes);
-  const { rows } = await db.query<{ id: number }>(
-    `WITH o AS (
+export const RECORD_CTES = `o AS (
        SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::int[], $5::bool[], $6::int[], $7::text[], $8::int[], $9::int[], $10::int[])
               AS o(id, dest, job_id, pool_id, ok, http_status, error, attempt, latency_ms, retry_ms)),
      attempts AS (
@@ -87,9 +87,17 @@ export async function recordOutcomes(db: Queryable, outcomes: readonly Outcome[]
           AND (s.before > 0 OR s.inner_run > 0 OR w.consecutive_failures <> CASE WHEN s.reset THEN s.after ELSE w.consecutive_failures END)
         RETURNING w.id, w.disabled AND NOT old.disabled AS deactivated),
      told AS (
-       SELECT pg_notify($17, 'webhook:' || id) FROM streak WHERE deactivated)
-     SELECT id FROM streak WHERE deactivated AND (SELECT count(*) FROM told) >= 0`,
-    [
+       SELECT pg_notify($17, 'webhook:' || id) FROM streak WHERE deactivated),
+     deactivated AS (
+       SELECT id FROM streak WHERE deactivated AND (SELECT count(*) FROM told) >= 0)`;
+
+/** How many parameters RECORD_CTES takes: a statement's own parameters follow them. */
+export const RECORD_PARAMS = 17;
+
+/** RECORD_CTES's parameters for a batch. */
+export function recordParams(outcomes: readonly Outcome[], failuresBeforeDeactivation: number): SqlParam[] {
+  const streaks = streakChanges(outcomes);
+  return [
       outcomes.map((o) => o.rowId),
       outcomes.map((o) => o.dest),
       outcomes.map((o) => o.jobId),
@@ -107,7 +115,14 @@ export async function recordOutcomes(db: Queryable, outcomes: readonly Outcome[]
       streaks.map((s) => s.inner),
       failuresBeforeDeactivation,
       CHANGE_CHANNEL,
-    ],
-  );
+  ];
+}
+
+const RECORD_ONLY = `WITH ${RECORD_CTES}\n     SELECT id FROM deactivated`;
+
+/** Writes a batch of outcomes in one statement and returns the destinations it deactivated. */
+export async function recordOutcomes(db: Queryable, outcomes: readonly Outcome[], failuresBeforeDeactivation: number): Promise<number[]> {
+  if (outcomes.length === 0) return [];
+  const { rows } = await db.query<{ id: number }>(RECORD_ONLY, recordParams(outcomes, failuresBeforeDeactivation));
   return rows.map((r) => r.id);
 }
