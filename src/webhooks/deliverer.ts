@@ -2,12 +2,13 @@
 // current secret, POSTs it over a warm keep-alive connection, and records the outcomes in batches, keeping
 // each destination's failure streak (8 → deactivated). See docs/jobs-and-webhooks.md.
 //
-// One loop, one statement at a time (claim.ts): it writes every outcome gathered so far and claims due rows
-// for every destination with room in the same statement, and sends them. Work that arrives while a statement
-// runs is gathered for the next one, and the loop runs at most once per LINGER_MS (a notification after a
-// quiet spell is claimed at once; at a steady rate of single-event transactions, one statement covers every
-// event and every finished send of the last few ms instead of a statement per notification and per finished
-// send: each statement costs the process far more CPU than a POST). A destination with a failure not yet
+// Two loops, each one statement at a time: the claimer claims due rows for every destination with room and
+// sends them, and writes the outcomes gathered so far in the same statement (claim.ts); the recorder writes
+// them alone only when the claimer cannot take them (it is mid-statement, or nothing is to be claimed). Work
+// that arrives while a statement runs is gathered for the next one, and both loops run at most once per
+// LINGER_MS (a notification after a quiet spell is claimed at once; at a steady rate of single-event
+// transactions, one statement covers every event and every finished send of the last few ms instead of a
+// statement per notification and per finished send: each statement costs the process far more CPU than a POST). A destination with a failure not yet
 // written gets no new claims until it is: its 8th failure is in the store (deactivated) before anything
 // more is claimed for it, so only the sends already in flight can follow it.
 //
@@ -92,8 +93,11 @@ export class Deliverer {
   #outcomes: Outcome[] = [];
   #timer: NodeJS.Timeout | null = null;
   #unlisten: Array<() => Promise<void>> = [];
-  /** The statement loop running now (at most one). */
-  #round: Promise<void> | null = null;
+  /** The claimer and the recorder when they run (each one statement at a time). */
+  #claiming: Promise<void> | null = null;
+  #recording: Promise<void> | null = null;
+  /** A statement writing outcomes is in flight: the next batch waits for it. */
+  #writing = false;
   /** Something asked to look for due rows (a notification, the poll, a freed slot with rows left behind). */
   #want = false;
   /** Failures not yet written, by destination: it gets no new claims until they are. */
@@ -102,7 +106,7 @@ export class Deliverer {
   #hint = true;
   /** The last claim may have left due rows behind (a destination or the total at its room): a finished send claims again. */
   #backlog = false;
-  /** When the statement loop last started, and the timer that starts it again LINGER_MS after that. */
+  /** When the claimer and recorder last ran, and the timer that runs them again LINGER_MS after that. */
   #lastRun = -Infinity;
   #lingerTimer: NodeJS.Timeout | null = null;
   #stopping = false;
@@ -113,8 +117,8 @@ export class Deliverer {
   readonly #secrets = new Map<string, string>();
   /** Parsed destination URLs by their text (null: not a URL); a changed URL is a new key. */
   readonly #targets = new Map<string, Target | null>();
-  /** Batches written and rows claimed; for the bench and diagnostics. */
-  readonly stats = { claims: 0, claimed: 0, claimMs: 0, records: 0, recorded: 0, recordMs: 0 };
+  /** Claims, batches written (`both`: in one statement) and rows; for the bench and diagnostics. */
+  readonly stats = { claims: 0, claimed: 0, claimMs: 0, records: 0, recorded: 0, recordMs: 0, both: 0 };
 
   constructor(opts: DelivererOptions) {
     if (opts.leaseMs <= (opts.timeoutMs ?? DELIVERY_TIMEOUT_MS)) throw new Error('the claim lease must be longer than the delivery timeout');
@@ -183,12 +187,11 @@ export class Deliverer {
 
   /**
    * Records what finished and looks for due rows (notifications, the poll timer, each finished send): now if
-   * the loop last started LINGER_MS ago or more, else once when that much has passed, for everything asked
-   * meanwhile; while a statement runs, when it ends.
+   * the loops last ran LINGER_MS ago or more, else once when that much has passed, for everything asked meanwhile.
    */
   #schedule(): void {
     // Stopping: stop() records what is left itself.
-    if (this.#lingerTimer || this.#round || this.#stopping) return;
+    if (this.#lingerTimer || this.#stopping) return;
     const wait = this.#lastRun + this.#o.lingerMs - performance.now();
     if (wait > 0) {
       this.#lingerTimer = setTimeout(() => {
@@ -201,17 +204,27 @@ export class Deliverer {
   }
 
   #run(): void {
-    if (this.#round || this.#stopping) return;
-    const claim = this.#want;
-    if (!claim && this.#outcomes.length === 0) return;
     this.#lastRun = performance.now();
-    this.#want = false;
-    this.#round = this.#rounds(claim)
-      .catch((err: unknown) => this.#o.log.warn({ err }, 'webhook deliverer: claiming due deliveries failed; retrying at the next poll'))
-      .finally(() => {
-        this.#round = null;
-        if (this.#want || this.#outcomes.length > 0) this.#schedule();
-      });
+    if (this.#stopping) return;
+    // Asked while a claim runs: the claimer runs again when it ends.
+    if (this.#want && !this.#claiming) {
+      this.#want = false;
+      this.#claiming = this.#claimLoop()
+        .catch((err: unknown) => this.#o.log.warn({ err }, 'webhook deliverer: claiming due deliveries failed; retrying at the next poll'))
+        .finally(() => {
+          this.#claiming = null;
+          if (this.#want || this.#outcomes.length > 0) this.#schedule();
+        });
+    }
+    // Outcomes the claim could not take with it (one is being written, or nothing is to be claimed): alone.
+    if (this.#outcomes.length > 0 && !this.#writing) {
+      this.#recording = this.#statement(0)
+        .then(() => {})
+        .finally(() => {
+          this.#recording = null;
+          if (this.#want || this.#outcomes.length > 0) this.#schedule();
+        });
+    }
   }
 
   /** Stops claiming, lets in-flight deliveries finish (each within the timeout), records them and closes connections. */
@@ -223,26 +236,24 @@ export class Deliverer {
     for (const u of this.#unlisten) await u().catch(() => {});
     this.#unlisten = [];
     await Promise.allSettled([...this.#inFlight]);
-    await this.#round;
+    await this.#claiming;
+    await this.#recording;
     await this.#statement(0);
     await this.#agent.close().catch(() => {});
   }
 
-  /**
-   * Statements until nothing is left to do now: each writes the gathered outcomes and, if `claim`, claims due
-   * rows (up to the free slots) and sends them; a full claim may have left due rows behind, so it claims again at once.
-   */
-  async #rounds(claim: boolean): Promise<void> {
+  /** Claims due rows for the free slots and sends them; a full claim may have left due rows behind, so it claims again at once. */
+  async #claimLoop(): Promise<void> {
     for (;;) {
-      let n = claim && !this.#stopping ? Math.max(0, this.#o.concurrency - this.#inFlight.size) : 0;
-      // A read-only probe before a claim with nothing to record (a tenth of its cost): on the embedded store
+      if (this.#stopping) return;
+      const free = this.#o.concurrency - this.#inFlight.size;
+      if (free <= 0) return;
+      // A read-only probe before a claim with nothing to write (a tenth of its cost): on the embedded store
       // each statement runs on the event loop that serves pool traffic, and most polls find nothing due.
-      if (n > 0 && !this.#hint && this.#outcomes.length === 0 && !(await this.#anyDue())) n = 0;
-      if (n === 0 && this.#outcomes.length === 0) return;
-      const rows = await this.#statement(n);
+      if (!this.#hint && (this.#writing || this.#outcomes.length === 0) && !(await this.#anyDue())) return;
+      const rows = await this.#statement(free);
       for (const row of rows) this.#launch(row);
-      if (n === 0) return;
-      if (rows.length < n) {
+      if (rows.length < free) {
         await this.#prune();
         return;
       }
@@ -258,15 +269,20 @@ export class Deliverer {
   }
 
   /**
-   * One statement (claim.ts): writes every gathered outcome and claims up to `n` due rows, for each active
-   * destination as many as its room (adaptive limit minus what this process has in flight there; the initial
-   * limit for one not sent to yet; none while it has a failure not yet written, this batch's included). A failed
-   * write drops the outcomes: their rows come back when the lease ends. A failed claim throws.
+   * One statement (claim.ts): writes the gathered outcomes unless another statement is writing some (one at a
+   * time: two writes could lock the same destinations' rows in opposite orders), and claims up to `n` due rows,
+   * for each active destination as many as its room (adaptive limit minus what this process has in flight
+   * there; the initial limit for one not sent to yet; none while it has a failure not yet written, this
+   * batch's included). A failed write drops the outcomes: their rows come back when the lease ends. A failed
+   * claim throws.
    */
   async #statement(n: number): Promise<ClaimedRow[]> {
-    const batch = this.#outcomes;
-    this.#outcomes = [];
+    const batch = this.#writing ? [] : this.#outcomes;
     if (n === 0 && batch.length === 0) return [];
+    if (batch.length > 0) {
+      this.#outcomes = [];
+      this.#writing = true;
+    }
     const dests: number[] = [];
     const rooms: number[] = [];
     if (n > 0) {
@@ -290,7 +306,10 @@ export class Deliverer {
       if (n > 0) throw err;
       return [];
     } finally {
-      this.#written(batch);
+      if (batch.length > 0) {
+        this.#writing = false;
+        this.#written(batch);
+      }
     }
     const ms = performance.now() - started;
     if (n > 0) {
@@ -304,6 +323,7 @@ export class Deliverer {
       this.stats.recorded += batch.length;
       this.stats.recordMs += ms;
     }
+    if (n > 0 && batch.length > 0) this.stats.both++;
     for (const dest of result.deactivated) {
       this.#o.log.warn({ webhook: dest }, `webhook destination deactivated after ${FAILURES_BEFORE_DEACTIVATION} consecutive failed deliveries`);
     }
