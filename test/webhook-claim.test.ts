@@ -2,7 +2,7 @@
 // the last one and claims the next due rows in the same round trip (issue 28 §5: one statement per batch
 // instead of a claim and a record), with the delivery rules of the spec intact — a row is recorded once and
 // not sent again by the statement that records it, and the failure that deactivates a destination is reported
-// even when nothing is claimed.
+// even when nothing is claimed, and a batch is never refused for a failure reason it cannot store.
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
 import { startTestApi } from './helpers/service.js';
@@ -90,6 +90,16 @@ for (const engine of engines) {
       const { rows } = await sql.query<{ disabled: boolean; consecutive_failures: number }>('SELECT disabled, consecutive_failures FROM webhook_endpoints WHERE id = $1', [d]);
       t.same(rows[0], { disabled: true, consecutive_failures: FAILURES_BEFORE_DEACTIVATION });
       t.same(await attemptsOf(d), [{ result: 'failure', attempt: 1 }]);
+    });
+
+    t.test('a failure reason cut inside a surrogate pair, or with a NUL, is written (the batch is not refused)', async (t) => {
+      const d = await dest();
+      await due(d, 1);
+      const first = await claimAndRecord(sql, claim(1), null);
+      const failed = { ...outcome(first.rows[0]!, false), error: 'ECONNRESET: \u0000 reset 😀'.slice(0, -1) };
+      await claimAndRecord(sql, claim(10), record([failed]));
+      const { rows } = await sql.query<{ error: string }>('SELECT error FROM webhook_delivery_attempts WHERE webhook_endpoint_id = $1', [d]);
+      t.same(rows, [{ error: 'ECONNRESET: \uFFFD reset \uFFFD' }], 'each unstorable character is U+FFFD');
     });
   });
 }
