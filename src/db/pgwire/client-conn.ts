@@ -27,6 +27,7 @@ import { ClientStatements, type Expect, QUERY_END, SYNC } from './statements.js'
 import { Outbox } from './outbox.js';
 import { ALL_PINS, NONE, PIN, PIN_REASONS, queryEffect, statementEffect, type Effect } from './pinning.js';
 import { directReads } from '../direct-reads.js';
+import { DirectWriter } from '../direct-writes.js';
 import { replaying } from '../replay-stream.js';
 import type { Duplex } from 'node:stream';
 import { LastCheck } from '../wire-recheck.js';
@@ -171,7 +172,9 @@ export class ClientConn implements ServerLink {
   /** The frames of one received chunk are being handled: what they forward is written once, after the chunk. */
   #inChunk = false;
   readonly #statements: ClientStatements;
-  readonly #toClient = new Outbox((bytes) => this.#socket.write(bytes));
+  /** Writes to #socket (replaced with it when TLS starts). */
+  #writer!: DirectWriter;
+  readonly #toClient = new Outbox((bytes) => this.#writer.write(bytes));
   readonly #toServer = new Outbox((bytes) => this.#server?.write(bytes) ?? true);
   /** The client frame being forwarded, as a view, and where it lies in its chunk (statements.ts passes it on or rewrites it). */
   #cur: Buffer | null = null;
@@ -225,6 +228,7 @@ export class ClientConn implements ServerLink {
   }
 
   #attach(socket: Socket): void {
+    this.#writer = new DirectWriter(socket);
     socket.on('drain', () => this.#server?.resume());
     socket.on('error', () => this.#closed());
     socket.on('close', () => this.#closed());
@@ -1057,7 +1061,7 @@ export class ClientConn implements ServerLink {
     if (this.#sessionStart !== null) {
       this.#ctx.wireLog.ended({
         pool: this.#pool?.subdomain ?? null, peer: this.address, user: this.#user, durationMs: Math.round(performance.now() - this.#sessionStart),
-        bytesIn: this.#socket.bytesRead, bytesOut: this.#socket.bytesWritten, transactions: this.#transactions, reason: this.#endReason ?? 'client_disconnected',
+        bytesIn: this.#socket.bytesRead, bytesOut: this.#writer.bytesWritten, transactions: this.#transactions, reason: this.#endReason ?? 'client_disconnected',
       });
     }
   }

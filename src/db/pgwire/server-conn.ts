@@ -6,6 +6,7 @@ import pg from 'pg';
 import type { DatabaseTarget } from '../../pool-request/snapshot.js';
 import { guardedConnect, guardedSocket } from '../upstream-socket-guard.js';
 import { directReads } from '../direct-reads.js';
+import { DirectWriter } from '../direct-writes.js';
 import { FrameReader } from './frames.js';
 import { cancelRequest } from './messages.js';
 import { READ_UNREPORTED, readParameterStatus, UNREPORTED } from './session-params.js';
@@ -84,6 +85,7 @@ export class ServerConn {
   /** Called once when the connection is gone (the pool forgets it). */
   onClose: ((conn: ServerConn) => void) | null = null;
   readonly #socket: Socket;
+  readonly #writer: DirectWriter;
   readonly #reader = new FrameReader(MAX_SERVER_FRAME);
   readonly #sink = (type: number, buf: Buffer, start: number, end: number) => {
     if (type === Z) this.status = statusOf(buf[start + 5]!);
@@ -110,6 +112,7 @@ export class ServerConn {
     this.#allowPrivate = allowPrivate;
     const socket = directReads(loggedIn, this.#onChunk);
     this.#socket = socket;
+    this.#writer = new DirectWriter(socket);
     socket.setNoDelay(true);
     this.pid = pid;
     this.secret = secret;
@@ -181,7 +184,7 @@ export class ServerConn {
 
   write(bytes: Buffer): boolean {
     if (this.closed) return false;
-    return this.#socket.write(bytes);
+    return this.#writer.write(bytes);
   }
 
   cork(): void {
@@ -207,7 +210,7 @@ export class ServerConn {
   }
 
   get writable(): boolean {
-    return !this.closed && !this.#socket.writableNeedDrain;
+    return !this.closed && !this.#writer.needDrain;
   }
 
   /** Asks the server to stop the statement this connection is running (a CancelRequest on a new connection). */
