@@ -45,18 +45,11 @@ export class DirectWriter {
   #req: WriteReq | null = null;
   /** Writes queued in libuv, not yet done. */
   #pending = 0;
-  /** Bytes written here (socket.bytesWritten counts only its own writes). */
-  #bytes = 0;
 
   constructor(socket: Socket) {
     this.#socket = socket;
     const handle = (socket as unknown as { _handle?: Partial<WritableHandle> | null })._handle;
     this.#handle = binding !== null && socket.constructor === Socket && handle && typeof handle.writeBuffer === 'function' ? (handle as WritableHandle) : null;
-  }
-
-  /** Bytes written on the connection, by either path. */
-  get bytesWritten(): number {
-    return this.#bytes + this.#socket.bytesWritten;
   }
 
   /** Whether writes are waiting (here or in the socket's own queue). */
@@ -79,7 +72,6 @@ export class DirectWriter {
       socket.destroy(Object.assign(new Error(`write failed (${err})`), { errno: err, syscall: 'write' }));
       return false;
     }
-    this.#bytes += bytes.length;
     if (binding!.streamBaseState[binding!.kLastWriteWasAsync] === 0) return true;
     // The kernel took part of it: libuv keeps the rest, and this request, until the write is done.
     this.#req = null;

@@ -1061,7 +1061,7 @@ export class ClientConn implements ServerLink {
     if (this.#sessionStart !== null) {
       this.#ctx.wireLog.ended({
         pool: this.#pool?.subdomain ?? null, peer: this.address, user: this.#user, durationMs: Math.round(performance.now() - this.#sessionStart),
-        bytesIn: this.#socket.bytesRead, bytesOut: this.#writer.bytesWritten, transactions: this.#transactions, reason: this.#endReason ?? 'client_disconnected',
+        bytesIn: this.#socket.bytesRead, bytesOut: this.#socket.bytesWritten, transactions: this.#transactions, reason: this.#endReason ?? 'client_disconnected',
       });
     }
   }
