@@ -2,7 +2,6 @@
 // checked with caching_sha2_password), then its commands one at a time. Each statement outside a
 // transaction takes a governor slot and a server connection and gives both back when it ends; a
 // transaction keeps both until the server reports it closed.
-import { performance } from 'node:perf_hooks';
 import type { WireLog } from '../wire-log.js';
 import { TLSSocket, type SecureContext } from 'node:tls';
 import type { Duplex } from 'node:stream';
