@@ -1,6 +1,7 @@
 // Time and randomness as every governor takes them: passed in (the service passes the system's), never read
 // directly inside the governor, so tests and simulations run the same rules on fake time (Netflix's nanoClock,
 // envoy's TimeSource).
+import { performance } from 'node:perf_hooks';
 
 /** setTimeout's largest delay; a longer wait would fire at once. */
 export const MAX_TIMER_MS = 2_147_483_647;

@@ -3,6 +3,8 @@
 // from the client's first message of a transaction until ReadyForQuery idle; in session mode, for the whole
 // session. Frames pass through as received, except named prepared statements, which are renamed per query
 // text and replayed on server connections that have not seen them (see statements.ts).
+// performance from perf_hooks: the global one is a lazy getter run on every read.
+import { performance } from 'node:perf_hooks';
 import type { WireLog } from '../wire-log.js';
 import { TLSSocket, type SecureContext } from 'node:tls';
 import type { Socket } from 'node:net';
@@ -25,6 +27,7 @@ import { ClientStatements, type Expect, QUERY_END, SYNC } from './statements.js'
 import { Outbox } from './outbox.js';
 import { ALL_PINS, NONE, PIN, PIN_REASONS, queryEffect, statementEffect, type Effect } from './pinning.js';
 import { directReads } from '../direct-reads.js';
+import { DirectWriter } from '../direct-writes.js';
 import { replaying } from '../replay-stream.js';
 import type { Duplex } from 'node:stream';
 import { LastCheck } from '../wire-recheck.js';
@@ -169,9 +172,20 @@ export class ClientConn implements ServerLink {
   /** The frames of one received chunk are being handled: what they forward is written once, after the chunk. */
   #inChunk = false;
   readonly #statements: ClientStatements;
-  readonly #toClient = new Outbox((bytes) => this.#socket.write(bytes));
+  /** Writes to #socket (replaced with it when TLS starts). */
+  #writer!: DirectWriter;
+  readonly #toClient = new Outbox((bytes) => this.#writer.write(bytes));
   readonly #toServer = new Outbox((bytes) => this.#server?.write(bytes) ?? true);
-  readonly #out = (bytes: Buffer) => this.#toServer.add(bytes);
+  /** The client frame being forwarded, as a view, and where it lies in its chunk (statements.ts passes it on or rewrites it). */
+  #cur: Buffer | null = null;
+  #curBuf: Buffer | null = null;
+  #curStart = 0;
+  #curEnd = 0;
+  readonly #out = (bytes: Buffer) => {
+    // Passed on unchanged: the chunk's own bytes, so it joins the run of its neighbours (no copy at the flush).
+    if (bytes === this.#cur) this.#toServer.addRange(this.#curBuf!, this.#curStart, this.#curEnd);
+    else this.#toServer.add(bytes);
+  };
 
   /** `accepted` must not be read yet (the listener accepts with pauseOnConnect): its reads are taken over here. */
   constructor(accepted: Socket, ctx: WireContext) {
@@ -214,6 +228,7 @@ export class ClientConn implements ServerLink {
   }
 
   #attach(socket: Socket): void {
+    this.#writer = new DirectWriter(socket);
     socket.on('drain', () => this.#server?.resume());
     socket.on('error', () => this.#closed());
     socket.on('close', () => this.#closed());
@@ -262,14 +277,14 @@ export class ClientConn implements ServerLink {
     this.#fatal(SQLSTATE.protocolViolation, message);
   }
 
-  readonly #onFrame = (type: number, frame: Buffer): void => {
+  readonly #onFrame = (type: number, buf: Buffer, start: number, end: number): void => {
     switch (this.#phase) {
       case 'first':
-        return this.#onFirst(frame);
+        return this.#onFirst(buf.subarray(start, end));
       case 'password':
-        return this.#onPassword(type, frame);
+        return this.#onPassword(type, buf.subarray(start, end));
       case 'ready':
-        return this.#onMessage(type, frame);
+        return this.#onMessage(type, buf, start, end);
       default:
         // TLS handshake under way or closed: nothing else may arrive.
         return this.#fatal(SQLSTATE.protocolViolation, 'unexpected data');
@@ -463,7 +478,7 @@ export class ClientConn implements ServerLink {
 
   // ----------------------------------------------------------------------------------------- pooling
 
-  #onMessage(type: number, frame: Buffer): void {
+  #onMessage(type: number, buf: Buffer, start: number, end: number): void {
     if (this.#skipping) {
       if (type === S) {
         this.#skipping = false;
@@ -472,8 +487,8 @@ export class ClientConn implements ServerLink {
       return;
     }
     // Terminate is ours to act on, never the server's (checked before the linked fast path).
-    if (type === X && this.#queue.length === 0) return this.#terminate(frame);
-    if (this.#server && this.#queue.length === 0) return this.#forward(type, frame);
+    if (type === X && this.#queue.length === 0) return this.#terminate(buf.subarray(start, end));
+    if (this.#server && this.#queue.length === 0) return this.#forward(type, buf, start, end);
     if (this.#queue.length === 0 && !this.#acquiring) {
       // Messages that need no server while unlinked.
       if (type === CD || type === CC || type === CF || type === H) return;
@@ -482,7 +497,7 @@ export class ClientConn implements ServerLink {
         return;
       }
     }
-    this.#queue.push({ type, frame });
+    this.#queue.push({ type, frame: buf.subarray(start, end) });
     if (!this.#acquiring && !this.#server) this.#linkAndDrain();
   }
 
@@ -512,7 +527,7 @@ export class ClientConn implements ServerLink {
     while (this.#queue.length > 0 && this.#server === server) {
       const { type, frame } = this.#queue.shift()!;
       if (type === X) return this.#terminate(frame);
-      this.#forward(type, frame);
+      this.#forward(type, frame, 0, frame.length);
     }
     // Linked while reading a chunk: the rest of it is forwarded too, then written in one go by #onData.
     if (!this.#inChunk) this.#flushToServer();
@@ -685,8 +700,11 @@ export class ClientConn implements ServerLink {
     this.#skipping = true;
   }
 
-  /** Passes one client frame on to the linked server, renaming named prepared statements. */
-  #forward(type: number, frame: Buffer): void {
+  /**
+   * Passes one client frame, bytes [start, end) of `buf`, on to the linked server, renaming named prepared
+   * statements. Frames passed unchanged go as ranges of the chunk (no Buffer made for them).
+   */
+  #forward(type: number, buf: Buffer, start: number, end: number): void {
     switch (type) {
       case S:
         this.#midBatch = false;
@@ -695,25 +713,44 @@ export class ClientConn implements ServerLink {
           this.#expect.push(SYNC);
           this.#syncs++;
         }
-        return this.#toServer.add(frame);
+        return this.#toServer.addRange(buf, start, end);
       case Q: {
-        const e = queryEffect(frame, 5, frame.length - 1);
+        const e = queryEffect(buf, start + 5, end - 1);
         if (e !== NONE && this.#sessionState(e, true)) return;
         this.#expect.push(QUERY_END);
         this.#syncs++;
         this.#midBatch = false;
-        return this.#toServer.add(frame);
+        return this.#toServer.addRange(buf, start, end);
       }
       case F:
         this.#expect.push(QUERY_END);
         this.#syncs++;
         this.#midBatch = false;
-        return this.#toServer.add(frame);
+        return this.#toServer.addRange(buf, start, end);
       case CC:
       case CF:
         this.#copyIn = false;
-        return this.#toServer.add(frame);
-      case P: {
+        return this.#toServer.addRange(buf, start, end);
+      case P:
+      case B:
+      case D:
+      case C:
+        return this.#forwardStatement(type, buf, start, end);
+      default:
+        if (type !== H && type !== CD) this.#midBatch = true;
+        return this.#toServer.addRange(buf, start, end);
+    }
+  }
+
+  /** Parse, Bind, Describe, Close: through the statement renaming (statements.ts), which needs the frame itself. */
+  #forwardStatement(type: number, buf: Buffer, start: number, end: number): void {
+    const frame = start === 0 && end === buf.length ? buf : buf.subarray(start, end);
+    this.#cur = frame;
+    this.#curBuf = buf;
+    this.#curStart = start;
+    this.#curEnd = end;
+    try {
+      if (type === P) {
         // The unnamed statement pins when parsed (its Bind follows in the same batch); a named one at each Bind.
         const named = frame[5] !== 0;
         const textAt = named ? frame.indexOf(0, 5) + 1 : 6;
@@ -721,22 +758,17 @@ export class ClientConn implements ServerLink {
         if (e !== NONE && e.pins !== 0 && (!named || this.#refusing) && this.#sessionState(e, false)) return;
         this.#midBatch = true;
         this.#statements.forward(type, frame, this.#server!, this.#expect, this.#out, e.pins);
-        return;
-      }
-      case B: {
+      } else if (type === B) {
         this.#midBatch = true;
         const pins = this.#statements.forward(type, frame, this.#server!, this.#expect, this.#out);
         if (pins !== 0 && !this.#session) this.#pin(pins);
-        return;
-      }
-      case D:
-      case C:
+      } else {
         this.#midBatch = true;
         this.#statements.forward(type, frame, this.#server!, this.#expect, this.#out);
-        return;
-      default:
-        if (type !== H && type !== CD) this.#midBatch = true;
-        return this.#toServer.add(frame);
+      }
+    } finally {
+      this.#cur = null;
+      this.#curBuf = null;
     }
   }
 
@@ -831,8 +863,8 @@ export class ClientConn implements ServerLink {
     if (this.#pause === 0 && !this.#gone) this.#socket.resume();
   }
 
-  onServerFrame(type: number, frame: Buffer): void {
-    if (this.#setupAnswers > 0) return this.#onSetupFrame(type, frame);
+  onServerFrame(type: number, buf: Buffer, start: number, end: number): void {
+    if (this.#setupAnswers > 0) return this.#onSetupFrame(type, buf.subarray(start, end));
     if (type === PARSE_COMPLETE || type === CLOSE_COMPLETE) {
       const e = this.#expect[0];
       if (typeof e === 'object') {
@@ -866,22 +898,22 @@ export class ClientConn implements ServerLink {
       this.#copyIn = false;
     } else if (type === PARAMETER_STATUS) {
       // The client's own SET of a tracked parameter: it keeps that value in its later transactions too.
-      const p = readParameterStatus(frame);
+      const p = readParameterStatus(buf.subarray(start, end));
       if (p) this.#keepWanted(p.name, p.value);
     } else if (type === ERROR) {
       this.#copyIn = false;
       this.#pendingClear = null;
       // The server is going away (terminated 57P01, shutting down 57P02/57P03): the client gets the server's own
       // error, which drivers key failover on, and the close that follows ends the client.
-      if (isFatal(frame)) this.#serverFatal = true;
+      if (isFatal(buf, start, end)) this.#serverFatal = true;
     }
-    this.#toClient.add(frame);
+    this.#toClient.addRange(buf, start, end);
     if (type !== READY || this.#terminating) return;
     this.onServerChunkEnd();
     // Not while an extended batch is open (Parse/Bind/… forwarded after the last Query or Sync, its Sync still
     // to come): that server connection has work of this client's in it, and after an error in it PostgreSQL
     // skips everything until a Sync — handed to another client, it would swallow that client's messages.
-    if (this.#syncs !== 0 || this.#midBatch || frame[5] !== 0x49 /* I */) return;
+    if (this.#syncs !== 0 || this.#midBatch || buf[start + 5] !== 0x49 /* I */) return;
     // Out of any transaction: no portal is left that needs one of the statements used in it.
     this.#statements.transactionEnd();
     this.#transactions++;
@@ -1040,8 +1072,8 @@ export class ClientConn implements ServerLink {
   }
 }
 
-function isFatal(frame: Buffer): boolean {
+function isFatal(buf: Buffer, start: number, end: number): boolean {
   // Severity fields come first: 'S' then 'V' (non-localized); FATAL and PANIC end the connection.
-  const text = frame.toString('latin1', 5, Math.min(frame.length, 40));
+  const text = buf.toString('latin1', start + 5, Math.min(end, start + 40));
   return /\0?[SV](FATAL|PANIC)\0/.test(`\0${text}`);
 }

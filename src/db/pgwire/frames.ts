@@ -1,6 +1,7 @@
 // The PostgreSQL frame reader for both directions: a type byte and an int32 length (or, for the very first
-// client packet, only the length). Whole frames are handed out as views of the received chunk when they fit
-// in it, so forwarding them costs no copy; a frame split over chunks is assembled once, never re-grown.
+// client packet, only the length). Whole frames are handed out as a byte range of the received chunk when they
+// fit in it, as PgBouncer reads only the headers: no Buffer is made per frame, and frames passed on unchanged
+// are written as the chunk itself (outbox.ts). A frame split over chunks is assembled once, never re-grown.
 
 /** A frame refused before it was buffered: its declared length is impossible or over the limit. */
 export interface FrameError {
@@ -8,7 +9,8 @@ export interface FrameError {
   declared: number;
 }
 
-export type FrameSink = (type: number, frame: Buffer) => void;
+/** One whole frame: bytes [start, end) of `buf` (header included). `buf` is never written again: it may be kept. */
+export type FrameSink = (type: number, buf: Buffer, start: number, end: number) => void;
 
 /** Type passed for untyped startup-phase packets (StartupMessage, SSLRequest, CancelRequest...). */
 export const UNTYPED = 0;
@@ -53,7 +55,7 @@ export class FrameReader {
         const frame = this.#partial;
         this.#partial = null;
         this.#filled = 0;
-        this.#deliver(frame, sink);
+        this.#deliver(frame, 0, frame.length, sink);
         continue;
       }
       const headSize = this.untyped ? 4 : 5;
@@ -78,9 +80,8 @@ export class FrameReader {
       if (total > this.maxFrameBytes) return { kind: 'too_large', declared: length };
       if (header === chunk) {
         if (end - at >= total) {
-          const frame = chunk.subarray(at, at + total);
           at += total;
-          this.#deliver(frame, sink);
+          this.#deliver(chunk, at - total, at, sink);
           continue;
         }
         // Split over chunks: one buffer of the final size, filled as bytes come.
@@ -97,15 +98,15 @@ export class FrameReader {
         const frame = this.#partial;
         this.#partial = null;
         this.#filled = 0;
-        this.#deliver(frame, sink);
+        this.#deliver(frame, 0, total, sink);
       }
     }
     return null;
   }
 
-  #deliver(frame: Buffer, sink: FrameSink): void {
-    if (this.untyped) sink(UNTYPED, frame);
-    else sink(frame[0]!, frame);
+  #deliver(buf: Buffer, start: number, end: number, sink: FrameSink): void {
+    if (this.untyped) sink(UNTYPED, buf, start, end);
+    else sink(buf[start]!, buf, start, end);
   }
 }
 

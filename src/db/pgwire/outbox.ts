@@ -1,60 +1,67 @@
-// Frames bound for one socket, written as one write per received chunk: consecutive frames that sit side
-// by side in the chunk they arrived in are kept as one view of it (no copy); separate pieces (a rewritten
-// frame, a message of our own) are joined at the flush, so each chunk costs one syscall.
+// Frames bound for one socket, written as one write per received chunk. Frames passed on unchanged are byte
+// ranges of the chunk they arrived in (frames.ts); consecutive ranges of one chunk are kept as one run, and a
+// run that covers the whole chunk is written as the chunk itself, so a chunk that passes through unchanged
+// (most answers: RowDescription, DataRows, CommandComplete, ReadyForQuery) costs no Buffer and no copy.
+// Separate pieces (a rewritten frame, a message of our own) are joined at the flush: one syscall per chunk.
 
 export class Outbox {
   readonly #write: (bytes: Buffer) => boolean;
-  /** Pieces gathered; the last one may still grow over the chunk it views. */
+  /** Pieces gathered before the current run. */
   readonly #pieces: Buffer[] = [];
-  #buf: ArrayBufferLike | null = null;
+  /** The run being gathered: bytes [#start, #end) of #buf; #buf null when none. */
+  #buf: Buffer | null = null;
   #start = 0;
   #end = 0;
-  #single: Buffer | null = null;
 
   constructor(write: (bytes: Buffer) => boolean) {
     this.#write = write;
   }
 
-  add(frame: Buffer): void {
-    if (this.#buf === frame.buffer && this.#end === frame.byteOffset) {
-      this.#end += frame.length;
-      this.#single = null;
+  /** Bytes [start, end) of `buf`, which is never written again (a received chunk, or a frame of its own). */
+  addRange(buf: Buffer, start: number, end: number): void {
+    // Identity of the chunk, not of its ArrayBuffer: reading a view's `.buffer` is a call into the runtime.
+    if (this.#buf === buf && this.#end === start) {
+      this.#end = end;
       return;
     }
     this.#close();
-    this.#buf = frame.buffer;
-    this.#start = frame.byteOffset;
-    this.#end = frame.byteOffset + frame.length;
-    this.#single = frame;
+    this.#buf = buf;
+    this.#start = start;
+    this.#end = end;
+  }
+
+  /** A whole Buffer (a message of our own, a rewritten frame). */
+  add(bytes: Buffer): void {
+    this.addRange(bytes, 0, bytes.length);
   }
 
   /** Ends the current run as a piece. */
   #close(): void {
-    if (this.#buf === null) return;
-    this.#pieces.push(this.#single ?? Buffer.from(this.#buf, this.#start, this.#end - this.#start));
+    const buf = this.#buf;
+    if (buf === null) return;
+    this.#pieces.push(this.#start === 0 && this.#end === buf.length ? buf : buf.subarray(this.#start, this.#end));
     this.#buf = null;
-    this.#single = null;
   }
 
   /** Writes what is gathered; false when the socket asks to wait for 'drain'. */
   flush(): boolean {
-    this.#close();
     const n = this.#pieces.length;
-    if (n === 0) return true;
-    // pop(), not `length = 0`, for the usual single piece: setting an array's length is a runtime call.
-    let bytes: Buffer;
-    if (n === 1) bytes = this.#pieces.pop()!;
-    else {
-      bytes = Buffer.concat(this.#pieces);
-      this.#pieces.length = 0;
+    const buf = this.#buf;
+    if (n === 0) {
+      // The usual case: one run (often the whole chunk), written without an array.
+      if (buf === null) return true;
+      this.#buf = null;
+      return this.#write(this.#start === 0 && this.#end === buf.length ? buf : buf.subarray(this.#start, this.#end));
     }
+    this.#close();
+    const bytes = Buffer.concat(this.#pieces);
+    this.#pieces.length = 0;
     return this.#write(bytes);
   }
 
   /** Forgets what is gathered (the socket it was for is gone). */
   clear(): void {
     this.#buf = null;
-    this.#single = null;
-    this.#pieces.length = 0;
+    if (this.#pieces.length !== 0) this.#pieces.length = 0;
   }
 }

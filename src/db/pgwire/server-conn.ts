@@ -6,13 +6,15 @@ import pg from 'pg';
 import type { DatabaseTarget } from '../../pool-request/snapshot.js';
 import { guardedConnect, guardedSocket } from '../upstream-socket-guard.js';
 import { directReads } from '../direct-reads.js';
+import { DirectWriter } from '../direct-writes.js';
 import { FrameReader } from './frames.js';
 import { cancelRequest } from './messages.js';
 import { READ_UNREPORTED, readParameterStatus, UNREPORTED } from './session-params.js';
 
 /** Whoever is using the connection: a client's link, or the pool's reset. */
 export interface ServerLink {
-  onServerFrame(type: number, frame: Buffer): void;
+  /** One frame: bytes [start, end) of `buf` (a received chunk, kept unchanged; see frames.ts). */
+  onServerFrame(type: number, buf: Buffer, start: number, end: number): void;
   onServerClosed(conn: ServerConn): void;
   /** The linked client can take more bytes again. */
   onServerDrain?(): void;
@@ -41,6 +43,11 @@ type PgInternals = pg.Client & {
   secretKey: number;
   connection: NodeJS.EventEmitter & { stream: Socket };
 };
+
+/** ReadyForQuery's status byte as a letter, without making a string. */
+function statusOf(byte: number): 'I' | 'T' | 'E' {
+  return byte === 0x49 ? 'I' : byte === 0x54 ? 'T' : 'E';
+}
 
 /** Terminate: the server ends the session and closes its end. */
 const TERMINATE = Buffer.from([0x58, 0, 0, 0, 4]);
@@ -78,17 +85,18 @@ export class ServerConn {
   /** Called once when the connection is gone (the pool forgets it). */
   onClose: ((conn: ServerConn) => void) | null = null;
   readonly #socket: Socket;
+  readonly #writer: DirectWriter;
   readonly #reader = new FrameReader(MAX_SERVER_FRAME);
-  readonly #sink = (type: number, frame: Buffer) => {
-    if (type === Z) this.status = String.fromCharCode(frame[5]!) as 'I' | 'T' | 'E';
+  readonly #sink = (type: number, buf: Buffer, start: number, end: number) => {
+    if (type === Z) this.status = statusOf(buf[start + 5]!);
     else if (type === PARAMETER_STATUS) {
-      const p = readParameterStatus(frame);
+      const p = readParameterStatus(buf.subarray(start, end));
       if (p && this.params.get(p.name) !== p.value) {
         this.params.set(p.name, p.value);
         this.settledFor = null;
       }
     }
-    if (this.link) this.link.onServerFrame(type, frame);
+    if (this.link) this.link.onServerFrame(type, buf, start, end);
     // Unlinked: a notice or parameter change is dropped; a FATAL error is followed by the close.
   };
 
@@ -104,6 +112,7 @@ export class ServerConn {
     this.#allowPrivate = allowPrivate;
     const socket = directReads(loggedIn, this.#onChunk);
     this.#socket = socket;
+    this.#writer = new DirectWriter(socket);
     socket.setNoDelay(true);
     this.pid = pid;
     this.secret = secret;
@@ -175,7 +184,7 @@ export class ServerConn {
 
   write(bytes: Buffer): boolean {
     if (this.closed) return false;
-    return this.#socket.write(bytes);
+    return this.#writer.write(bytes);
   }
 
   cork(): void {
@@ -201,7 +210,7 @@ export class ServerConn {
   }
 
   get writable(): boolean {
-    return !this.closed && !this.#socket.writableNeedDrain;
+    return !this.closed && !this.#writer.needDrain;
   }
 
   /** Asks the server to stop the statement this connection is running (a CancelRequest on a new connection). */

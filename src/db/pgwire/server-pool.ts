@@ -2,6 +2,7 @@
 // (upstream-pool.ts: at most max_concurrent open with SQL over HTTP's, one idle timeout); idle ones kept for
 // reuse (newest first), waiters served in order. A connection comes back clean or not at all: one left
 // inside a transaction is rolled back (and one used by a session is DISCARDed) before anyone reuses it.
+import { performance } from 'node:perf_hooks';
 import { withInsecureHint } from '../../config/hints.js';
 import type { Logger } from '../../log.js';
 import type { DatabaseTarget, PoolEntry, Snapshot } from '../../pool-request/snapshot.js';
