@@ -34,9 +34,10 @@ for (const engine of engines) {
   t.test(engine, async (t) => {
     const svc: TestService = await startTestService({
       engine,
-      // Retries come back within tens of ms, so the streak builds quickly; the resync is far away (30 s).
+      // Retries come back within tens of ms, so the streak builds quickly; the resync is an hour away, so
+      // only the change feed can carry a change to the data plane during the test (no wall-clock bound needed).
       // Two attempts per delivery, so a delivery is given up quickly (recover).
-      overrides: { webhookCaFile: receiver.caFile, originCaFile: origin.caFile, webhookRetryBaseMs: 20, webhookRetryCapMs: 40, webhookMaxAttempts: 2 },
+      overrides: { webhookCaFile: receiver.caFile, originCaFile: origin.caFile, webhookRetryBaseMs: 20, webhookRetryCapMs: 40, webhookMaxAttempts: 2, snapshotResyncMs: 3_600_000 },
     });
     t.teardown(() => svc.close());
     const boot = await svc.bootstrap({ plan: 'team' });
@@ -100,7 +101,7 @@ for (const engine of engines) {
         await res.body.dump();
         return res.statusCode;
       };
-      await until('the pool is async', async () => (await asyncCall()) === 202, 5000);
+      await until('the pool is async', async () => (await asyncCall()) === 202);
 
       // The destination fails 8 times (the deliverer deactivates it): the pool serves synchronously.
       receiver.on(path, { status: 500 });
@@ -109,15 +110,15 @@ for (const engine of engines) {
       });
       await until('deactivation', async () => (await state(id)).disabled);
       const deactivatedAt = Date.now();
-      await until('the data plane serves synchronously', async () => (await asyncCall()) === 200, 3000);
-      t.ok(Date.now() - deactivatedAt < 3000, 'deactivation reached the data plane within 3 s (the resync is 30 s)');
+      await until('the data plane serves synchronously', async () => (await asyncCall()) === 200);
+      t.pass(`deactivation reached the data plane through the change feed, in ${Date.now() - deactivatedAt} ms (the resync is an hour away)`);
 
       receiver.on(path, 'ok');
       const out = await svc.admin(['webhook', 'enable', '--team', boot.team.slug, '--id', String(id)]);
       t.equal(out.webhook.disabled, false);
       const enabledAt = Date.now();
-      await until('202 after Re-enable', async () => (await asyncCall()) === 202, 3000);
-      t.ok(Date.now() - enabledAt < 3000, `re-enable reached the data plane in ${Date.now() - enabledAt} ms`);
+      await until('202 after Re-enable', async () => (await asyncCall()) === 202);
+      t.pass(`re-enable reached the data plane through the change feed, in ${Date.now() - enabledAt} ms (the resync is an hour away)`);
     });
 
     t.test('bug 2: the 8th consecutive failure deactivates, with no attempts beyond those in flight', async (t) => {
