@@ -17,9 +17,10 @@ const receiver = await startReceiver();
 t.teardown(() => receiver.close());
 // One attempt per delivery (then given up), so each recorded attempt is easy to name. The deliverer's send
 // timeout runs on time the test drives: a hang ends when the test moves 5 s ahead, not after 5 s of waiting.
+// The claim lease (real time, for crash recovery) is an hour, so a hang held on a slow machine is not claimed again.
 const sendTime = new DrivenGovernorTime();
 const svc = await startTestService({
-  overrides: { webhookCaFile: receiver.caFile, webhookMaxAttempts: 1, webhookConcurrency: 16 },
+  overrides: { webhookCaFile: receiver.caFile, webhookMaxAttempts: 1, webhookConcurrency: 16, webhookClaimLeaseMs: 3_600_000 },
   webhookTime: sendTime,
 });
 t.teardown(() => svc.close());
