@@ -115,8 +115,12 @@ function send(text: string | Buffer, opts: { port?: number; keepOpenMs?: number 
       let length = -1;
       while ((n = len.exec(got)) !== null) length = Number(n[1]);
       if (length >= 0 && last !== -1 && got.length - last - 4 >= length) {
-        // Give a close that follows the answer a moment to arrive.
-        setTimeout(() => finish(sock.destroyed || sock.readableEnded), 50);
+        // An answer that announces its close (Connection: close) is followed by it: wait for the close itself
+        // (the end/close handlers below), within 5 s more, not for a fixed moment a loaded machine may overrun.
+        const head = got.slice(got.lastIndexOf('HTTP/1.1 ', last), last);
+        if (/\r\nconnection: *close\r?$/im.test(head)) setTimeout(() => finish(sock.destroyed || sock.readableEnded), 5000);
+        // Any other answer keeps the connection: a close that comes anyway within a moment is still seen.
+        else setTimeout(() => finish(sock.destroyed || sock.readableEnded), 50);
       }
     });
     // No answer within 5 s counts as none (a test must fail, not hang, without the code it covers).
