@@ -6,7 +6,7 @@ import type { Config } from './config/schema.js';
 import type { ControlApp } from './control/app.js';
 import type { LiveSource } from './control/context.js';
 import { startAdminSocket } from './admin/socket.js';
-import { loadUws } from './http/uws.js';
+import { loadUws } from './http/uws/load.js';
 import { proxyHttpParser } from './dataplane/http-parser.js';
 import { createLogger, type LogFormat, type Logger } from './log.js';
 import type { Dataplane } from './dataplane/server.js';

@@ -9,7 +9,7 @@ import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { CORPUS, sendRaw } from './helpers/http-corpus.js';
 import { proxyHttpParser } from '../src/dataplane/http-parser.js';
 import { until } from './helpers/until.js';
-import { uwsLoads } from '../src/http/uws.js';
+import { uwsLoads } from '../src/http/uws/load.js';
 
 /** The uWS door is tested only where its native build loads (Node 20); on Node 24 poolgate refuses the option. */
 const PARSERS = uwsLoads() ? (['uws', 'node'] as const) : (['node'] as const);

@@ -3,7 +3,7 @@
 // See test/helpers/http-fuzz.ts.
 import t from 'tap';
 import { fuzzFrontDoor, pacedLoad, startFuzzBed, UWS_PIPELINING, type FuzzBed } from './helpers/http-fuzz.js';
-import { uwsLoads } from '../src/http/uws.js';
+import { uwsLoads } from '../src/http/uws/load.js';
 
 // The uWS door only where its native build loads (Node 20); on Node 24 poolgate refuses the option.
 for (const parser of uwsLoads() ? (['uws', 'node'] as const) : (['node'] as const)) {

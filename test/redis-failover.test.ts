@@ -8,8 +8,13 @@ import { needServer } from './helpers/servers.js';
 import { failoverScenario } from './helpers/redis-failover.js';
 import { soak } from './helpers/soak.js';
 
-/** The soak run: 5 s of traffic before the kill and 10 s after Redis is back, twice the rate. */
-const RUN = soak({ preMs: 5000, postMs: 10_000, paceMs: 5, holdMs: 40, max: 8 }, { preMs: 800, postMs: 1000, paceMs: 10, holdMs: 40, max: 6 });
+/**
+ * The soak run: 5 s of traffic before the kill and 10 s after Redis is back, max_concurrent 8. The short run sends at the
+ * same rate (200 a second) to max_concurrent 6, more than the pool serves (150 a second with 40 ms at the origin): each
+ * node's fallback queue is long when Redis comes back, the case that put the origin above the cap after recovery
+ * (issue 27; at one request every 10 ms the short run never saw it).
+ */
+const RUN = soak({ preMs: 5000, postMs: 10_000, paceMs: 5, holdMs: 40, max: 8 }, { preMs: 800, postMs: 1000, paceMs: 5, holdMs: 40, max: 6 });
 
 const skip = (await needServer('postgres')) || (await needServer('redis'));
 

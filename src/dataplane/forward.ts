@@ -11,7 +11,7 @@ import type { Governor, Outcome } from '../governor/governor.js';
 import { CidrList } from '../domain/cidr.js';
 import { guardedConnector, targetRefusalOf, type ConnectTargets } from '../security/ssrf-connect-guard.js';
 import { appendGovernorHeaders, governorHeaders } from '../pool-request/refusal.js';
-import type { ClientSide as ClientResponse } from '../pool-request/client-response.js';
+import { EMPTY, type ResponseEncoder } from '../pool-request/codec.js';
 import { reply, type Exchange, type Reply } from '../pool-request/exchange.js';
 import type { PoolEntry } from '../pool-request/snapshot.js';
 import { clientResponseHeaders, upstreamRequestHeaders } from '../pool-request/headers.js';
@@ -137,7 +137,7 @@ export type ForwardEnd = (ex: Exchange, s: Settlement) => void;
  * microtask later). An error reply is sent here when no response had started. Forwarding watches the client
  * itself (no listener per request).
  */
-export function forward(deps: ForwardDeps, ex: Exchange, client: ClientResponse, body: RequestBody | null, end: ForwardEnd): void {
+export function forward(deps: ForwardDeps, ex: Exchange, client: ResponseEncoder, body: RequestBody | null, end: ForwardEnd): void {
   new Forwarding(deps, ex, client, body, end).start();
 }
 
@@ -159,7 +159,7 @@ const ABORTED = Object.assign(new Error('request aborted by the proxy'), { code:
 class Forwarding {
   readonly #deps: ForwardDeps;
   readonly #ex: Exchange;
-  readonly #client: ClientResponse;
+  readonly #client: ResponseEncoder;
   readonly #body: RequestBody | null;
   readonly #end: ForwardEnd;
   readonly #started = performance.now();
@@ -181,13 +181,10 @@ class Forwarding {
   #upstream: Outcome | null = null;
   /** Content-Length of the origin's body; null: sent chunked. */
   #total: number | null = null;
-  /** A chunk uWS could not take whole yet (Content-Length path), and the write offset it started at. */
-  #pending: Buffer | null = null;
-  #pendingAt = 0;
-  /** The origin's body ended while a chunk was still pending. */
-  #endedWhilePending = false;
+  /** Body bytes handed to the client so far (Content-Length path). */
+  #sent = 0;
 
-  constructor(deps: ForwardDeps, ex: Exchange, client: ClientResponse, body: RequestBody | null, end: ForwardEnd) {
+  constructor(deps: ForwardDeps, ex: Exchange, client: ResponseEncoder, body: RequestBody | null, end: ForwardEnd) {
     this.#deps = deps;
     this.#ex = ex;
     this.#client = client;
@@ -268,9 +265,9 @@ class Forwarding {
       this.#state = 'draining';
       return;
     }
-    client.writeHead(status, appendGovernorHeaders(clientResponseHeaders(headers), this.#deps.governor, ex.pool!.id, ex.queuedMs));
     const cl = headers['content-length'];
     const length = typeof cl === 'string' && /^\d+$/.test(cl) ? Number(cl) : null;
+    client.encodeHeaders(status, appendGovernorHeaders(clientResponseHeaders(headers), this.#deps.governor, ex.pool!.id, ex.queuedMs), length);
     if (ex.method === 'HEAD' || NO_BODY_STATUS.has(status)) {
       client.endWithoutBody(ex.method === 'HEAD' && length !== null ? length : undefined);
       this.#done();
@@ -278,7 +275,7 @@ class Forwarding {
     }
     this.#total = length;
     this.#state = 'streaming';
-    client.onWritable((offset) => this.#onWritable(offset));
+    client.onWritable(() => this.#resumeUpstream());
   }
 
   /** undici: a chunk of the response body. Returns false to pause (undici's contract). */
@@ -296,38 +293,19 @@ class Forwarding {
     if (this.#state !== 'streaming') return;
     const client = this.#client;
     if (!client.open) return;
-    if (this.#total === null) {
-      if (!client.write(chunk) && client.open) this.#pause();
+    const total = this.#total;
+    if (total === null) {
+      if (!client.encodeData(chunk, false) && client.open) this.#pause();
       return;
     }
-    this.#pendingAt = client.writeOffset();
-    const [ok, done] = client.tryEnd(chunk, this.#total);
-    if (done) this.#done();
-    else if (!ok) {
-      this.#pending = chunk;
-      this.#pause();
-    }
-  }
-
-  /** uWS drained: retry the part of the pending chunk it did not take, or resume a chunked body. */
-  #onWritable(offset: number): boolean {
-    if (this.#state !== 'streaming') return true;
-    if (this.#total === null) {
-      this.#resumeUpstream();
-      return true;
-    }
-    const pending = this.#pending;
-    if (pending === null) return true;
-    const [ok, done] = this.#client.tryEnd(pending.subarray(offset - this.#pendingAt), this.#total);
-    if (done) {
-      this.#pending = null;
-      this.#done();
-    } else if (ok) {
-      this.#pending = null;
-      if (this.#endedWhilePending) this.#shortBody();
-      else this.#resumeUpstream();
-    }
-    return ok;
+    // The chunk that reaches the Content-Length ends the response (bytes past it are not the client's).
+    const rest = total - this.#sent;
+    const last = chunk.length >= rest;
+    if (chunk.length > rest) chunk = chunk.subarray(0, rest);
+    this.#sent += chunk.length;
+    const ok = client.encodeData(chunk, last);
+    if (last) this.#done();
+    else if (!ok && client.open) this.#pause();
   }
 
   /** undici: the response ended (trailers are not passed on). */
@@ -336,10 +314,8 @@ class Forwarding {
     if (this.#state === 'draining') return this.#finish(this.#orphanSettlement());
     if (this.#state !== 'streaming') return;
     if (this.#total === null || this.#total === 0) {
-      this.#client.end();
+      this.#client.encodeData(EMPTY, true);
       this.#done();
-    } else if (this.#pending !== null) {
-      this.#endedWhilePending = true;
     } else {
       this.#shortBody();
     }

@@ -1,11 +1,12 @@
-// The pool traffic listener (uWS, or node:http): one handler running the stage chain of the request's
-// backend, each chain built once here (Envoy's filter chain): route, then for an HTTP pool authenticate →
-// scope → policies → the 413 rule → the wait → the async check, ending in admit → forward → release; for a
-// database pool the same with the SQL target check after the policies, ending in SQL over HTTP.
-import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket } from 'uWebSockets.js';
+// The proxy port's request handler behind its front door (node:http: node-door.ts; uWS: src/http/uws/), running
+// the stage chain of the request's backend, each chain built once here (Envoy's filter chain): route, then for an
+// HTTP pool authenticate → scope → policies → the 413 rule → the wait → the async check, ending in admit →
+// forward → release; for a database pool the same with the SQL target check after the policies, ending in SQL
+// over HTTP.
 import type { Config } from '../config/schema.js';
 import type { Admission, Governor } from '../governor/governor.js';
-import { loadUws } from '../http/uws.js';
+import { UwsDoor } from '../http/uws/door.js';
+import { NodeDoor } from './node-door.js';
 import type { Logger } from '../log.js';
 import type { SecretBox } from '../security/secret-box.js';
 import { systemLookup, type Lookup } from '../security/targets.js';
@@ -15,17 +16,13 @@ import { refusalReply, governorHeaders } from '../pool-request/refusal.js';
 import { BodyLimit, bodyLimitStage } from '../pool-request/body-limit.js';
 import { admit, queueWaitStage } from '../pool-request/admit.js';
 import { authenticateStage } from '../pool-request/authenticate.js';
-import { ClientResponse, type ClientSide } from '../pool-request/client-response.js';
-import { NodeClientResponse } from '../pool-request/node-client-response.js';
-import type { Duplex } from 'node:stream';
-import { createServer, type IncomingMessage, type Server as NodeServer, type ServerResponse } from 'node:http';
-import { newExchange, peerAddress, readNodeHeaders, readRequestHeaders, reply, type BodySource, type Exchange, type Reply, type Stage } from '../pool-request/exchange.js';
+import { hasBody, type BodySource, type DoorHandler, type FrontDoor, type ResponseEncoder } from '../pool-request/codec.js';
+import { reply, type Exchange, type Reply, type Stage } from '../pool-request/exchange.js';
 import { forward, Upstreams, type ForwardDeps } from './forward.js';
 import { releaseStage, type DataplaneMetrics, type Settlement } from '../pool-request/release.js';
 import { requestFailed } from '../pool-request/request-failed.js';
 import { BodyTimeoutError, RequestBody } from '../pool-request/request-body.js';
 import { BodyTooLargeError } from '../pool-request/body-limit.js';
-import { nodeRequestArrived, onNodeClientError } from './node-connection.js';
 import { framingRefusal } from './framing.js';
 import { acceptJob, asyncEligible, asyncRequested, tooLargeForJob, type JobIntake } from '../jobs/job-intake.js';
 import { asyncSizeStage } from '../jobs/async-stage.js';
@@ -39,7 +36,6 @@ import type { NonceStore } from '../policies/nonce-store.js';
 import { policiesStage } from '../policies/dataplane-stage.js';
 import { SqlOverHttp, sqlTargetStage } from '../db/sql-over-http.js';
 import type { DbUpstreams } from '../db/upstream.js';
-import { errorBody } from '../errors/catalogue.js';
 import { proxyHttpParser, UWS_LIMITS } from './http-parser.js';
 import { dataplaneThreadCount } from './threads/host.js';
 
@@ -70,7 +66,6 @@ export interface DataplaneOptions {
 }
 
 const BAD_TARGET = reply(400, 'bad_request', 'the request target must be a path');
-const VERSION_NOT_SUPPORTED = reply(505, 'bad_request', 'only HTTP/1.0 and HTTP/1.1 are served');
 /** RFC 9112 §3.2: a request with more than one Host (or a list in one) is answered 400, and the connection closed. */
 const TWO_HOSTS = reply(400, 'bad_request', 'a request must carry exactly one Host header');
 /**
@@ -84,38 +79,12 @@ const FORM_TOO_LARGE = reply(
   'payload_too_large',
   `a read key's form body is judged for a _method field before it is forwarded, and may be at most ${PREREAD_BYTES} bytes`,
 );
-/**
- * node:http's own cap is bytes (maxHeaderSize); a cap on lines answers 431 to a flood of tiny headers. 48 is the
- * most uWS 20.30 accepts (it drops a request with more), so both parsers admit the same requests.
- */
-const MAX_HEADER_LINES = 48;
-const TOO_MANY_HEADERS = reply(431, 'bad_request', `more than ${MAX_HEADER_LINES} header lines`);
 
 /** The stages a request on one backend runs after route, and the end that then takes the request over. */
 interface Chain {
   readonly stages: readonly Stage[];
   /** Answers and settles the request itself (synchronously registers its body reader). */
-  readonly end: (ex: Exchange, client: ClientSide) => void;
-}
-
-/** The request carries a body (uWS then delivers it through onData). */
-function hasBody(headers: Record<string, string>): boolean {
-  if (headers['transfer-encoding'] !== undefined) return true;
-  const cl = headers['content-length'];
-  return cl !== undefined && cl !== '0';
-}
-
-/** The body of a node:http request as the stages read it; 100 Continue goes out once the body is wanted. */
-function nodeBodySource(req: IncomingMessage, res: ServerResponse, expectContinue: boolean): BodySource {
-  let continued = !expectContinue;
-  return (h) => {
-    if (!continued) {
-      continued = true;
-      res.writeContinue();
-    }
-    req.on('data', (b: Buffer) => h(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength) as ArrayBuffer, false));
-    req.on('end', () => h(new ArrayBuffer(0), true));
-  };
+  readonly end: (ex: Exchange, client: ResponseEncoder) => void;
 }
 
 /** Told about every snapshot the data plane loads and every key point update (the thread host forwards them). */
@@ -131,9 +100,25 @@ export class Dataplane {
   readonly policies: Policies;
   #port = 0;
   readonly #opts: DataplaneOptions;
-  /** The pool listener: uWS, or node:http with proxyHttpParser 'node' (docs/http-front-door.md). */
-  readonly #app: TemplatedApp | null = null;
-  readonly #node: NodeServer | null = null;
+  /** The pool listener: node:http, or the uWS door with proxyHttpParser 'uws' (docs/http-front-door.md). */
+  readonly #door: FrontDoor;
+  /** What the door hands each request to. */
+  readonly #doorHandler: DoorHandler = {
+    serve: (ex, body, client) => {
+      this.#inFlight++;
+      try {
+        this.#begin(body, ex, client);
+      } catch (err) {
+        // A bug must cost one request, not the process (an exception escaping a uWS handler is fatal).
+        this.#failed(ex, client, 'data plane request handler failed', err);
+      }
+    },
+    refuse: (ex, client, r) => {
+      this.#inFlight++;
+      client.sendReply(r, null, true);
+      this.#settle(ex, { outcome: r.error, status: r.status });
+    },
+  };
   /** Stage 1: finds the pool, and with it the backend whose chain runs next. */
   readonly #route: Stage;
   readonly #httpChain: Chain;
@@ -148,7 +133,6 @@ export class Dataplane {
   readonly #bodyLimit: BodyLimit | null;
   /** SQL over HTTP: serves every database pool (postgres, mysql) after stage 4. */
   readonly #sql: SqlOverHttp;
-  #listenSocket: us_listen_socket | null = null;
   #inFlight = 0;
   #drained: (() => void) | null = null;
   #closing: Promise<void> | null = null;
@@ -209,22 +193,9 @@ export class Dataplane {
         onKeys: (changes) => this.#listener?.keys(changes),
       });
     }
-    if (proxyHttpParser(opts.config) === 'node') {
-      this.#node = createServer({ requireHostHeader: true, headersTimeout: 10_000, requestTimeout: 0, keepAliveTimeout: 10_000 });
-      this.#node.on('request', (req, res) => this.#handleNode(req, res, false));
-      // Expect: 100-continue comes here instead: 100 Continue goes out only once the body is wanted, after the gates.
-      this.#node.on('checkContinue', (req, res) => this.#handleNode(req, res, true));
-      // A malformed request is answered after the requests read before it (src/dataplane/node-connection.ts).
-      this.#node.on('clientError', onNodeClientError);
-      // node:http hands CONNECT to 'connect' (never 'request'); the proxy forwards no tunnels: answer and close.
-      this.#node.on('connect', (_req: IncomingMessage, socket: Duplex) => {
-        const body = JSON.stringify(errorBody('bad_request', 'the request cannot be forwarded: CONNECT is not supported'));
-        socket.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
-      });
-    } else {
-      this.#app = loadUws().App();
-      this.#app.any('/*', (res, req) => this.#handle(res, req));
-    }
+    // The proxy port's front door: node:http (first-class), or the uWS adapter where chosen (docs/http-front-door.md).
+    const snapshot = () => this.snapshots.current;
+    this.#door = proxyHttpParser(opts.config) === 'node' ? new NodeDoor(this.#doorHandler, snapshot) : new UwsDoor(this.#doorHandler, snapshot);
   }
 
   /** Loads the snapshot, then listens on config.proxyPort. */
@@ -267,91 +238,19 @@ export class Dataplane {
     return this.#inFlight;
   }
 
-  #listen(host: string, port: number): Promise<void> {
-    const node = this.#node;
-    if (node !== null) {
-      return new Promise((resolve, reject) => {
-        node.once('error', reject);
-        // Threads sharing the proxy port each bind it with SO_REUSEPORT; the kernel spreads connections over them.
-        const reusePort = dataplaneThreadCount(this.#opts.config) > 1 && this.#opts.config.dataplaneThreadPorts === 'shared';
-        node.listen({ port, host, reusePort }, () => {
-          node.off('error', reject);
-          this.#port = (node.address() as { port: number }).port;
-          resolve();
-        });
-      });
-    }
-    const uws = loadUws();
-    return new Promise((resolve, reject) => {
-      this.#app!.listen(host, port, (socket) => {
-        if (!socket) {
-          reject(new Error(`data plane cannot listen on ${host}:${port}`));
-          return;
-        }
-        this.#listenSocket = socket;
-        this.#port = uws.us_socket_local_port(socket);
-        resolve();
-      });
-    });
-  }
-
-  #handle(res: HttpResponse, req: HttpRequest): void {
-    // Everything from req is read here, synchronously: it is invalid after the handler returns.
-    const method = req.getCaseSensitiveMethod();
-    const client = new ClientResponse(res, method === 'HEAD');
-    const headers = readRequestHeaders(req);
-    const ex = newExchange(method, req.getUrl(), req.getQuery() ?? '', headers, Buffer.from(res.getRemoteAddressAsText()).toString(), this.snapshots.current);
-    this.#inFlight++;
-    try {
-      this.#begin((h) => res.onData(h), ex, client);
-    } catch (err) {
-      // A bug must cost one request, not the process (an exception escaping a uWS handler is fatal).
-      this.#failed(ex, client, 'data plane request handler failed', err);
-    }
+  async #listen(host: string, port: number): Promise<void> {
+    // Threads sharing the proxy port each bind it with SO_REUSEPORT; the kernel spreads connections over them.
+    const reusePort = dataplaneThreadCount(this.#opts.config) > 1 && this.#opts.config.dataplaneThreadPorts === 'shared';
+    this.#port = await this.#door.listen(host, port, reusePort);
   }
 
   /** A bug or an unexpected failure: this request gets 500 and is settled (src/pool-request/request-failed.ts). */
-  #failed(ex: Exchange, client: ClientSide, what: string, err: unknown): void {
+  #failed(ex: Exchange, client: ResponseEncoder, what: string, err: unknown): void {
     requestFailed(this.#opts.log, what, err, client, (st) => this.#settle(ex, st));
   }
 
-  /**
-   * A request taken by node:http (llhttp has already refused malformed framing with 400/431 and closed). One
-   * pipelined behind an answer that is not out yet begins once it is (src/dataplane/node-connection.ts).
-   */
-  #handleNode(req: IncomingMessage, res: ServerResponse, expectContinue: boolean): void {
-    const when = nodeRequestArrived(req, res);
-    if (when === 'now') this.#serveNode(req, res, expectContinue);
-    else if (when === 'later') res.once('socket', () => this.#serveNode(req, res, expectContinue));
-  }
-
-  #serveNode(req: IncomingMessage, res: ServerResponse, expectContinue: boolean): void {
-    const method = req.method ?? 'GET';
-    const client = new NodeClientResponse(req, res, method === 'HEAD');
-    const raw = req.rawHeaders;
-    const headers = readNodeHeaders(raw);
-    const url = req.url ?? '';
-    const q = url.indexOf('?');
-    const address = peerAddress(req.socket.remoteAddress);
-    const ex = newExchange(method, q === -1 ? url : url.slice(0, q), q === -1 ? '' : url.slice(q + 1), headers, address, this.snapshots.current);
-    this.#inFlight++;
-    try {
-      if (req.httpVersionMajor !== 1) return this.#stopNode(ex, client, VERSION_NOT_SUPPORTED);
-      if (raw.length / 2 > MAX_HEADER_LINES) return this.#stopNode(ex, client, TOO_MANY_HEADERS);
-      // A body reader only for a request that has a body (most have none: no closure for them).
-      this.#begin(hasBody(headers) ? nodeBodySource(req, res, expectContinue) : null, ex, client);
-    } catch (err) {
-      this.#failed(ex, client, 'data plane request handler failed', err);
-    }
-  }
-
-  #stopNode(ex: Exchange, client: ClientSide, r: Reply): void {
-    client.sendReply(r, null, true);
-    this.#settle(ex, { outcome: r.error, status: r.status });
-  }
-
   /** Runs route, then the chain of the pool's backend; returns once everything async is under way. */
-  #begin(onBody: BodySource | null, ex: Exchange, client: ClientSide): void {
+  #begin(onBody: BodySource | null, ex: Exchange, client: ResponseEncoder): void {
     const framing = framingRefusal(ex.headers);
     if (framing !== null) return this.#refuseFraming(ex, client, framing);
     const host = ex.headers.host;
@@ -377,15 +276,15 @@ export class Dataplane {
   }
 
   /** A stage's refusal. It leaves any request body unread: that connection is closed rather than the body parsed. */
-  #stop(ex: Exchange, client: ClientSide, r: Reply): void {
+  #stop(ex: Exchange, client: ResponseEncoder, r: Reply): void {
     // uWS would parse what follows the unread body as a request of its own: answered on the next turn instead.
-    if (ex.body !== null && this.#app !== null) return this.#refuseFraming(ex, client, r);
+    if (ex.body !== null && this.#door.answersUnreadBodyLater) return this.#refuseFraming(ex, client, r);
     client.sendReply(r, null, ex.body !== null);
     this.#settle(ex, { outcome: r.error, status: r.status });
   }
 
   /** The end of an HTTP pool's chain: the body stream, then (after a pending policies verdict) admit on. */
-  #forwardEnd(ex: Exchange, client: ClientSide): void {
+  #forwardEnd(ex: Exchange, client: ResponseEncoder): void {
     // Async pools (spec rule 5): a job when asked by header, when busy (async_on_queue), or after the wait.
     const asyncPool = this.#opts.jobs && asyncEligible(ex.pool!) ? ex.pool! : null;
     const judged = ex.body !== null && needsFormJudgement(ex);
@@ -399,7 +298,7 @@ export class Dataplane {
    * that stalls or breaks off there costs no slot and never reaches the origin (issue 25 items 4, 5). A read key's
    * form body is read whole and judged for `_method` (scope.ts).
    */
-  #readFirst(ex: Exchange, client: ClientSide, body: RequestBody | null, judged: boolean, asyncPool: PoolEntry | null): void {
+  #readFirst(ex: Exchange, client: ResponseEncoder, body: RequestBody | null, judged: boolean, asyncPool: PoolEntry | null): void {
     if (body === null) return this.#admitStage(ex, client, body, ex.waitMs, asyncPool);
     let waiting = true;
     client.onAbort(() => {
@@ -442,7 +341,7 @@ export class Dataplane {
    * body would become a request of their own. Answered later, the response is pending when uWS meets those
    * bytes, and uWS closes the connection instead (nothing more is parsed, nothing reaches the origin).
    */
-  #refuseFraming(ex: Exchange, client: ClientSide, r: Reply): void {
+  #refuseFraming(ex: Exchange, client: ResponseEncoder, r: Reply): void {
     client.onAbort(() => this.#settle(ex, { outcome: 'client_aborted', status: 0 }));
     setImmediate(() => {
       if (!client.open) return;
@@ -452,7 +351,7 @@ export class Dataplane {
   }
 
   /** Waits for an async policy verdict (JWT, signed body, Redis nonces), then refuses or goes on. */
-  #afterPolicies(pending: Promise<Reply | null>, ex: Exchange, client: ClientSide, body: RequestBody | null, go: () => void): void {
+  #afterPolicies(pending: Promise<Reply | null>, ex: Exchange, client: ResponseEncoder, body: RequestBody | null, go: () => void): void {
     let deciding = true;
     client.onAbort(() => {
       if (deciding) this.#settle(ex, { outcome: 'client_aborted', status: 0 });
@@ -473,7 +372,7 @@ export class Dataplane {
   }
 
   /** Stage 5 on: a job when the request asks for one, else a slot. */
-  #admitStage(ex: Exchange, client: ClientSide, body: RequestBody | null, wait: number, asyncPool: PoolEntry | null): void {
+  #admitStage(ex: Exchange, client: ResponseEncoder, body: RequestBody | null, wait: number, asyncPool: PoolEntry | null): void {
     if (asyncPool && asyncRequested(ex.headers)) return this.#toJob(ex, client, body, 'requested');
     const a = admit(this.governor, ex, asyncPool?.asyncOnQueue ? 0 : wait, client);
     if (a instanceof Promise) {
@@ -493,7 +392,7 @@ export class Dataplane {
     }
   }
 
-  #admitted(ex: Exchange, client: ClientSide, body: RequestBody | null, a: Admission): void {
+  #admitted(ex: Exchange, client: ResponseEncoder, body: RequestBody | null, a: Admission): void {
     ex.admission = a;
     ex.queuedMs = a.queuedMs;
     // Queued only when the governor really put it in its queue (a promise alone is not a wait: see Admission).
@@ -530,7 +429,7 @@ export class Dataplane {
   }
 
   /** Spills the request as a job and answers 202 (src/jobs/job-intake.ts). */
-  #toJob(ex: Exchange, client: ClientSide, body: RequestBody | null, reason: JobReason): void {
+  #toJob(ex: Exchange, client: ResponseEncoder, body: RequestBody | null, reason: JobReason): void {
     // A job is counted by the jobs, not as a refused pool request.
     ex.admission = null;
     acceptJob(this.#opts.jobs!, ex, client, body, reason).then(
@@ -558,9 +457,7 @@ export class Dataplane {
   /** Stops accepting, lets in-flight requests finish (up to drainMs), then closes every connection. */
   close(): Promise<void> {
     this.#closing ??= (async () => {
-      if (this.#listenSocket) loadUws().us_listen_socket_close(this.#listenSocket);
-      this.#listenSocket = null;
-      this.#node?.close();
+      this.#door.stopListening();
       await this.snapshots.close();
       if (this.#inFlight > 0) {
         await new Promise<void>((resolve) => {
@@ -572,8 +469,7 @@ export class Dataplane {
         });
       }
       // Drops idle keep-alive connections too (present at runtime, missing from the typings).
-      if (this.#app) (this.#app as TemplatedApp & { close(): void }).close();
-      this.#node?.closeAllConnections();
+      this.#door.closeConnections();
       await this.#upstreams.close(this.#inFlight > 0);
       await this.#sql.close();
       await this.policies.close();

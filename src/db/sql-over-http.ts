@@ -7,7 +7,7 @@ import type { Logger } from '../log.js';
 import { governorHeaders, refusalReply } from '../pool-request/refusal.js';
 import { admit } from '../pool-request/admit.js';
 import { BodyLimit } from '../pool-request/body-limit.js';
-import type { ClientSide as ClientResponse } from '../pool-request/client-response.js';
+import type { HeaderList, ResponseEncoder } from '../pool-request/codec.js';
 import { reply, type Exchange, type Reply, type Stage } from '../pool-request/exchange.js';
 import type { Settlement } from '../pool-request/release.js';
 import { requestFailed } from '../pool-request/request-failed.js';
@@ -176,7 +176,7 @@ export class SqlOverHttp {
    * (null when the request has none), the policies' pending verdict and the queue wait. Must be called
    * synchronously from the uWS handler: it registers the body reader. `settle` runs exactly once.
    */
-  serve(ex: Exchange, client: ClientResponse, settle: (s: Settlement) => void): void {
+  serve(ex: Exchange, client: ResponseEncoder, settle: (s: Settlement) => void): void {
     const onData = ex.body;
     const verdict = ex.verdict;
     const wait = ex.waitMs;
@@ -226,8 +226,7 @@ export class SqlOverHttp {
         done = true;
         return stop(limit.reply);
       }
-      // uWS neuters the ArrayBuffer when this callback returns: copy it.
-      if (chunk.byteLength > 0) chunks.push(Buffer.from(chunk.slice(0)));
+      if (chunk.byteLength > 0) chunks.push(chunk);
       if (isLast) {
         text = Buffer.concat(chunks, size).toString('utf8');
         proceed();
@@ -235,7 +234,7 @@ export class SqlOverHttp {
     });
   }
 
-  #parsed(ex: Exchange, client: ClientResponse, text: string, wait: number, settle: (s: Settlement) => void): void {
+  #parsed(ex: Exchange, client: ResponseEncoder, text: string, wait: number, settle: (s: Settlement) => void): void {
     const req = parseSqlRequest(text);
     if (typeof req === 'string') {
       client.sendReply(reply(400, 'bad_request', req), null, false);
@@ -275,14 +274,14 @@ export class SqlOverHttp {
   }
 
   /** Spills the SQL request as a job and answers 202; a job is counted by the jobs, not as a pool request. */
-  #toJob(ex: Exchange, client: ClientResponse, text: string, reason: JobReason, settle: (s: Settlement) => void): void {
+  #toJob(ex: Exchange, client: ResponseEncoder, text: string, reason: JobReason, settle: (s: Settlement) => void): void {
     ex.admission = null;
     spillAndAnswer(this.#opts.jobs!, ex, client, Buffer.from(text, 'utf8'), reason).then(settle, (err: unknown) => {
       requestFailed(this.#opts.log, 'accepting an async job failed', err, client, settle);
     });
   }
 
-  async #admitted(ex: Exchange, client: ClientResponse, req: SqlRequest, a: Admission): Promise<Settlement> {
+  async #admitted(ex: Exchange, client: ResponseEncoder, req: SqlRequest, a: Admission): Promise<Settlement> {
     const pool = ex.pool!;
     ex.admission = a;
     ex.queuedMs = a.queuedMs;
@@ -307,7 +306,7 @@ export class SqlOverHttp {
     if (!r.ok && r.failure.kind === 'aborted') return { outcome: 'client_aborted', status: 0, upstream: { dropped: true } };
     const { status, body } = r.ok ? { status: 200, body: responseJson(req, r.results) } : errorJson(r.failure as Exclude<DbFailure, { kind: 'aborted' }>, r.index);
     const headers = [['content-type', 'application/json'] as const, ...governorHeaders(this.#opts.governor, pool.id, ex.queuedMs)];
-    const sent = await sendJson(client, status, headers, Buffer.from(JSON.stringify(body)));
+    const sent = sendJson(client, status, headers, Buffer.from(JSON.stringify(body)));
     if (!sent) return { outcome: 'client_aborted', status: 0, upstream: { status, latencyMs: ex.upstreamMs } };
     return settlementOf(r, status, ex.upstreamMs);
   }
@@ -320,19 +319,13 @@ function jobReason(pool: PoolEntry, refusal: string): JobReason | null {
   return null;
 }
 
-/** Writes a whole JSON response, waiting on backpressure; false when the client went away first. */
-function sendJson(client: ClientResponse, status: number, headers: ReadonlyArray<readonly [string, string]>, body: Buffer): Promise<boolean> {
-  if (!client.open) return Promise.resolve(false);
-  client.writeHead(status, headers);
-  const at = client.writeOffset();
-  const [, done] = client.tryEnd(body, body.length);
-  if (done) return Promise.resolve(true);
-  return new Promise((resolve) => {
-    client.onAbort(() => resolve(false));
-    client.onWritable((offset) => {
-      const [ok, finished] = client.tryEnd(body.subarray(offset - at), body.length);
-      if (finished) resolve(true);
-      return ok;
-    });
-  });
+/**
+ * Writes a whole JSON response; false when the client went away first. The encoder takes the body whole (what the
+ * socket cannot take yet goes out as it drains), so the slot is not held for a slow reader.
+ */
+function sendJson(client: ResponseEncoder, status: number, headers: HeaderList, body: Buffer): boolean {
+  if (!client.open) return false;
+  client.encodeHeaders(status, headers, body.length);
+  client.encodeData(body, true);
+  return true;
 }

@@ -62,7 +62,7 @@ export async function endClient(c: RedisClient): Promise<void> {
     if (isCluster(c)) {
       const nodes = c.nodes('all');
       // (A refresh that found no node left may leave the status at 'disconnecting': nothing is open then.)
-      if (nodes.length === 0 && (ended(c) || (i > 0 && c.status === 'disconnecting'))) return;
+      if (nodes.length === 0 && (ended(c) || (i > 0 && c.status === 'disconnecting'))) return endRefresh(c);
       for (const n of nodes) if (!ended(n)) n.disconnect();
       if (!ended(c) && c.status !== 'disconnecting') c.disconnect();
     } else {
@@ -71,4 +71,26 @@ export async function endClient(c: RedisClient): Promise<void> {
     }
     await new Promise((r) => setTimeout(r, 25));
   }
+}
+
+/** The longest a slot refresh on its way can take: one CLUSTER SLOTS per node it tries (slotsRefreshTimeout, 1 s). */
+const REFRESH_END_WAIT_MS = 10_000;
+
+/**
+ * A Cluster with no node connection left may still have a slot refresh on its way, on a connection of its
+ * own (ioredis's "refresher"). Once it is answered, the periodic refresh that started it arms its next
+ * round, and nothing stops it after disconnect() has run: a timer every slotsRefreshInterval for good, one
+ * per client (the "two Timeouts" that held a Cluster test's process open once in CI). The refresh's end is
+ * awaited (a callback asked for now runs after it; with no node left and none on its way, at once), then the
+ * round it armed is cleared.
+ */
+async function endRefresh(c: Cluster): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await new Promise<void>((done) => {
+    timer = setTimeout(done, REFRESH_END_WAIT_MS);
+    timer.unref();
+    c.refreshSlotsCache(() => done());
+  });
+  clearTimeout(timer);
+  c.disconnect();
 }

@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto';
 import type { RedisOptions } from 'ioredis';
 import { describeTarget, type RedisTarget } from '../config/redis-target.js';
 import { connectRedis, endClient, isCluster, type RedisClient } from './redis-connect.js';
-import { abortableOf, abortedAlready, waitSignal, type Admission, type AdmitRequest, type BudgetLimits, type Governor, type Outcome, type Permit, type PoolLimits, type PoolState, type RefusalReason } from './governor.js';
+import { abortableOf, abortedAlready, waitSignal, type Admission, type LazyAbortSignal, type AdmitRequest, type BudgetLimits, type Governor, type Outcome, type Permit, type PoolLimits, type PoolState, type RefusalReason } from './governor.js';
 import { EMPTY_STATE, nextAdaptive, sanitizeLimits } from './pool-limits.js';
 import { BudgetShare } from './budget-share.js';
 import { MemoryGovernor } from './memory.js';
@@ -190,6 +190,31 @@ class FallbackPermit implements Permit {
 }
 
 /**
+ * A caller's abort signal for the fail-open fallback's queue, with one more reason to leave it: Redis answers
+ * again, and the caller is admitted through Redis instead (`moved`).
+ */
+class FallbackWait implements LazyAbortSignal {
+  moved = false;
+  #ctl: AbortController | null = null;
+  constructor(readonly caller: LazyAbortSignal | undefined) {}
+
+  get aborted(): boolean {
+    return this.moved || (this.caller?.aborted ?? false);
+  }
+
+  signal(): AbortSignal {
+    this.#ctl ??= new AbortController();
+    const s = this.caller?.signal();
+    return s === undefined ? this.#ctl.signal : AbortSignal.any([s, this.#ctl.signal]);
+  }
+
+  move(): void {
+    this.moved = true;
+    this.#ctl?.abort();
+  }
+}
+
+/**
  * This node's view of one pool: its limits, last known pool-wide count, and its local FIFO. The scripts
  * decide and count; the rest of the admission rules (the queue's refusals, the retry hint, what remains)
  * read this view as their slot counts.
@@ -204,6 +229,8 @@ class PoolView implements SlotCounts {
   /** Effective limit from Redis (min of max and the stored adaptive value), as last seen. */
   stored: number | null = null;
   readonly queue = new WaitQueue<Waiter>();
+  /** Callers waiting in the fail-open fallback's queue: moved to Redis once it answers (#moveFallbackWaits). */
+  readonly fallbackWaits = new Set<FallbackWait>();
   /** Newcomers whose first attempt is in flight and who will wait if it fails. */
   pending = 0;
   /**
@@ -365,7 +392,14 @@ export class RedisGovernor implements Governor {
   /** A retry of unsent releases and the replay, while some are pending (a Cluster has no reconnect to trigger it). */
   #resendTimer: NodeJS.Timeout | null = null;
   /** Slots keys whose REFRESH (lease refresh and fallback write-back) is on its way: one at a time per key. */
-  readonly #writing = new Set<string>();
+  readonly #writing = new Map<string, Promise<boolean>>();
+  /**
+   * Slots keys whose leases this node holds since before Redis (or the key's Cluster primary) went away, by
+   * a mark that changes at each loss: the primary answering now may be a replica that missed them, so they are
+   * written again (REFRESH) before this node admits there. Cleared by a REFRESH sent after the last mark.
+   */
+  readonly #rewrite = new Map<string, number>();
+  #lossMark = 0;
   readonly #refreshTimer: NodeJS.Timeout;
   /** This turn's acquires by pool and releases by pool keys; sent at the end of the turn (#sendTurn). */
   readonly #acquires = new TurnBatch<PoolView, AcquireCall>((v, calls) => this.#sendAcquires(v, calls), MAX_BATCH);
@@ -435,6 +469,9 @@ export class RedisGovernor implements Governor {
       }, 1000).unref();
     });
     if (!this.#cluster) void this.#sub.subscribe(this.#channel).catch(() => {});
+    // Cluster: a node gone from the slot map (a primary lost, its replica promoted) is a loss even for a node that
+    // had no command fail meanwhile: the new primary may lack leases this node holds (#lost, #writeBack).
+    else this.redis.on('-node', () => this.#lost());
     this.#refreshTimer = setInterval(() => this.#refreshAll(), Math.max(10, Math.floor(this.#termMs / 3)));
     this.#refreshTimer.unref();
   }
@@ -651,13 +688,24 @@ export class RedisGovernor implements Governor {
     return backendDown();
   }
 
-  #acquire(req: AdmitRequest, termMs: number, keepAlive: boolean, leaseId: string | null): Admission | LeaseAdmission | Promise<Admission | LeaseAdmission> {
+  /** Whether admissions of `v` go through Redis now: connected, and (Cluster) its primary not taken as down. */
+  #redisAnswers(v: PoolView): boolean {
+    return this.connected && !(v.group !== null && v.group.downUntil > this.now());
+  }
+
+  #acquire(req: AdmitRequest, termMs: number, keepAlive: boolean, leaseId: string | null, writtenBack = false): Admission | LeaseAdmission | Promise<Admission | LeaseAdmission> {
     const v = this.#views.get(req.poolId);
     if (v === undefined || !v.active || this.#closed) return { ok: false, reason: 'unavailable', queuedMs: 0 };
     if (abortedAlready(req)) return { ok: false, reason: 'aborted', queuedMs: 0 };
-    if (!this.connected || (v.group !== null && v.group.downUntil > this.now()) || (keepAlive && this.#handingBack(v))) {
-      if (this.#fallback && keepAlive) return this.#viaFallback(v, this.#fallback.acquire(req));
+    if (!this.#redisAnswers(v)) {
+      if (this.#fallback && keepAlive) return this.#viaFallback(v, req, this.now());
       return this.#down();
+    }
+    // Redis answers again: what this node holds in the group is written there first (one round trip), so that
+    // the script counts it. (Once; a write that failed leaves the failure policy to the next check.)
+    if (!writtenBack) {
+      const wb = this.#writeBack(v);
+      if (wb !== null) return wb.then(() => this.#acquire(req, termMs, keepAlive, leaseId, true));
     }
     const waitMs = Math.min(req.waitMs, v.queueTimeoutMs);
     const mayWait = rules.mayQueue(v, waitMs);
@@ -737,9 +785,10 @@ export class RedisGovernor implements Governor {
       w.attempting = false;
       // The answer is unknown: the lease may exist. Release it once Redis is back; refuse or fall back.
       this.#unsent.set(leaseId, { keys, leaseId });
-      this.#lost();
-      this.#failWaiter(w);
+      this.#lost(keys.tag);
+      // The group is down first, so that the fallback's answer for this waiter stays local (#viaFallback).
       if (this.#cluster && v.group !== null) this.#slotDown(v.group);
+      this.#failWaiter(w);
       return true;
     }
     w.attempting = false;
@@ -830,9 +879,20 @@ export class RedisGovernor implements Governor {
   #failWaiter(w: Waiter): void {
     if (w.phase === Phase.Settled) return;
     if (this.#fallback && w.keepAlive) {
-      const wait = Math.max(0, w.view.limits.queueTimeoutMs - (this.now() - w.enqueuedAt));
-      const settle = (a: Admission) => this.#settle(w, a);
-      const r = this.#viaFallback(w.view, this.#fallback.acquire({ poolId: w.view.limits.poolId, waitMs: wait, abortable: w.signal && abortableOf(w.signal) }));
+      const wait = Math.max(0, w.waitUntil - this.now());
+      // The fallback's wait (and a move back to Redis) runs the rest of the caller's wait from here: a timeout of its
+      // own would answer the caller while a slot for it may still come, and that slot would be held by nobody.
+      if (w.timer !== null) this.#timers.clearTimeout(w.timer);
+      w.timer = null;
+      const settle = (a: Admission) => {
+        // Answered meanwhile (aborted): a slot that comes anyway goes back at once.
+        if (w.phase === Phase.Settled) {
+          if (a.ok) a.permit.release();
+          return;
+        }
+        this.#settle(w, a);
+      };
+      const r = this.#viaFallback(w.view, { poolId: w.view.limits.poolId, waitMs: wait, abortable: w.signal && abortableOf(w.signal) }, this.now(), true);
       if (r instanceof Promise) void r.then(settle);
       else settle(r);
       return;
@@ -840,18 +900,56 @@ export class RedisGovernor implements Governor {
     this.#settle(w, this.#down());
   }
 
-  /** Wraps the fallback's grants so they are written back to Redis once it answers (FallbackPermit). */
-  #viaFallback(v: PoolView, r: Admission | Promise<Admission>): Admission | Promise<Admission> {
-    const wrap = (a: Admission): Admission => {
-      if (!a.ok) return a;
-      const p = new FallbackPermit(this, a.permit, v.keys, `${this.nodeId}:f${++this.#seq}`);
-      let set = this.#fallbackHeld.get(v.keys.slots);
-      if (!set) this.#fallbackHeld.set(v.keys.slots, (set = new Set()));
-      set.add(p);
-      if (this.#cluster) this.#scheduleResend();
-      return { ...a, permit: p };
+  /**
+   * The fail-open fallback's admission of a caller of `v` (asked at `startedAt`) while Redis, or the pool's
+   * primary, does not answer. Its grants are written back to Redis as leases once it answers (FallbackPermit).
+   * The fallback grants without asking Redis, so it grants nothing once Redis answers again: a caller still in
+   * its queue then is moved to Redis (#moveFallbackWaits), and a slot it frees for a caller after that is given
+   * back, the caller admitted through Redis. Before, a node whose fallback queue was long when Redis came back
+   * kept granting local slots for seconds, each a lease in Redis only after another node had taken the slot
+   * its predecessor freed there: the origin saw 11 of 8 well after recovery (issue 27's soak run).
+   * `failed`: Redis just failed this caller (a command, not the connection, may have failed): a slot granted
+   * at once is kept, not sent back to the Redis that failed it.
+   */
+  #viaFallback(v: PoolView, req: AdmitRequest, startedAt: number, failed = false): Admission | Promise<Admission> {
+    const wait = new FallbackWait(req.abortable);
+    const done = (a: Admission, waited: boolean): Admission | Promise<Admission> => {
+      if (a.ok && (!this.#redisAnswers(v) || (failed && !waited))) {
+        const p = new FallbackPermit(this, a.permit, v.keys, `${this.nodeId}:f${++this.#seq}`);
+        let set = this.#fallbackHeld.get(v.keys.slots);
+        if (!set) this.#fallbackHeld.set(v.keys.slots, (set = new Set()));
+        set.add(p);
+        if (this.#cluster) this.#scheduleResend();
+        return { ...a, permit: p };
+      }
+      if (a.ok) a.permit.release();
+      else if (!wait.moved || a.reason !== 'aborted' || (req.abortable?.aborted ?? false)) return a;
+      // Redis answers: the caller is admitted there, within what is left of its wait.
+      const spent = this.now() - startedAt;
+      const left = Math.min(req.waitMs, v.queueTimeoutMs) - spent;
+      // Moved as its wait ran out: it timed out (a fail-fast try would answer no_slot, 429, to a caller that waited).
+      if (waited && left <= 0) return { ok: false, reason: 'queue_timeout', queuedMs: spent, retryAfterMs: v.retryAfterMs(), queued: true };
+      const r = this.#acquire({ ...req, waitMs: Math.max(0, left) }, this.#termMs, true, null) as Admission | Promise<Admission>;
+      const mark = (b: Admission): Admission => (b.ok ? { ...b, queuedMs: b.queuedMs + spent, queued: b.queued || waited } : { ...b, queuedMs: b.queuedMs + spent, ...(waited ? { queued: true } : {}) });
+      return r instanceof Promise ? r.then(mark) : mark(r);
     };
-    return r instanceof Promise ? r.then(wrap) : wrap(r);
+    const r = this.#fallback!.acquire({ poolId: req.poolId, waitMs: req.waitMs, abortable: wait });
+    if (!(r instanceof Promise)) return done(r, false);
+    v.fallbackWaits.add(wait);
+    return r.then((a) => {
+      v.fallbackWaits.delete(wait);
+      return done(a, true);
+    });
+  }
+
+  /** Callers waiting in the fallback's queue of a pool whose Redis answers again go through Redis from now. */
+  #moveFallbackWaits(): void {
+    for (const v of this.#views.values()) {
+      if (v.fallbackWaits.size === 0 || !this.#redisAnswers(v)) continue;
+      const waits = [...v.fallbackWaits];
+      v.fallbackWaits.clear();
+      for (const w of waits) w.move();
+    }
   }
 
   releaseFallback(p: FallbackPermit): void {
@@ -877,7 +975,11 @@ export class RedisGovernor implements Governor {
   releasePermit(p: RedisPermit, outcome?: Outcome): void {
     const set = this.#held.get(p.keys.slots);
     set?.delete(p);
-    if (set?.size === 0) this.#held.delete(p.keys.slots);
+    if (set?.size === 0) {
+      this.#held.delete(p.keys.slots);
+      // Nothing of this node's left there to write again.
+      this.#rewrite.delete(p.keys.slots);
+    }
     const v = this.#views.get(p.poolId);
     const current = v !== undefined && v.keys.slots === p.keys.slots ? v : undefined;
     if (current) {
@@ -975,7 +1077,7 @@ export class RedisGovernor implements Governor {
           if (c.fail) c.fail(err);
           else this.#unsent.set(c.leaseId, { keys, leaseId: c.leaseId });
         }
-        this.#lost();
+        this.#lost(keys.tag);
       },
     );
   }
@@ -1021,9 +1123,16 @@ export class RedisGovernor implements Governor {
    * acknowledged just before may not have reached the replica that takes over; they are sent again once
    * Redis answers (#resend).
    */
-  #lost(): void {
+  #lost(tag?: string): void {
     const from = this.now() - REPLAY_MS;
     if (this.#replayFrom === null || from < this.#replayFrom) this.#replayFrom = from;
+    // The leases this node holds there are written again before it admits there (#writeBack). On a Cluster, a
+    // failed command names one primary: only its tag's keys (a loss elsewhere does not hold up this one).
+    const mark = ++this.#lossMark;
+    for (const [slots, set] of this.#held) {
+      if (tag !== undefined && this.#cluster && set.values().next().value?.keys.tag !== tag) continue;
+      this.#rewrite.set(slots, mark);
+    }
     if (this.#cluster) this.#scheduleResend();
   }
 
@@ -1179,56 +1288,80 @@ export class RedisGovernor implements Governor {
     if (!this.connected) return;
     // Releases that failed on a Cluster whose other primaries stayed up (no reconnect to resend them then).
     this.#resend();
-    for (const slots of new Set([...this.#held.keys(), ...this.#fallbackHeld.keys()])) this.#refreshKey(slots);
+    for (const slots of new Set([...this.#held.keys(), ...this.#fallbackHeld.keys()])) void this.#refreshKey(slots);
+    this.#moveFallbackWaits();
   }
 
   /**
-   * Open policy, Redis answering again: true while a pool of `v`'s group still has fallback slots that are
-   * not leases in Redis yet (their write-back is started here). Until they are, the group keeps admitting on
-   * the local limit: an admission through Redis would not count them, and the origin would see more than
-   * max_concurrent (seen: 7 of 6 on a Cluster once its primary was back).
+   * Redis answering again: a promise while `v`'s group has slots of this node that Redis may not count (the
+   * fallback's not yet written; leases granted before Redis, or the key's primary, went away, which a promoted
+   * replica may have missed), settled once they are written (their write is started here); null when none.
+   * Until then the group admits nothing through Redis: the script would not count them, and the origin would
+   * see more than max_concurrent (seen: 7 of 6 on a Cluster once its primary was back).
    */
-  #handingBack(v: PoolView): boolean {
-    if (this.#fallbackHeld.size === 0) return false;
-    let pending = false;
+  #writeBack(v: PoolView): Promise<boolean> | null {
+    if (this.#fallbackHeld.size === 0 && this.#rewrite.size === 0) return null;
+    let writes: Promise<boolean>[] | null = null;
     for (const m of v.group?.members ?? [v]) {
-      const set = this.#fallbackHeld.get(m.keys.slots);
-      if (set === undefined || [...set].every((p) => p.written)) continue;
-      pending = true;
-      this.#refreshKey(m.keys.slots);
+      const slots = m.keys.slots;
+      if (this.#unwritten(slots) || (this.#rewrite.has(slots) && this.#held.has(slots))) (writes ??= []).push(this.#refreshKey(slots));
     }
-    return pending;
+    return writes === null ? null : Promise.all(writes).then((ok) => ok.every(Boolean));
   }
 
-  /** Refreshes this node's leases in one slots key and writes the fallback's slots in use there as leases. */
-  #refreshKey(slots: string): void {
-    if (this.#writing.has(slots)) return;
+  #unwritten(slots: string): boolean {
+    const set = this.#fallbackHeld.get(slots);
+    if (set !== undefined) for (const p of set) if (!p.written) return true;
+    return false;
+  }
+
+  /**
+   * Refreshes this node's leases in one slots key and writes the fallback's slots in use there as leases.
+   * Settles true once they are all in Redis (false when the write failed); a write already on its way is
+   * joined.
+   */
+  #refreshKey(slots: string): Promise<boolean> {
+    const on = this.#writing.get(slots);
+    if (on !== undefined) return on;
     const ids: string[] = [];
-    for (const p of this.#held.get(slots) ?? []) ids.push(p.leaseId);
+    const held = this.#held.get(slots);
+    for (const p of held ?? []) ids.push(p.leaseId);
     // The fallback's slots still in use become leases (written once; then refreshed like the others).
     const fallback = [...(this.#fallbackHeld.get(slots) ?? [])];
     for (const p of fallback) ids.push(p.leaseId);
-    if (ids.length === 0) return;
-    this.#writing.add(slots);
-    this.#eval(REFRESH, [slots], [String(this.#termMs), ...ids]).then(
+    const mark = this.#rewrite.get(slots);
+    if (ids.length === 0) {
+      this.#rewrite.delete(slots);
+      return Promise.resolve(true);
+    }
+    const tag = (held?.values().next().value ?? fallback[0])!.keys.tag;
+    const write = this.#eval(REFRESH, [slots], [String(this.#termMs), ...ids]).then(
       () => {
         this.#writing.delete(slots);
+        if (mark !== undefined && this.#rewrite.get(slots) === mark) this.#rewrite.delete(slots);
         for (const p of fallback) {
           // Released while the write was on its way: its lease goes too.
           if (!p.written && !this.#fallbackHeld.get(slots)?.has(p)) this.#sendRelease(p.keys, p.leaseId);
           p.written = true;
         }
-        // Granted by the fallback while this write was on its way: written next, before the pool admits
-        // through Redis again.
-        if ([...(this.#fallbackHeld.get(slots) ?? [])].some((p) => !p.written) && this.connected) this.#refreshKey(slots);
+        // Granted by the fallback while this write was on its way (Redis not answering for it then): written
+        // next, before the pool admits through Redis again.
+        if (this.#unwritten(slots) && this.connected) return this.#refreshKey(slots);
+        return true;
       },
       () => {
         this.#writing.delete(slots);
-        if (this.#cluster) this.#lost();
+        if (this.#cluster) {
+          this.#lost(tag);
+          const g = this.#groups.get(tag);
+          if (g) this.#slotDown(g);
+        }
+        return false;
       },
     );
+    this.#writing.set(slots, write);
+    return write;
   }
-
 
   /**
    * What this node's learners of a pool know (diagnostics and tests); null for an unknown pool. The gate

@@ -1,6 +1,6 @@
 // The data plane side of async jobs: whether a request becomes a job, and turning it into one — the body
 // read (capped), the request spilled in one INSERT, then 202 with the job id and its poll URL.
-import type { ClientSide as ClientResponse } from '../pool-request/client-response.js';
+import { encodeWhole, type HeaderList, type ResponseEncoder } from '../pool-request/codec.js';
 import { reply, type Exchange, type Reply } from '../pool-request/exchange.js';
 import { connectionListed, isHopByHop } from '../pool-request/headers.js';
 import type { RequestBody } from '../pool-request/request-body.js';
@@ -86,7 +86,7 @@ async function readBody(body: RequestBody): Promise<Buffer> {
  * Turns the request into a job and answers 202 `{ id, status, reason, poll_url, result_url }` once the
  * job is stored. Resolves (never rejects) with how the request ended.
  */
-export async function acceptJob(intake: JobIntake, ex: Exchange, client: ClientResponse, body: RequestBody | null, reason: JobReason): Promise<Settlement> {
+export async function acceptJob(intake: JobIntake, ex: Exchange, client: ResponseEncoder, body: RequestBody | null, reason: JobReason): Promise<Settlement> {
   const fail = (r: Reply, closeConnection: boolean): Settlement => {
     client.sendReply(r, null, closeConnection);
     return { outcome: r.error, status: r.status };
@@ -114,7 +114,7 @@ export async function acceptJob(intake: JobIntake, ex: Exchange, client: ClientR
  * Stores a request whose body is already in hand (SQL over HTTP reads it whole before admission) as a job
  * and answers 202. Resolves (never rejects) with how the request ended.
  */
-export async function spillAndAnswer(intake: JobIntake, ex: Exchange, client: ClientResponse, bytes: Buffer | null, reason: JobReason): Promise<Settlement> {
+export async function spillAndAnswer(intake: JobIntake, ex: Exchange, client: ResponseEncoder, bytes: Buffer | null, reason: JobReason): Promise<Settlement> {
   const pool = ex.pool!;
   const fail = (r: Reply): Settlement => {
     client.sendReply(r, null, false);
@@ -138,12 +138,11 @@ export async function spillAndAnswer(intake: JobIntake, ex: Exchange, client: Cl
   const poll = pollUrl(intake.lockApiUrl(), pool.subdomain, id);
   const text = JSON.stringify({ id, status: 'queued', reason, poll_url: poll, result_url: `${poll}/result` });
   if (!client.open) return { outcome: 'job_accepted', status: 0 };
-  client.writeHead(202, [
+  const headers: HeaderList = [
     ['content-type', 'application/json'],
     ['location', poll],
     ['x-service-job-id', id],
-  ]);
-  if (ex.method === 'HEAD') client.endWithoutBody(Buffer.byteLength(text));
-  else client.tryEnd(Buffer.from(text), Buffer.byteLength(text));
+  ];
+  encodeWhole(client, ex.method === 'HEAD', 202, headers, Buffer.from(text));
   return { outcome: 'job_accepted', status: 202 };
 }

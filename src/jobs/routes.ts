@@ -1,8 +1,9 @@
 // Job polling on the lock API's listener (the lock/pool API host): /pools/{pool}/jobs/{id} and
 // /pools/{pool}/jobs/{id}/result, beside the lock routes (src/lock/server.ts routes a request here first).
 import type { IncomingMessage } from 'node:http';
-import type { ClientSide } from '../pool-request/client-response.js';
-import { peerAddress, readNodeHeaders } from '../pool-request/exchange.js';
+import type { ResponseEncoder } from '../pool-request/codec.js';
+import { peerAddress } from '../pool-request/exchange.js';
+import { readNodeHeaders } from '../pool-request/node-http.js';
 import type { Logger } from '../log.js';
 import { answerJobPoll, type JobPollDeps, type JobRoute, type PollAnswer, type PollRequest } from './poll.js';
 
@@ -11,21 +12,15 @@ export interface JobRouteDeps extends JobPollDeps {
 }
 
 /** Writes a poll answer (a stored result can be megabytes: the rest goes out as the socket drains). */
-export function sendPollAnswer(client: ClientSide, head: boolean, a: PollAnswer): void {
+export function sendPollAnswer(client: ResponseEncoder, head: boolean, a: PollAnswer): void {
   if (!client.open || client.started) return;
-  client.writeHead(a.status, a.headers);
-  if (head) {
-    client.endWithoutBody(a.length ?? a.body.length);
-    return;
-  }
-  const start = client.writeOffset();
-  const [ok, done] = client.tryEnd(a.body, a.body.length);
-  if (ok || done) return;
-  client.onWritable((offset) => client.tryEnd(a.body.subarray(offset - start), a.body.length)[0]);
+  client.encodeHeaders(a.status, a.headers, a.body.length);
+  if (head) client.endWithoutBody(a.length ?? a.body.length);
+  else client.encodeData(a.body, true);
 }
 
 /** Answers a poll request; resolves when the answer was written. */
-export async function servePoll(deps: JobRouteDeps, client: ClientSide, route: JobRoute, req: PollRequest): Promise<void> {
+export async function servePoll(deps: JobRouteDeps, client: ResponseEncoder, route: JobRoute, req: PollRequest): Promise<void> {
   let answer: PollAnswer;
   try {
     answer = await answerJobPoll(deps, route, req);

@@ -90,7 +90,7 @@ function parseHeaders(v: unknown): Parsed<Record<string, string>> {
     if (typeof x !== 'string' || x.length > MAX_HEADER_VALUE) return { ok: false, message: `headers.${k} must be a string of at most ${MAX_HEADER_VALUE} characters` };
     // Header names are case-insensitive; the learner reads them lower-case, as undici delivers them.
     const name = k.toLowerCase();
-    // Joined only to an own property (`constructor` was joined to Object's), as readRequestHeaders does.
+    // Joined only to an own property (`constructor` was joined to Object's), as readNodeHeaders and readUwsHeaders do.
     out[name] = Object.hasOwn(out, name) ? `${out[name]}, ${x}` : x;
   }
   return { ok: true, value: out };

@@ -8,9 +8,9 @@ import type { AccessLog } from '../pool-request/access-log.js';
 import { governorHeaders, refusalReply } from '../pool-request/refusal.js';
 import { authenticateStage } from '../pool-request/authenticate.js';
 import { BodyLimit } from '../pool-request/body-limit.js';
-import type { ClientSide } from '../pool-request/client-response.js';
-import { NodeClientResponse } from '../pool-request/node-client-response.js';
-import { newExchange, peerAddress, readNodeHeaders, type Exchange, type Stage, type OutcomeName } from '../pool-request/exchange.js';
+import { hasBody, type ResponseEncoder } from '../pool-request/codec.js';
+import { NodeResponseEncoder, nodeBodySource, readNodeHeaders } from '../pool-request/node-http.js';
+import { newExchange, peerAddress, type Exchange, type Stage, type OutcomeName } from '../pool-request/exchange.js';
 import type { PoolEntry, SnapshotFeed } from '../pool-request/snapshot.js';
 import { acquireWait } from './acquire-wait.js';
 import { readBody } from './body.js';
@@ -63,7 +63,7 @@ function leaseTerms(pool: PoolEntry): LeaseTerms {
 interface LockCall {
   ex: Exchange;
   route: LockRoute;
-  client: ClientSide;
+  client: ResponseEncoder;
   head: boolean;
   /** The governor's answer to an acquire, once it came. */
   governed?: LockAcquireRecord['admission'];
@@ -116,7 +116,7 @@ export class LockServer {
   #handle(req: IncomingMessage, res: ServerResponse): void {
     const method = req.method ?? 'GET';
     const head = method === 'HEAD';
-    const client = new NodeClientResponse(req, res, head);
+    const client = new NodeResponseEncoder(req, res, head);
     const url = req.url ?? '';
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
@@ -130,9 +130,8 @@ export class LockServer {
     const headers = readNodeHeaders(req.rawHeaders);
     const ex = newExchange(method, path, q === -1 ? '' : url.slice(q + 1), headers, peerAddress(req.socket.remoteAddress), this.#opts.snapshots.current);
     const call: LockCall | null = route ? { ex, route, client, head } : null;
-    const bodyPresent = headers['transfer-encoding'] !== undefined || (headers['content-length'] !== undefined && headers['content-length'] !== '0');
     const limit = route?.action === 'release' ? RELEASE_BODY : ACQUIRE_BODY;
-    if (!bodyPresent) {
+    if (!hasBody(headers)) {
       this.#run(call, client, head, method, Buffer.alloc(0));
       return;
     }
@@ -141,7 +140,7 @@ export class LockServer {
       return;
     }
     // Bodies are small: read them whole before any other decision, so every answer leaves the connection in step.
-    readBody(req, client, limit).then(
+    readBody(nodeBodySource(req, res, false), client, limit).then(
       (b) => {
         if (b.ok) this.#run(call, client, head, method, b.body);
         else if (b.reason === 'too_large') this.#tooLarge(call, client, limit);
@@ -151,14 +150,14 @@ export class LockServer {
     );
   }
 
-  #tooLarge(call: LockCall | null, client: ClientSide, limit: BodyLimit): void {
+  #tooLarge(call: LockCall | null, client: ResponseEncoder, limit: BodyLimit): void {
     // The rest of the body is unread: close that connection rather than parse it.
     client.sendReply(limit.reply, null, true);
     if (call?.route.action === 'acquire' && call.ex.method === 'POST') this.#log(call, 'payload_too_large', 413);
   }
 
   /** Runs one call; a bug costs this call (500), never the process. */
-  #run(call: LockCall | null, client: ClientSide, head: boolean, method: string, body: Buffer): void {
+  #run(call: LockCall | null, client: ResponseEncoder, head: boolean, method: string, body: Buffer): void {
     try {
       if (call === null) {
         sendError(client, head, 404, 'not_found', 'no lock API endpoint at this path');

@@ -2,7 +2,8 @@
 // signs requests (HMAC) the body is read whole first, up to the pool's signedBodyLimit, and the
 // request's RequestBody is then fed from that buffer (uWS only delivers a body to a handler attached
 // synchronously, so the buffer takes the handler's place).
-import { reply, type BodySource, type Exchange, type Reply, type Stage } from '../pool-request/exchange.js';
+import { reply, type Exchange, type Reply, type Stage } from '../pool-request/exchange.js';
+import type { BodySource } from '../pool-request/codec.js';
 import type { BodyLimit } from '../pool-request/body-limit.js';
 import type { Policies, PolicyRefusal, PolicyRequest, Verdict } from './index.js';
 
@@ -48,8 +49,7 @@ function readBody(onData: OnData, limit: BodyLimit): Promise<Buffer | null> {
           chunks.length = 0;
           resolve(null);
         } else {
-          // uWS neuters the ArrayBuffer when this callback returns: copy it.
-          chunks.push(Buffer.from(chunk.slice(0)));
+          chunks.push(chunk);
         }
       }
       if (isLast && !over) resolve(Buffer.concat(chunks, size));
@@ -74,12 +74,12 @@ export function policyStage(policies: Policies, ex: Exchange, onData: OnData | n
   const signed = compiled.signedBody;
   if (compiled.needsBody && signed !== null && onData !== null) {
     if (signed.declaredOver(ex.headers)) return { refusal: signed.reply, pending: null, onData: null };
-    let feed: ((chunk: ArrayBuffer, isLast: boolean) => void) | null = null;
+    let feed: ((chunk: Buffer, end: boolean) => void) | null = null;
     const pending = readBody(onData, signed).then(async (body) => {
       if (body === null) return signed.reply;
       const r = toReply(await policies.run(compiled, req, body));
       // Admitted: hand the buffered body to the RequestBody that forwards it.
-      if (r === null) feed?.(body.buffer.slice(body.byteOffset, body.byteOffset + body.byteLength) as ArrayBuffer, true);
+      if (r === null) feed?.(body, true);
       return r;
     });
     return { refusal: null, pending, onData: (h) => void (feed = h) };

@@ -1,8 +1,8 @@
 // One pool request as the stages see it, and the answer a stage gives to stop it.
 import type { Admission, Permit } from '../governor/governor.js';
-import type { HttpRequest } from 'uWebSockets.js';
 import type { KeyEntry, PoolEntry, Snapshot } from './snapshot.js';
 import type { HttpCode, HttpStatusOf } from '../errors/catalogue.js';
+import type { BodySource } from './codec.js';
 
 /**
  * What the access log and metrics call the way a request ended: an error code from the catalogue
@@ -35,8 +35,6 @@ export const reply = <C extends HttpCode>(status: NoInfer<HttpStatusOf<C>>, erro
   headers,
 });
 
-/** Registers the handler that receives the request body (uWS's res.onData shape). */
-export type BodySource = (handler: (chunk: ArrayBuffer, isLast: boolean) => void) => void;
 
 export interface Exchange {
   /** Upper-case method as sent. */
@@ -119,49 +117,6 @@ export function newExchange(
  * what it learns it writes on the Exchange. Stages never throw to refuse.
  */
 export type Stage = (ex: Exchange) => Reply | null;
-
-/**
- * The request's headers (lower-case names; repeated headers joined with ", "), read while `req` is valid. A header
- * is joined only to an own property: `constructor` was joined to Object's. (A prototype-less object would be
- * a dictionary-mode object, about 0.5 µs slower per request to fill and read.) Read a header whose name comes
- * from configuration with headerValue().
- */
-export function readRequestHeaders(req: HttpRequest): Record<string, string> {
-  const headers: Record<string, string> = {};
-  req.forEach((k, v) => {
-    headers[k] = Object.hasOwn(headers, k) ? `${headers[k]}, ${v}` : v;
-  });
-  return headers;
-}
-
-/**
- * readRequestHeaders for node:http: the same record from `req.rawHeaders` (names as sent, values in order). Built
- * without a prototype: names known only at run time added to a `{}` one by one each take V8's slow path (a map
- * transition through the runtime, from a megamorphic store site), which callgrind counted at several thousand
- * instructions per request; a prototype-less record takes them as dictionary entries in the store's fast path.
- */
-export function readNodeHeaders(raw: readonly string[]): Record<string, string> {
-  const headers = Object.create(null) as Record<string, string>;
-  for (let i = 0; i < raw.length; i += 2) {
-    const k = lowerName(raw[i]!);
-    headers[k] = Object.hasOwn(headers, k) ? `${headers[k]}, ${raw[i + 1]}` : raw[i + 1]!;
-  }
-  return headers;
-}
-
-/** Header names as sent and lower-cased: the same few names come on every request (bounded: names are the client's). */
-const LOWER_NAMES = new Map<string, string>();
-const MAX_LOWER_NAMES = 512;
-
-/** A header name lower-cased: a map hit costs less than String#toLowerCase (about 1,000 instructions a name). */
-function lowerName(name: string): string {
-  let lower = LOWER_NAMES.get(name);
-  if (lower === undefined) {
-    lower = name.toLowerCase();
-    if (LOWER_NAMES.size < MAX_LOWER_NAMES) LOWER_NAMES.set(name, lower);
-  }
-  return lower;
-}
 
 /** The peer's address as the stages compare it: an IPv4 client on a dual-stack socket without its `::ffff:` prefix. */
 export function peerAddress(address: string | undefined): string {

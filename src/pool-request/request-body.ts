@@ -4,8 +4,8 @@
 // instead of holding its connection, and its slot, until the request timeout.
 import { Readable } from 'node:stream';
 import { BodyTooLargeError, type BodyLimit } from './body-limit.js';
-import type { ClientSide as ClientResponse } from './client-response.js';
-import { reply, type BodySource } from './exchange.js';
+import type { BodySource, ResponseEncoder } from './codec.js';
+import { reply } from './exchange.js';
 
 /** The client sent no body byte for the body timeout (RequestBody destroys itself with this). */
 export class BodyTimeoutError extends Error {
@@ -16,7 +16,7 @@ export class BodyTimeoutError extends Error {
 const swallow = (): void => {};
 
 export class RequestBody extends Readable {
-  readonly #client: ClientResponse;
+  readonly #client: ResponseEncoder;
   readonly #limit: BodyLimit | null;
   readonly #idleMs: number;
   #received = 0;
@@ -33,7 +33,7 @@ export class RequestBody extends Readable {
    * `limit` null means no limit; `idleMs` 0 means no body timeout; `keep`: keep the chunks (kept()). Must be
    * constructed synchronously in the uWS handler.
    */
-  constructor(client: ClientResponse, onData: BodySource, limit: BodyLimit | null, idleMs = 0, keep = false) {
+  constructor(client: ResponseEncoder, onData: BodySource, limit: BodyLimit | null, idleMs = 0, keep = false) {
     super({ highWaterMark: 256 * 1024 });
     this.#client = client;
     this.#limit = limit;
@@ -87,7 +87,7 @@ export class RequestBody extends Readable {
     this.destroy(new BodyTimeoutError());
   }
 
-  #onChunk(chunk: ArrayBuffer, isLast: boolean): void {
+  #onChunk(chunk: Buffer, isLast: boolean): void {
     if (this.destroyed) return;
     if (chunk.byteLength > 0) {
       this.#received += chunk.byteLength;
@@ -96,10 +96,9 @@ export class RequestBody extends Readable {
         return;
       }
       this.#idle?.refresh();
-      // uWS neuters the ArrayBuffer when this callback returns: copy it.
-      const b = Buffer.from(chunk.slice(0));
-      this.#kept?.push(b);
-      if (!this.push(b) && !isLast) {
+      // The door handed the chunk over (codec.ts BodySource): kept and streamed as it is.
+      this.#kept?.push(chunk);
+      if (!this.push(chunk) && !isLast) {
         this.#paused = true;
         this.#client.pause();
       }

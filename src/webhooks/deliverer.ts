@@ -2,12 +2,13 @@
 // current secret, POSTs it over a warm keep-alive connection, and records the outcomes in batches, keeping
 // each destination's failure streak (8 → deactivated). See docs/jobs-and-webhooks.md.
 //
-// Two loops, each one statement at a time: the recorder writes every outcome gathered so far (one
-// statement), the claimer claims due rows for every destination with room (one statement) and sends them.
-// Work that arrives while a statement runs is gathered for the next one, and both loops run at most once
-// per LINGER_MS (a notification after a quiet spell is claimed at once; at a steady rate of single-event
-// transactions, one claim and one record cover every event of the last few ms instead of a statement per
-// notification and per finished send: each statement costs the process far more CPU than a POST). A destination with a failure not yet
+// Two loops, each one statement at a time: the claimer claims due rows for every destination with room and
+// sends them, and writes the outcomes gathered so far in the same statement (claim.ts); the recorder writes
+// them alone only when the claimer cannot take them (it is mid-statement, or nothing is to be claimed). Work
+// that arrives while a statement runs is gathered for the next one, and both loops run at most once per
+// LINGER_MS (a notification after a quiet spell is claimed at once; at a steady rate of single-event
+// transactions, one statement covers every event and every finished send of the last few ms instead of a
+// statement per notification and per finished send: each statement costs the process far more CPU than a POST). A destination with a failure not yet
 // written gets no new claims until it is: its 8th failure is in the store (deactivated) before anything
 // more is claimed for it, so only the sends already in flight can follow it.
 //
@@ -28,10 +29,13 @@ import { SYSTEM_TIME, type GovernorTime } from '../governor/clock.js';
 import { openCredential } from '../store/credentials.js';
 import { CHANGE_CHANNEL, type Sql } from '../store/sql.js';
 import { retryDelayMs, type RetrySchedule } from './backoff.js';
+import { claimAndRecord, type ClaimedRow } from './claim.js';
 import { DestinationLimit } from './destination-limit.js';
-import { recordOutcomes, type Outcome } from './outcomes.js';
+import type { Outcome } from './outcomes.js';
 import { DELIVERY_CHANNEL } from './outbox.js';
-import { deliveryHeaders, signDelivery } from './signature.js';
+import { pushDeliveryHeaders, signDelivery } from './signature.js';
+
+export type { ClaimedRow } from './claim.js';
 
 /** Spec: consecutive failures before deactivation. */
 export const FAILURES_BEFORE_DEACTIVATION = 8;
@@ -58,7 +62,7 @@ export interface DelivererOptions {
   initialPerDestination?: number;
   /** Period of the due-row poll (enqueues and re-enables also wake the deliverer at once). */
   pollMs: number;
-  /** At most one claim and one record per this many ms (default LINGER_MS). */
+  /** At most one statement (claim and record) per this many ms (default LINGER_MS). */
   lingerMs?: number;
   /** Finished deliveries are kept this long for replay, then pruned (default 30 days). */
   retentionMs?: number;
@@ -71,22 +75,6 @@ export interface DelivererOptions {
   time?: Pick<GovernorTime, 'now' | 'timers'>;
 }
 
-/** A claimed outbox row joined with its destination's current URL, secret and credential. */
-export interface ClaimedRow {
-  id: string;
-  webhook_endpoint_id: number;
-  job_id: string;
-  pool_id: number | null;
-  event_type: string;
-  body: Uint8Array;
-  body_sha256: string;
-  attempts: number;
-  url: string;
-  signing_secret_enc: string;
-  auth_header: string | null;
-  credential_enc: string | null;
-}
-
 export type AttemptOutcome =
   | { ok: true; status: number; latencyMs: number }
   | { ok: false; status: number | null; error: string; latencyMs: number };
@@ -94,8 +82,8 @@ export type AttemptOutcome =
 /** How long a send-time SSRF verdict for a host name is reused (new connections are checked anyway). */
 const TARGET_VERDICT_MS = 1000;
 /**
- * At most one claim and one record per this many ms (the first after a quiet spell runs at once): the
- * latency it may add to a delivery at a steady rate, for a few statements per batch of events instead of
+ * At most one statement (claim and record) per this many ms (the first after a quiet spell runs at once):
+ * the latency it may add to a delivery at a steady rate, for one statement per batch of events instead of
  * per event.
  */
 export const LINGER_MS = 5;
@@ -111,10 +99,13 @@ export class Deliverer {
   #outcomes: Outcome[] = [];
   #timer: NodeJS.Timeout | null = null;
   #unlisten: Array<() => Promise<void>> = [];
-  #pumping = false;
+  /** The claimer and the recorder when they run (each one statement at a time). */
+  #claiming: Promise<void> | null = null;
+  #recording: Promise<void> | null = null;
+  /** A statement writing outcomes is in flight: the next batch waits for it. */
+  #writing = false;
   /** Something asked to look for due rows (a notification, the poll, a freed slot with rows left behind). */
   #want = false;
-  #recording: Promise<void> | null = null;
   /** Failures not yet written, by destination: it gets no new claims until they are. */
   readonly #unwrittenFailures = new Map<number, number>();
   /** Something may be due now (a notification, a full claim): claim without the read-only probe first. */
@@ -130,8 +121,10 @@ export class Deliverer {
   readonly #verdicts = new Map<string, { at: number; verdict: Promise<TargetVerdict>; settled: TargetVerdict | null }>();
   /** Opened signing secrets by their sealed form (a rotation seals a new value, so it misses). */
   readonly #secrets = new Map<string, string>();
-  /** Batches written and rows claimed; for the bench and diagnostics. */
-  readonly stats = { claims: 0, claimed: 0, claimMs: 0, records: 0, recorded: 0, recordMs: 0 };
+  /** Parsed destination URLs by their text (null: not a URL); a changed URL is a new key. */
+  readonly #targets = new Map<string, Target | null>();
+  /** Claims, batches written (`both`: in one statement) and rows; for the bench and diagnostics. */
+  readonly stats = { claims: 0, claimed: 0, claimMs: 0, records: 0, recorded: 0, recordMs: 0, both: 0 };
 
   constructor(opts: DelivererOptions) {
     if (opts.leaseMs <= (opts.timeoutMs ?? DELIVERY_TIMEOUT_MS)) throw new Error('the claim lease must be longer than the delivery timeout');
@@ -221,36 +214,26 @@ export class Deliverer {
 
   #run(): void {
     this.#lastRun = performance.now();
-    if (this.#outcomes.length > 0) this.#record();
+    if (this.#stopping) return;
     // Asked while a claim runs: the claimer runs again when it ends.
-    if (this.#stopping || !this.#want || this.#pumping) return;
-    this.#want = false;
-    this.#pumping = true;
-    void this.#pump()
-      .catch((err: unknown) => this.#o.log.warn({ err }, 'webhook deliverer: claiming due deliveries failed; retrying at the next poll'))
-      .finally(() => {
-        this.#pumping = false;
-        if (this.#want) this.#schedule();
-      });
-  }
-
-  /** The recorder: writes the gathered outcomes in one batch; what comes back meanwhile waits for the next run. */
-  #record(): void {
-    if (this.#recording) return;
-    this.#recording = (async () => {
-      const heldBack = this.#unwrittenFailures.size > 0;
-      try {
-        await this.#flush();
-      } finally {
-        this.#recording = null;
-      }
-      if (this.#stopping) return;
-      // Destinations held back by an unwritten failure may claim again.
-      if (heldBack) {
-        this.#hint = true;
-        this.kick();
-      } else if (this.#outcomes.length > 0) this.#schedule();
-    })();
+    if (this.#want && !this.#claiming) {
+      this.#want = false;
+      this.#claiming = this.#claimLoop()
+        .catch((err: unknown) => this.#o.log.warn({ err }, 'webhook deliverer: claiming due deliveries failed; retrying at the next poll'))
+        .finally(() => {
+          this.#claiming = null;
+          if (this.#want || this.#outcomes.length > 0) this.#schedule();
+        });
+    }
+    // Outcomes the claim could not take with it (one is being written, or nothing is to be claimed): alone.
+    if (this.#outcomes.length > 0 && !this.#writing) {
+      this.#recording = this.#statement(0)
+        .then(() => {})
+        .finally(() => {
+          this.#recording = null;
+          if (this.#want || this.#outcomes.length > 0) this.#schedule();
+        });
+    }
   }
 
   /** Stops claiming, lets in-flight deliveries finish (each within the timeout), records them and closes connections. */
@@ -262,28 +245,23 @@ export class Deliverer {
     for (const u of this.#unlisten) await u().catch(() => {});
     this.#unlisten = [];
     await Promise.allSettled([...this.#inFlight]);
-    while (this.#pumping || this.#recording) {
-      await this.#recording;
-      await new Promise((r) => setTimeout(r, 5));
-    }
-    await this.#flush().catch((err: unknown) => this.#o.log.warn({ err }, 'webhook deliverer: recording the last outcomes failed; those deliveries will be sent again'));
+    await this.#claiming;
+    await this.#recording;
+    await this.#statement(0);
     await this.#agent.close().catch(() => {});
   }
 
-  async #pump(): Promise<void> {
+  /** Claims due rows for the free slots and sends them; a full claim may have left due rows behind, so it claims again at once. */
+  async #claimLoop(): Promise<void> {
     for (;;) {
       if (this.#stopping) return;
       const free = this.#o.concurrency - this.#inFlight.size;
       if (free <= 0) return;
-      if (!this.#hint) {
-        // A read-only probe before the claiming UPDATE (a tenth of its cost): on the embedded store each
-        // statement runs on the event loop that serves pool traffic, and most polls find nothing due.
-        if (!(await this.#anyDue())) return;
-      }
-      this.#hint = false;
-      const rows = await this.#claim(free);
+      // A read-only probe before a claim with nothing to write (a tenth of its cost): on the embedded store
+      // each statement runs on the event loop that serves pool traffic, and most polls find nothing due.
+      if (!this.#hint && (this.#writing || this.#outcomes.length === 0) && !(await this.#anyDue())) return;
+      const rows = await this.#statement(free);
       for (const row of rows) this.#launch(row);
-      // A full claim may have left due rows behind: claim again at once.
       if (rows.length < free) {
         await this.#prune();
         return;
@@ -300,46 +278,81 @@ export class Deliverer {
   }
 
   /**
-   * Claims up to `n` due rows in one statement: for each active destination its oldest due rows, as many
-   * as its room (adaptive limit minus what this process has in flight there; the initial limit for one
-   * not sent to yet); rows another worker holds are skipped, not waited for.
+   * One statement (claim.ts): writes the gathered outcomes unless another statement is writing some (one at a
+   * time: two writes could lock the same destinations' rows in opposite orders), and claims up to `n` due rows,
+   * for each active destination as many as its room (adaptive limit minus what this process has in flight
+   * there; the initial limit for one not sent to yet; none while it has a failure not yet written, this
+   * batch's included). A failed write drops the outcomes: their rows come back when the lease ends. A failed
+   * claim throws.
    */
-  async #claim(n: number): Promise<ClaimedRow[]> {
+  async #statement(n: number): Promise<ClaimedRow[]> {
+    const batch = this.#writing ? [] : this.#outcomes;
+    if (n === 0 && batch.length === 0) return [];
+    if (batch.length > 0) {
+      this.#outcomes = [];
+      this.#writing = true;
+    }
     const dests: number[] = [];
     const rooms: number[] = [];
-    for (const [dest, l] of this.#limits) {
-      dests.push(dest);
-      rooms.push(this.#unwrittenFailures.has(dest) ? 0 : l.room);
+    if (n > 0) {
+      this.#hint = false;
+      this.#backlog = true;
+      for (const [dest, l] of this.#limits) {
+        dests.push(dest);
+        rooms.push(this.#unwrittenFailures.has(dest) ? 0 : l.room);
+      }
     }
     const started = performance.now();
-    this.#backlog = true;
-    const { rows } = await this.#o.sql.query<ClaimedRow>(
-      `WITH room AS (SELECT * FROM unnest($3::int[], $4::int[]) AS r(dest, room)),
-       pick AS (
-         SELECT d.id, d.next_attempt_at
-           FROM webhook_endpoints w
-           CROSS JOIN LATERAL (
-             SELECT d.id, d.next_attempt_at FROM webhook_deliveries d
-              WHERE d.webhook_endpoint_id = w.id AND d.status = 'pending' AND d.next_attempt_at <= now()
-              ORDER BY d.next_attempt_at, d.id
-              LIMIT COALESCE((SELECT r.room FROM room r WHERE r.dest = w.id), $5)
-              FOR UPDATE OF d SKIP LOCKED) d
-          WHERE w.disabled = false
-          ORDER BY d.next_attempt_at, d.id
-          LIMIT $1)
-       UPDATE webhook_deliveries d
-          SET next_attempt_at = now() + $2 * interval '1 millisecond', attempts = d.attempts + 1
-         FROM webhook_endpoints w LEFT JOIN credentials c ON c.id = w.credential_id
-        WHERE d.id IN (SELECT id FROM pick) AND w.id = d.webhook_endpoint_id
-        RETURNING d.id, d.webhook_endpoint_id, d.job_id, d.pool_id, d.event_type, d.body, d.body_sha256, d.attempts,
-                  w.url, w.signing_secret_enc, w.auth_header, c.secret_enc AS credential_enc`,
-      [n, this.#o.leaseMs, dests, rooms, this.#o.initialPerDestination],
-    );
-    this.stats.claims++;
-    this.stats.claimed += rows.length;
-    this.stats.claimMs += performance.now() - started;
-    this.#backlog = rows.length >= n || this.#atRoom(rows, dests, rooms);
-    return rows;
+    let result: Awaited<ReturnType<typeof claimAndRecord>>;
+    try {
+      result = await claimAndRecord(
+        this.#o.sql,
+        { n, leaseMs: this.#o.leaseMs, dests, rooms, initialRoom: this.#o.initialPerDestination },
+        batch.length > 0 ? { outcomes: batch, failuresBeforeDeactivation: FAILURES_BEFORE_DEACTIVATION } : null,
+      );
+    } catch (err) {
+      if (batch.length > 0) this.#o.log.warn({ err, deliveries: batch.length }, 'webhook delivery: recording the attempts failed; they will be sent again when their claim lease ends');
+      if (n > 0) throw err;
+      return [];
+    } finally {
+      if (batch.length > 0) {
+        this.#writing = false;
+        this.#written(batch);
+      }
+    }
+    const ms = performance.now() - started;
+    if (n > 0) {
+      this.stats.claims++;
+      this.stats.claimed += result.rows.length;
+      this.stats.claimMs += ms;
+      this.#backlog = result.rows.length >= n || this.#atRoom(result.rows, dests, rooms);
+    }
+    if (batch.length > 0) {
+      this.stats.records++;
+      this.stats.recorded += batch.length;
+      this.stats.recordMs += ms;
+    }
+    if (n > 0 && batch.length > 0) this.stats.both++;
+    for (const dest of result.deactivated) {
+      this.#o.log.warn({ webhook: dest }, `webhook destination deactivated after ${FAILURES_BEFORE_DEACTIVATION} consecutive failed deliveries`);
+    }
+    return result.rows;
+  }
+
+  /** A batch's failures are written (or dropped): their destinations may claim again, at the next run. */
+  #written(batch: readonly Outcome[]): void {
+    let failed = false;
+    for (const o of batch) {
+      if (o.ok) continue;
+      failed = true;
+      const left = (this.#unwrittenFailures.get(o.dest) ?? 1) - 1;
+      if (left <= 0) this.#unwrittenFailures.delete(o.dest);
+      else this.#unwrittenFailures.set(o.dest, left);
+    }
+    if (failed) {
+      this.#hint = true;
+      this.#want = true;
+    }
   }
 
   /** Whether a destination got as many rows as its room (0 included): it may have more due than it could take. */
@@ -403,34 +416,6 @@ export class Deliverer {
     };
   }
 
-  /** Writes every gathered outcome in one statement. A failed write drops them: their rows come back when the lease ends. */
-  async #flush(): Promise<void> {
-    if (this.#outcomes.length === 0) return;
-    const batch = this.#outcomes;
-    this.#outcomes = [];
-    let deactivated: number[];
-    const started = performance.now();
-    try {
-      deactivated = await recordOutcomes(this.#o.sql, batch, FAILURES_BEFORE_DEACTIVATION);
-    } catch (err) {
-      this.#o.log.warn({ err, deliveries: batch.length }, 'webhook delivery: recording the attempts failed; they will be sent again when their claim lease ends');
-      return;
-    } finally {
-      for (const o of batch) {
-        if (o.ok) continue;
-        const left = (this.#unwrittenFailures.get(o.dest) ?? 1) - 1;
-        if (left <= 0) this.#unwrittenFailures.delete(o.dest);
-        else this.#unwrittenFailures.set(o.dest, left);
-      }
-    }
-    this.stats.records++;
-    this.stats.recorded += batch.length;
-    this.stats.recordMs += performance.now() - started;
-    for (const dest of deactivated) {
-      this.#o.log.warn({ webhook: dest }, `webhook destination deactivated after ${FAILURES_BEFORE_DEACTIVATION} consecutive failed deliveries`);
-    }
-  }
-
   /** Drops finished deliveries past their retention (at most once a minute). */
   async #prune(): Promise<void> {
     const now = Date.now();
@@ -459,6 +444,21 @@ export class Deliverer {
     return entry.verdict;
   }
 
+  #target(text: string): Target | null {
+    let t = this.#targets.get(text);
+    if (t === undefined) {
+      try {
+        const u = new URL(text);
+        t = { hostname: u.hostname, origin: u.origin, path: `${u.pathname}${u.search}` };
+      } catch {
+        t = null;
+      }
+      if (this.#targets.size > 10_000) this.#targets.clear();
+      this.#targets.set(text, t);
+    }
+    return t;
+  }
+
   #secret(sealed: string): string {
     let s = this.#secrets.get(sealed);
     if (s === undefined) {
@@ -474,12 +474,8 @@ export class Deliverer {
     const { now, timers } = this.#o.time;
     const started = now();
     const latency = () => Math.round(now() - started);
-    let url: URL;
-    try {
-      url = new URL(row.url);
-    } catch {
-      return { ok: false, status: null, error: 'invalid destination URL', latencyMs: 0 };
-    }
+    const url = this.#target(row.url);
+    if (!url) return { ok: false, status: null, error: 'invalid destination URL', latencyMs: 0 };
     // The 5 s run from here: name resolution is part of the delivery's time. One timer, cleared when the
     // send ends (AbortSignal.timeout's timer would fire, and build its DOMException, 5 s after every send).
     const ac = new AbortController();
@@ -492,7 +488,7 @@ export class Deliverer {
     }
   }
 
-  async #sendSigned(row: ClaimedRow, url: URL, signal: AbortSignal, latency: () => number): Promise<AttemptOutcome> {
+  async #sendSigned(row: ClaimedRow, url: Target, signal: AbortSignal, latency: () => number): Promise<AttemptOutcome> {
     // DNS may have changed since the URL was accepted: the SSRF guard runs again before every send (its
     // verdict reused for a second; every new connection is checked again by the connector).
     const cached = this.#verdictNow(url.hostname);
@@ -506,25 +502,22 @@ export class Deliverer {
     if (!verdict.ok) return { ok: false, status: null, error: `destination refused: ${verdict.reason}`, latencyMs: latency() };
 
     const timestamp = Math.floor(Date.now() / 1000);
-    let headers: Record<string, string>;
+    // A flat name, value list: undici takes it without walking an object's keys.
+    let headers: string[];
     try {
       const secret = this.#secret(row.signing_secret_enc);
-      headers = {
-        'content-type': 'application/json',
-        'user-agent': 'poolgate-webhooks/1',
-        ...deliveryHeaders({
-          signature: signDelivery(secret, timestamp, row.job_id, { sha256: row.body_sha256 }),
-          timestamp,
-          jobId: row.job_id,
-          webhookId: row.webhook_endpoint_id,
-          event: row.event_type,
-        }),
-      };
+      headers = pushDeliveryHeaders(['content-type', 'application/json', 'user-agent', 'poolgate-webhooks/1'], {
+        signature: signDelivery(secret, timestamp, row.job_id, { sha256: row.body_sha256 }),
+        timestamp,
+        jobId: row.job_id,
+        webhookId: row.webhook_endpoint_id,
+        event: row.event_type,
+      });
       if (row.credential_enc) {
         const cred = openCredential(this.#o.box, { secret_enc: row.credential_enc });
         if (cred.method === 'bearer_static') {
           const name = row.auth_header ?? 'authorization';
-          headers[name] = name === 'authorization' ? `Bearer ${cred.token}` : cred.token;
+          setHeader(headers, name, name === 'authorization' ? `Bearer ${cred.token}` : cred.token);
         }
       }
     } catch (err) {
@@ -534,7 +527,7 @@ export class Deliverer {
     try {
       const res = await this.#agent.request({
         origin: url.origin,
-        path: `${url.pathname}${url.search}`,
+        path: url.path,
         method: 'POST',
         headers,
         body: Buffer.from(row.body.buffer, row.body.byteOffset, row.body.byteLength),
@@ -550,6 +543,25 @@ export class Deliverer {
       return { ok: false, status: null, error: describe(err, signal), latencyMs: latency() };
     }
   }
+}
+
+/** A destination URL as a send needs it. */
+interface Target {
+  hostname: string;
+  origin: string;
+  /** Path and query. */
+  path: string;
+}
+
+/** Sets a header in a flat name, value list, replacing one of that name (names are lower-case). */
+function setHeader(list: string[], name: string, value: string): void {
+  for (let i = 0; i < list.length; i += 2) {
+    if (list[i] === name) {
+      list[i + 1] = value;
+      return;
+    }
+  }
+  list.push(name, value);
 }
 
 /** A short reason for the history: timeout, TLS, connection reset, … */

@@ -40,15 +40,28 @@ export interface SignedHeaderValues {
   event: string;
 }
 
-/** The ten signing headers (five values under both prefixes), lower-case names. */
+const [SIG, TS, JOB, HOOK, EVENT, LEGACY_SIG, LEGACY_TS, LEGACY_JOB, LEGACY_HOOK, LEGACY_EVENT] = [HEADER_PREFIX, LEGACY_HEADER_PREFIX].flatMap((p) =>
+  [SUFFIX.signature, SUFFIX.timestamp, SUFFIX.jobId, SUFFIX.webhookId, SUFFIX.event].map((s) => p + s),
+) as [string, string, string, string, string, string, string, string, string, string];
+
+/**
+ * The ten signing headers (five values under both prefixes, lower-case names) appended to `out` as a flat
+ * name, value list, the form undici takes without walking an object's keys (the deliverer's per-send path).
+ */
+export function pushDeliveryHeaders(out: string[], v: SignedHeaderValues): string[] {
+  const timestamp = String(v.timestamp);
+  const webhookId = String(v.webhookId);
+  out.push(
+    SIG, v.signature, TS, timestamp, JOB, v.jobId, HOOK, webhookId, EVENT, v.event,
+    LEGACY_SIG, v.signature, LEGACY_TS, timestamp, LEGACY_JOB, v.jobId, LEGACY_HOOK, webhookId, LEGACY_EVENT, v.event,
+  );
+  return out;
+}
+
+/** The ten signing headers as an object (lower-case names). */
 export function deliveryHeaders(v: SignedHeaderValues): Record<string, string> {
+  const list = pushDeliveryHeaders([], v);
   const out: Record<string, string> = {};
-  for (const prefix of [HEADER_PREFIX, LEGACY_HEADER_PREFIX]) {
-    out[prefix + SUFFIX.signature] = v.signature;
-    out[prefix + SUFFIX.timestamp] = String(v.timestamp);
-    out[prefix + SUFFIX.jobId] = v.jobId;
-    out[prefix + SUFFIX.webhookId] = String(v.webhookId);
-    out[prefix + SUFFIX.event] = v.event;
-  }
+  for (let i = 0; i < list.length; i += 2) out[list[i]!] = list[i + 1]!;
   return out;
 }

@@ -2,7 +2,7 @@
 // 1,000/s over 64 keep-alive connections, every one answered (test/helpers/http-fuzz.ts).
 import t from 'tap';
 import { fuzzFrontDoor, pacedLoad, startFuzzBed, UWS_PIPELINING, type FuzzBed } from '../helpers/http-fuzz.js';
-import { uwsLoads } from '../../src/http/uws.js';
+import { uwsLoads } from '../../src/http/uws/load.js';
 // Both proxy parsers (proxyHttpParser uws and node).
 
 t.setTimeout(1_200_000);

@@ -1,4 +1,4 @@
-// The one adapter over uWebSockets.js. The package we install can silently fall back to a slow pure-JS
+// Loads uWebSockets.js (the optional second front door, src/http/uws/). The package we install can silently fall back to a slow pure-JS
 // server when its native binary does not load; we refuse to run on that fallback.
 import { createRequire } from 'node:module';
 import type * as UwsTypes from 'uWebSockets.js';
