@@ -40,6 +40,8 @@ export interface ServiceOptions {
   now?: () => Date;
   /** The in-memory governor's time and timers (waits, queue timeouts, the RPM gate); tests drive them. */
   governorTime?: Readonly<GovernorTime>;
+  /** The webhook deliverer's send timeout (clock and timers); tests drive it. */
+  webhookTime?: Readonly<Pick<GovernorTime, 'now' | 'timers'>>;
   log?: Logger;
   /** The job runner's limits (result cap, retry backoff, jitter source); tests make them small. */
   jobs?: JobRunnerTuning;
@@ -92,6 +94,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
   const rc: RoleContext = {
     config, sql, box, log, now, clock, health, ports,
     governorTime: opts.governorTime ?? SYSTEM_TIME,
+    webhookTime: opts.webhookTime ?? SYSTEM_TIME,
     lookup: opts.lookup ?? systemLookup,
     // Where jobs are polled: the lock API's public address (its port is known once it listens).
     lockApiUrl: () => config.lockApiUrl ?? `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${ports.lock ?? config.lockPort}`,

@@ -7,6 +7,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { AccessLog, type AccessRecord } from '../src/pool-request/access-log.js';
+import { DrivenGovernorTime } from './helpers/test-clock.js';
+import { until } from './helpers/until.js';
 
 const record = (i: number, over: Partial<AccessRecord> = {}): AccessRecord => ({
   pool: 'p',
@@ -117,21 +119,22 @@ t.test('each line is the line pino would write for the record: same fields, same
 
 t.test('on a quiet pool a line reaches the file within about a second, without waiting for more lines', async (t) => {
   const file = tempLogFile(t);
-  const log = new AccessLog({ file, sample: 1 });
+  // The one-second hold runs on timers the test drives: it passes when the test moves time, not after a wait.
+  const time = new DrivenGovernorTime();
+  const log = new AccessLog({ file, sample: 1, timers: time });
   t.teardown(() => log.close());
+  const written = () => (existsSync(file) ? readFileSync(file, 'utf8') : '');
   log.write(record(1));
-  // Short of the batch size: the line is held for at most a second, then written (not only at close()).
-  await new Promise((r) => setTimeout(r, 100));
-  const early = existsSync(file) ? readFileSync(file, 'utf8') : '';
-  t.equal(early, '', 'held while more lines may come');
-  let got = '';
-  for (let i = 0; i < 40 && !got; i++) {
-    await new Promise((r) => setTimeout(r, 100));
-    got = existsSync(file) ? readFileSync(file, 'utf8') : '';
-  }
+  // Short of the batch size: at the end of the turn the line is held, with a one-second timer.
+  await until('the hold timer set', () => time.pending === 1);
+  time.advance(999);
+  t.equal(time.pending, 1, 'still held just short of a second');
+  time.advance(1);
+  t.equal(time.pending, 0, 'handed to the file at one second');
+  const got = await until('the line in the file', written);
   t.same(JSON.parse(got).path, record(1).path, 'written within 1 s, while the log is still open');
-  // Enough lines for a batch go out at the end of the turn.
+  // Enough lines for a batch go out at the end of the turn, with no timer (time stands still here).
   for (let i = 2; i < 40; i++) log.write(record(i));
-  await new Promise((r) => setTimeout(r, 200));
-  t.equal(readFileSync(file, 'utf8').trim().split('\n').length, 39, 'a full batch is written at once');
+  await until('a full batch in the file', () => written().trim().split('\n').length === 39);
+  t.equal(time.pending, 0, 'a full batch is written at once, not held');
 });

@@ -77,28 +77,38 @@ t.test('a connected socket that was read with data events is taken over in place
 });
 
 t.test('pause() stops reading until resume(); the end of the connection closes the socket', async (t) => {
+  // Small enough to sit whole in the kernel's buffers while nothing reads it, so the sender can finish.
+  const size = 32 * 1024;
   let got = 0;
   let socket!: Socket;
-  const ready = new Promise<void>((resolve) => {
-    void pausedListener(t, (s) => {
+  let witnessRead!: () => void;
+  const witnessSeen = new Promise<void>((r) => (witnessRead = r));
+  let accepted = 0;
+  const { port } = await pausedListener(t, (s) => {
+    if (accepted++ === 0) {
       socket = directReads(s, (chunk) => {
         got += chunk.length;
       });
       socket.pause();
-      resolve();
-    }).then(async ({ port }) => {
-      const c = connect(port, '127.0.0.1');
-      await once(c, 'connect');
-      c.end(Buffer.alloc(256 * 1024, 1));
-    });
+    } else {
+      // A second connection, not paused: its byte is read only after the event loop polled the sockets
+      // with the paused one's bytes already waiting, so a read of those would have come first.
+      const w = directReads(s, () => witnessRead());
+      t.teardown(() => w.destroy());
+    }
   });
-  await ready;
-  await new Promise((r) => setTimeout(r, 100));
+  const c = connect(port, '127.0.0.1');
+  c.end(Buffer.alloc(size, 1));
+  await once(c, 'finish'); // every byte handed to the kernel
+  const witness = connect(port, '127.0.0.1');
+  t.teardown(() => witness.destroy());
+  witness.write('x');
+  await witnessSeen;
   t.equal(got, 0, 'nothing is read while paused');
   const closed = once(socket, 'close');
   socket.resume();
   await closed;
-  t.equal(got, 256 * 1024, 'everything is read after resume, then the end closes the socket');
+  t.equal(got, size, 'everything is read after resume, then the end closes the socket');
 });
 
 t.test('a TLS socket is not taken over: it is read through data events', async (t) => {

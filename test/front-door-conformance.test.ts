@@ -8,6 +8,7 @@ import { startOrigin, type Origin } from './helpers/origin.js';
 import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { CORPUS, sendRaw } from './helpers/http-corpus.js';
 import { proxyHttpParser } from '../src/dataplane/http-parser.js';
+import { until } from './helpers/until.js';
 import { uwsLoads } from '../src/http/uws/load.js';
 
 /** The uWS door is tested only where its native build loads (Node 20); on Node 24 poolgate refuses the option. */
@@ -79,8 +80,14 @@ for (const parser of PARSERS) {
     // All at once, each on its own connection and path: a held connection costs the wait once, not per case. 3 s
   // without a byte counts as "no answer": on a loaded 2-core machine a prompt answer has taken over 1.5 s.
     const results = await Promise.all(CORPUS.map((c, i) => sendRaw(port, c.bytes('corpus.pools.localhost', `/c${i}`, key), 3000)));
-    await new Promise((r) => setTimeout(r, 200));
-    const seen = origin.requests.map((r) => r.url);
+    // The positive signal that nothing more is on its way to the origin: every request settled in the data
+    // plane, then a request sent after them reached the origin (what the proxy sent before it, it has).
+    await until('every corpus request settled', () => svc.service.dataplane!.inFlight === 0);
+    const witness = `/witness-${parser}`;
+    const w = await sendRaw(port, Buffer.from(`GET ${witness} HTTP/1.1\r\nHost: corpus.pools.localhost\r\nX-Service-Key: ${key}\r\nConnection: close\r\n\r\n`), 3000);
+    t.same(w.statuses, [200], 'a request after the corpus is proxied');
+    await until('the later request at the origin', () => origin.requests.some((r) => r.url === witness));
+    const seen = origin.requests.map((r) => r.url).filter((u) => u !== witness);
     CORPUS.forEach((c, i) => {
       const r = results[i]!;
       const todo = parser === 'uws' ? UWS_2030[c.name] : undefined;

@@ -99,8 +99,10 @@ if (skip) {
     await c.beginTransaction();
     await c.query('INSERT INTO t VALUES (10)');
     const [[me]] = (await c.query('SELECT CONNECTION_ID() AS id')) as any;
+    const open = listener.counts(w.poolId).serverConnections;
     await w.root.query(`KILL ${me.id}`);
-    await sleep(200);
+    // The positive signal that the listener saw its server connection end: it holds one fewer.
+    await until('the killed connection noticed', () => listener.counts(w.poolId).serverConnections < open);
     await t.rejects(c.query('INSERT INTO t VALUES (11)'), { errno: 1317, sqlState: '70100', message: /rolled back/ }, 'the transaction is reported lost');
     t.equal(listener.counts(w.poolId).inTransaction, 0);
     const [[n]] = (await direct.query('SELECT COUNT(*) AS n FROM t WHERE id >= 10')) as any;
@@ -111,7 +113,8 @@ if (skip) {
     // Every idle server connection killed (as on a database restart): the next statements open new ones.
     const [idle] = (await w.root.query('SELECT ID FROM information_schema.PROCESSLIST WHERE USER = ?', [w.user])) as any;
     for (const p of idle) await w.root.query(`KILL ${p.ID}`).catch(() => {});
-    await sleep(300);
+    // The positive signal that the listener saw them end: it holds no server connection.
+    await until('the killed connections noticed', () => listener.counts(w.poolId).serverConnections === 0);
     const [after] = await c.query('SELECT 5 AS five');
     t.same(after, [{ five: 5 }]);
     await c.end();

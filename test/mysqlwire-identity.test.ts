@@ -8,6 +8,7 @@ import { FALLBACK_VERSION, GREETING_WAIT_MS, ServerIdentity, type Learned } from
 import { CLIENT, MARIADB } from '../src/db/mysqlwire/packets.js';
 import { MYSQL, needServer } from './helpers/servers.js';
 import { wirePool } from './helpers/mysql-wire.js';
+import { until } from './helpers/until.js';
 
 const log = createLogger('silent');
 
@@ -65,22 +66,24 @@ function identity(setting: string, pools: PoolEntry[], answers: Record<string, L
 t.test('auto: the pools\' servers are probed; same engine announces the oldest version and the MariaDB capabilities all offer', async (t) => {
   const { id, probed } = identity('auto', [pool(1, 'a'), pool(2, 'b'), pool(3, 'a'), pool(4, 'pg', 'postgres')], { a: MARIA_11, b: MARIA_10 });
   t.ok((await id.greeting()).version.includes('MariaDB'), 'the first answer ends the wait');
-  await new Promise((r) => setTimeout(r, 10));
+  // Both probes answered at once: the greeting changes when the second answer is learned.
+  const both = { version: MARIA_10.version, capabilities: CLIENT.SESSION_TRACK, mariadbCapabilities: MARIADB.EXTENDED_METADATA };
+  await until('both answers learned', () => JSON.stringify(id.greeting()) === JSON.stringify(both));
   t.same(probed.sort(), ['a', 'b'], 'one probe per MySQL server');
-  t.same(id.greeting(), { version: MARIA_10.version, capabilities: CLIENT.SESSION_TRACK, mariadbCapabilities: MARIADB.EXTENDED_METADATA }, 'oldest version; only the capabilities poolgate passes through (bulk operations only where every server offers them)');
+  t.same(id.greeting(), both, 'oldest version; only the capabilities poolgate passes through (bulk operations only where every server offers them)');
 });
 
 t.test('auto: servers of different engines announce the fallback and no MariaDB capability', async (t) => {
   const { id } = identity('auto', [pool(1, 'a'), pool(2, 'm')], { a: MARIA_11, m: MYSQL_8 });
   await id.greeting();
-  await new Promise((r) => setTimeout(r, 10));
+  await until('both answers learned', () => (id.greeting() as { version?: string }).version === FALLBACK_VERSION);
   t.same(id.greeting(), { version: FALLBACK_VERSION, capabilities: CLIENT.SESSION_TRACK, mariadbCapabilities: 0 });
 });
 
 t.test('a capability is offered only when every server offers it (session tracking, which MySQL 5.6 lacks)', async (t) => {
   const { id } = identity('auto', [pool(1, 'a'), pool(2, 'old')], { a: MYSQL_8, old: MYSQL_56 });
   await id.greeting();
-  await new Promise((r) => setTimeout(r, 10));
+  await until('both answers learned', () => (id.greeting() as { version?: string }).version === MYSQL_56.version);
   t.same(id.greeting(), { version: MYSQL_56.version, capabilities: 0, mariadbCapabilities: 0 });
 });
 
@@ -97,7 +100,7 @@ t.test('a greeting never waits longer than GREETING_WAIT_MS for a server that do
 t.test('a server no pool points at any more stops counting; an explicit setting keeps its text and still learns capabilities', async (t) => {
   const { id, f } = identity('auto', [pool(1, 'a'), pool(2, 'm')], { a: MARIA_11, m: MYSQL_8 });
   await id.greeting();
-  await new Promise((r) => setTimeout(r, 10));
+  await until('both answers learned', () => (id.greeting() as { version?: string }).version === FALLBACK_VERSION);
   t.equal((id.greeting() as { version: string }).version, FALLBACK_VERSION);
   f.set([pool(1, 'a')]);
   t.same(id.greeting(), { version: MARIA_11.version, capabilities: CLIENT.SESSION_TRACK, mariadbCapabilities: MARIADB.EXTENDED_METADATA | MARIADB.STMT_BULK_OPERATIONS }, 'the MySQL pool is gone');

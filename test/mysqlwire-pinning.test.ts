@@ -6,6 +6,7 @@ import t, { type Test } from 'tap';
 import type { Connection } from 'mysql2/promise';
 import { needServer } from './helpers/servers.js';
 import { wirePool } from './helpers/mysql-wire.js';
+import { until } from './helpers/until.js';
 
 const skip = await needServer('mariadb');
 if (skip) {
@@ -122,7 +123,8 @@ if (skip) {
         bDone = true;
         return idb.id;
       })();
-      await new Promise((r) => setTimeout(r, 300));
+      // The positive signal: the second client's statement waits in the pool's queue for the one slot.
+      await until('the second client queued for the slot', () => w.svc.service.dataplane!.governor.state(w.poolId).queued === 1);
       t.equal(bDone, false, 'the second client waits: the pinned client holds the one slot');
       await k.kept(t, a);
       t.equal((((await a.query('SELECT CONNECTION_ID() AS id')) as any)[0][0]).id, ida.id, 'still on its server connection');
@@ -178,7 +180,8 @@ if (skip) {
   });
 
   t.test('no slot held and no server connection leaked at the end', async (t) => {
-    await new Promise((r) => setTimeout(r, 200));
+    // The last clients' ends settle after their end() returned: wait for that state, within the ceiling.
+    await until('the slot released', () => w.svc.service.dataplane!.governor.state(w.poolId).inFlight === 0);
     t.equal(w.svc.service.dataplane!.governor.state(w.poolId).inFlight, 0);
     t.equal(w.svc.service.mysql!.counts(w.poolId).inTransaction, 0);
   });

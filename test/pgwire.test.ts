@@ -4,12 +4,15 @@ import t from 'tap';
 import pg from 'pg';
 import { needServer } from './helpers/servers.js';
 import { runTool, startWirePool, type WirePool } from './helpers/pgwire.js';
+import { TestClock } from './helpers/test-clock.js';
 
 const skip = await needServer('postgres');
 if (skip) {
   t.skip(skip);
 } else {
-  const w: WirePool = await startWirePool({ maxConcurrent: 4, overrides: { wireMaxPreparedStatements: 3 } });
+  // The service's clock, moved ahead past a key's expiry instead of sleeping through it.
+  const clock = new TestClock();
+  const w: WirePool = await startWirePool({ maxConcurrent: 4, overrides: { wireMaxPreparedStatements: 3 }, now: clock.now });
   t.teardown(() => w.close());
   const listener = () => w.svc.service.pgWire!;
   const governor = () => w.svc.service.dataplane!.governor;
@@ -166,7 +169,7 @@ if (skip) {
     b.on('error', () => {});
     await b.connect();
     t.equal((await b.query('SELECT 2 AS two')).rows[0].two, 2, 'runs before its expiry');
-    await new Promise((resolve) => setTimeout(resolve, 1700));
+    clock.advance(1700);
     const e2 = await refusal(b);
     t.equal(e2?.code, '28P01', `expired: ${e2?.message}`);
     await a.end().catch(() => {});

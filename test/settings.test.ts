@@ -223,7 +223,7 @@ t.test('lowering max_concurrent below the slots in flight lets them finish and a
 });
 
 t.test('the other settings the proxy and lock API read take effect through them', async (t) => {
-  await createPool('set-more', 1);
+  const moreId = await createPool('set-more', 1);
   const mint = async (access: 'read' | 'write') => {
     const res = await svc.api('POST', '/api/v1/pools/set-more/keys', { token, body: { access } });
     return res.body.data.key as string;
@@ -246,14 +246,14 @@ t.test('the other settings the proxy and lock API read take effect through them'
   t.equal((await call('set-more', '/other', { 'x-service-key': readKey }, 'POST')).status, 403, 'outside the read path prefix');
 
   // queueTimeoutMs and queueLength (max_concurrent 1: one slow request holds the slot)
-  await patch({ queueTimeoutMs: 150, queueLength: 1 });
+  // The second waiter is sent once the first is in the queue (not after a fixed gap), well inside its 1 s wait.
+  await patch({ queueTimeoutMs: 1000, queueLength: 1 });
   await svc.service.dataplane!.snapshots.reload();
-  const holder = call('set-more', '/delay/800', { 'x-service-key': writeKey });
+  const holder = call('set-more', '/delay/2500', { 'x-service-key': writeKey });
   await within(1000, async () => origin.active >= 1);
-  const [waited, full] = await Promise.all([
-    call('set-more', '/x', { 'x-service-key': writeKey }),
-    new Promise((r) => setTimeout(r, 30)).then(() => call('set-more', '/x', { 'x-service-key': writeKey })),
-  ]);
+  const waiting = call('set-more', '/x', { 'x-service-key': writeKey });
+  await within(1000, async () => svc.service.dataplane!.governor.state(moreId).queued === 1);
+  const [waited, full] = await Promise.all([waiting, call('set-more', '/x', { 'x-service-key': writeKey })]);
   t.equal(waited.status, 504, 'queueTimeoutMs bounds the wait');
   t.equal(full.status, 429, 'queueLength 1: a second waiter is refused at once');
   t.equal((await holder).status, 200);

@@ -54,7 +54,7 @@ t.test('accepted async jobs and their deliveries survive the store lost and back
   const control = () => svc.api('GET', '/api/v1/pools', { token });
   t.ok(await when(async () => (await control()).status === 503, 10_000), 'the store is away (the Control API says 503)');
   // The jobs' origin calls end during the outage: their results cannot be written yet.
-  await new Promise((r) => setTimeout(r, 2000));
+  t.ok(await when(async () => origin.active === 0, 20_000), 'the origin calls ended while the store is away');
   await pg.start();
   t.ok(await when(async () => (await control()).status === 200, 20_000), 'the store is back');
 

@@ -189,12 +189,19 @@ t.test('8 consecutive failures deactivate the destination at exactly 8; kept del
   const atDeactivation = receiver.received.filter((r) => r.path === '/down').length;
   t.equal(atDeactivation, 8, 'deactivated by the 8th failed attempt, not before');
   t.same(await endpointState(hook.id), { disabled: true, consecutive_failures: 8 });
-  await new Promise((r) => setTimeout(r, 400));
-  t.equal(receiver.received.filter((r) => r.path === '/down').length, 8, 'no attempt to a deactivated destination');
   t.ok(feed.includes(`webhook:${hook.id}`), 'the change feed is told (the data plane falls back to sync)');
-  const kept = await sql.query<{ attempts: number }>('SELECT attempts FROM webhook_deliveries WHERE job_id = $1', [e.jobId]);
-  t.equal(kept.rows[0]?.attempts, 8, 'the pending delivery is kept while deactivated');
   t.equal(await enqueue(svc, event(pool)), 0, 'new events skip a deactivated destination');
+  // The positive signal that the kept row would have been claimed (issue 28): once it is due, a delivery to
+  // another destination is claimed and sent. A claim takes the oldest due rows first and counts the attempt
+  // in the same statement, so a claim that reached the later row would have taken the kept one.
+  await until('the kept delivery due', async () =>
+    (await sql.query<{ due: boolean }>('SELECT next_attempt_at <= now() AS due FROM webhook_deliveries WHERE job_id = $1', [e.jobId])).rows[0]?.due);
+  await newHook(svc, boot.token, '/down-witness', [pool.id]);
+  await enqueue(svc, event(pool));
+  await receiver.waitFor('/down-witness', 1);
+  const kept = await sql.query<{ status: string; attempts: number }>('SELECT status, attempts FROM webhook_deliveries WHERE job_id = $1', [e.jobId]);
+  t.same(kept.rows, [{ status: 'pending', attempts: 8 }], 'the pending delivery is kept, unclaimed, while deactivated');
+  t.equal(receiver.received.filter((r) => r.path === '/down').length, 8, 'no attempt to a deactivated destination');
 
   receiver.on('/down', 'ok');
   await svc.admin(['webhook', 'enable', '--team', boot.team.slug, '--id', String(hook.id)]);

@@ -2,6 +2,7 @@
 // so writing it never waits on the disk; successful requests can be sampled, refusals and errors never are.
 import { pino } from 'pino';
 import type { OutcomeName } from './exchange.js';
+import { NODE_TIMERS, type GovernorTimers } from '../governor/clock.js';
 
 type Destination = ReturnType<typeof pino.destination>;
 
@@ -15,16 +16,18 @@ type Destination = ReturnType<typeof pino.destination>;
 class LineBatch {
   readonly #dest: Destination;
   readonly #holdChars: number;
+  readonly #timers: GovernorTimers;
   readonly #lines: string[] = [];
   #chars = 0;
   #turnScheduled = false;
-  #timer: NodeJS.Timeout | null = null;
+  #timer: unknown = null;
   /** The destination is closing or closed: a write to it would throw, and from an immediate nothing catches it. */
   #ended = false;
 
-  constructor(dest: Destination, holdChars: number) {
+  constructor(dest: Destination, holdChars: number, timers: GovernorTimers) {
     this.#dest = dest;
     this.#holdChars = holdChars;
+    this.#timers = timers;
   }
 
   write(line: string): void {
@@ -42,7 +45,11 @@ class LineBatch {
   readonly #onTurnEnd = (): void => {
     this.#turnScheduled = false;
     if (this.#chars >= this.#holdChars) this.flush();
-    else if (this.#timer === null && this.#lines.length > 0) this.#timer = setTimeout(this.#onHeldLong, HOLD_MS).unref();
+    else if (this.#timer === null && this.#lines.length > 0) {
+      this.#timer = this.#timers.setTimeout(this.#onHeldLong, HOLD_MS, null);
+      // Node's timer must not keep the process alive; a test's driven timer has no unref.
+      (this.#timer as { unref?: () => void }).unref?.();
+    }
   };
 
   readonly #onHeldLong = (): void => {
@@ -60,7 +67,7 @@ class LineBatch {
   flush(): void {
     if (this.#ended) return;
     if (this.#timer !== null) {
-      clearTimeout(this.#timer);
+      this.#timers.clearTimeout(this.#timer);
       this.#timer = null;
     }
     const n = this.#lines.length;
@@ -144,12 +151,15 @@ export class AccessLog {
   #seen = 0;
   #closing: Promise<void> | null = null;
 
-  /** `file` null writes to stderr; `sample` N logs one successful request in N (0: none). */
-  constructor(opts: { file: string | null; sample: number }) {
+  /**
+   * `file` null writes to stderr; `sample` N logs one successful request in N (0: none); `timers` run the
+   * HOLD_MS wait (Node's unless a test drives them).
+   */
+  constructor(opts: { file: string | null; sample: number; timers?: GovernorTimers }) {
     // The batch does the buffering (SonicBoom's own minLength has no time limit): the destination writes what it is given.
     this.#destination = opts.file ? pino.destination({ dest: opts.file, sync: false, mkdir: true }) : pino.destination({ fd: 2, sync: false });
     // stderr gets each turn's lines at once (a terminal or a container log is read as it happens).
-    this.#batch = new LineBatch(this.#destination, opts.file ? FILE_HOLD_CHARS : 0);
+    this.#batch = new LineBatch(this.#destination, opts.file ? FILE_HOLD_CHARS : 0, opts.timers ?? NODE_TIMERS);
     this.#sample = opts.sample;
     this.#toFile = opts.file !== null;
   }

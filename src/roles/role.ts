@@ -38,6 +38,8 @@ export interface RoleContext {
   readonly clock: () => number;
   /** The in-memory governor's time and timers: the system's, unless a test drives them. */
   readonly governorTime: Readonly<GovernorTime>;
+  /** The webhook deliverer's send timeout (clock and timers): the system's, unless a test drives them. */
+  readonly webhookTime: Readonly<Pick<GovernorTime, 'now' | 'timers'>>;
   /** DNS resolution used by the target guard; tests pass one that maps names to fixed addresses. */
   readonly lookup: Lookup;
   readonly health: Health;

@@ -22,6 +22,7 @@ export async function startWebhookDelivery(rc: RoleContext): Promise<Running> {
     perDestination: Math.min(config.webhookDestinationConcurrency, config.webhookConcurrency),
     pollMs: Math.min(1000, config.webhookRetryBaseMs),
     retentionMs: config.webhookReplayRetentionHours * 3600 * 1000,
+    time: rc.webhookTime,
   });
   await deliverer.start();
   return {

@@ -25,6 +25,7 @@ import type { Logger } from '../log.js';
 import type { SecretBox } from '../security/secret-box.js';
 import { guardedConnector } from '../security/ssrf-connect-guard.js';
 import { checkTarget, type TargetPolicy, type TargetVerdict } from '../security/targets.js';
+import { SYSTEM_TIME, type GovernorTime } from '../governor/clock.js';
 import { openCredential } from '../store/credentials.js';
 import { CHANGE_CHANNEL, type Sql } from '../store/sql.js';
 import { retryDelayMs, type RetrySchedule } from './backoff.js';
@@ -67,6 +68,11 @@ export interface DelivererOptions {
   retentionMs?: number;
   timeoutMs?: number;
   random?: () => number;
+  /**
+   * The clock and timers of a send's timeout and its measured latency (default the system's): a test drives
+   * them to pass the timeout without waiting it out (issue 28 §1).
+   */
+  time?: Pick<GovernorTime, 'now' | 'timers'>;
 }
 
 export type AttemptOutcome =
@@ -128,6 +134,7 @@ export class Deliverer {
       initialPerDestination: Math.min(8, opts.perDestination),
       retentionMs: DEFAULT_RETENTION_MS,
       lingerMs: LINGER_MS,
+      time: SYSTEM_TIME,
       ...opts,
     };
     let ca: string[] | undefined;
@@ -149,8 +156,10 @@ export class Deliverer {
       // host (paths of one receiver) must not queue behind each other's hanging requests.
       keepAliveTimeout: 30_000,
       keepAliveMaxTimeout: 60_000,
-      headersTimeout: this.#o.timeoutMs,
-      bodyTimeout: this.#o.timeoutMs,
+      // A backstop only: the send's own timer (below), started first, ends a send at the timeout. On a driven
+      // clock that timer alone decides (undici's follow the wall clock); 0 turns them off.
+      headersTimeout: this.#o.time.timers === SYSTEM_TIME.timers ? this.#o.timeoutMs : 0,
+      bodyTimeout: this.#o.time.timers === SYSTEM_TIME.timers ? this.#o.timeoutMs : 0,
     });
   }
 
@@ -462,19 +471,20 @@ export class Deliverer {
 
   /** One POST: signed now, with the secret and credential read at claim time (so a rotation applies at once). */
   async send(row: ClaimedRow): Promise<AttemptOutcome> {
-    const started = performance.now();
-    const latency = () => Math.round(performance.now() - started);
+    const { now, timers } = this.#o.time;
+    const started = now();
+    const latency = () => Math.round(now() - started);
     const url = this.#target(row.url);
     if (!url) return { ok: false, status: null, error: 'invalid destination URL', latencyMs: 0 };
     // The 5 s run from here: name resolution is part of the delivery's time. One timer, cleared when the
     // send ends (AbortSignal.timeout's timer would fire, and build its DOMException, 5 s after every send).
     const ac = new AbortController();
     const signal = ac.signal;
-    const timer = setTimeout(() => ac.abort(), this.#o.timeoutMs);
+    const timer = timers.setTimeout((c) => c.abort(), this.#o.timeoutMs, ac);
     try {
       return await this.#sendSigned(row, url, signal, latency);
     } finally {
-      clearTimeout(timer);
+      timers.clearTimeout(timer);
     }
   }
 

@@ -32,7 +32,7 @@ export interface WirePool {
 }
 
 export async function startWirePool(
-  opts: { overrides?: Record<string, unknown>; maxConcurrent?: number; settings?: Record<string, unknown>; /** Where the pool reaches PostgreSQL (a proxy in front of it); 5432 by default. */ dbPort?: number } = {},
+  opts: { overrides?: Record<string, unknown>; maxConcurrent?: number; settings?: Record<string, unknown>; /** Where the pool reaches PostgreSQL (a proxy in front of it); 5432 by default. */ dbPort?: number; /** The service's clock (a TestClock's `now`). */ now?: () => Date } = {},
 ): Promise<WirePool> {
   const suffix = randomBytes(4).toString('hex');
   const role = `pgwire_role_${suffix}`;
@@ -45,7 +45,7 @@ export async function startWirePool(
   const direct = new pg.Client({ connectionString: PG_URL.replace(/\/[^/]*$/, `/${db}`) });
   await direct.connect();
 
-  const svc = await startTestService({ overrides: { dbAllowInsecure: true, accessLogFile: '/dev/null', ...opts.overrides } });
+  const svc = await startTestService({ overrides: { dbAllowInsecure: true, accessLogFile: '/dev/null', ...opts.overrides }, now: opts.now });
   const boot = await svc.bootstrap();
   const created = await svc.api('POST', '/api/v1/pools/database', { token: boot.token, body: { db_host: '127.0.0.1', db_port: opts.dbPort ?? 5432, db_name: db } });
   if (created.status !== 201) throw new Error(`pool not created: ${JSON.stringify(created.body)}`);

@@ -92,6 +92,9 @@ export async function startReceiver(): Promise<Receiver> {
     s.on('close', () => sockets.delete(s));
   });
   server.on('tlsClientError', () => {});
+  // Idle connections are kept a minute (Node's default is 5 s): on a loaded machine the deliverer could reuse
+  // one the receiver was closing, and a test would see an ECONNRESET it did not ask for.
+  server.keepAliveTimeout = 60_000;
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = (server.address() as AddressInfo).port;
 

@@ -140,6 +140,8 @@ export async function startTestService(
     jobs?: JobRunnerTuning;
     /** The in-memory governor's time and timers: a DrivenGovernorTime lets a test jump over a queue timeout. */
     governorTime?: GovernorTime;
+    /** The webhook deliverer's send timeout: a DrivenGovernorTime lets a test pass the 5 s without waiting. */
+    webhookTime?: Pick<GovernorTime, 'now' | 'timers'>;
   } = {},
 ): Promise<TestService> {
   const { config, drop } = await testConfig(opts);
@@ -151,6 +153,7 @@ export async function startTestService(
       lookup: opts.lookup,
       jobs: opts.jobs,
       governorTime: opts.governorTime,
+      webhookTime: opts.webhookTime,
       now: opts.now,
       log: opts.log ?? createLogger(process.env.POOLGATE_TEST_LOG ?? 'silent'),
     });
