@@ -5,9 +5,8 @@
 import t from 'tap';
 import { connect, type Socket } from 'node:net';
 import { spawn } from 'node:child_process';
-import mysql from 'mysql2/promise';
-import { MYSQL, needServer } from './helpers/servers.js';
-import { mariadbCli, wirePool } from './helpers/mysql-wire.js';
+import { needServer } from './helpers/servers.js';
+import { mariadbCli, wireFixture } from './helpers/mysql-wire.js';
 import { sha2Scramble } from '../src/db/mysqlwire/scramble.js';
 import { sleep, until } from './helpers/until.js';
 
@@ -15,12 +14,7 @@ const skip = await needServer('mariadb');
 if (skip) {
   t.skip(skip);
 } else {
-  const w = await wirePool(t);
-  const listener = w.svc.service.mysql!;
-  const governor = w.svc.service.dataplane!.governor;
-  const direct = await mysql.createConnection({ ...MYSQL, database: w.db });
-  t.teardown(() => direct.end());
-  await direct.query('CREATE TABLE t (id INT PRIMARY KEY) ENGINE=InnoDB');
+  const { w, listener, governor, direct } = await wireFixture(t, ['CREATE TABLE t (id INT PRIMARY KEY) ENGINE=InnoDB']);
 
   t.test('max_concurrent 3 holds under 50 concurrent clients: never more statements running upstream', async (t) => {
     await w.setPool(3, { adaptive: false, queueLength: 100, queueTimeoutMs: 120_000 });

@@ -5,21 +5,15 @@
 import t from 'tap';
 import mysql from 'mysql2/promise';
 import mariadb from 'mariadb';
-import { MYSQL, needServer } from './helpers/servers.js';
-import { wirePool } from './helpers/mysql-wire.js';
+import { needServer } from './helpers/servers.js';
+import { wireFixture } from './helpers/mysql-wire.js';
 import { until } from './helpers/until.js';
 
 const skip = await needServer('mariadb');
 if (skip) {
   t.skip(skip);
 } else {
-  const w = await wirePool(t);
-  const listener = w.svc.service.mysql!;
-  const governor = w.svc.service.dataplane!.governor;
-  const direct = await mysql.createConnection({ ...MYSQL, database: w.db });
-  t.teardown(() => direct.end());
-  await direct.query('CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20)) ENGINE=InnoDB');
-  await direct.query("INSERT INTO t VALUES (1, 'one'), (2, 'two')");
+  const { w, listener, governor, direct } = await wireFixture(t, ['CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20)) ENGINE=InnoDB', "INSERT INTO t VALUES (1, 'one'), (2, 'two')"]);
 
   // First: it needs a pool with no server connection yet.
   t.test('an ERR as the first answer on a new server connection gives the slot and connection back (item 3)', async (t) => {

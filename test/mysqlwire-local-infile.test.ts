@@ -10,20 +10,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import mysql from 'mysql2/promise';
 import mariadb from 'mariadb';
-import { MYSQL, needServer } from './helpers/servers.js';
-import { mariadbCli, wirePool } from './helpers/mysql-wire.js';
+import { needServer } from './helpers/servers.js';
+import { mariadbCli, wireFixture } from './helpers/mysql-wire.js';
 import { until } from './helpers/until.js';
 
 const skip = await needServer('mariadb');
 if (skip) {
   t.skip(skip);
 } else {
-  const w = await wirePool(t);
-  const listener = w.svc.service.mysql!;
-  const governor = w.svc.service.dataplane!.governor;
-  const direct = await mysql.createConnection({ ...MYSQL, database: w.db });
-  t.teardown(() => direct.end());
-  await direct.query('CREATE TABLE f (id INT PRIMARY KEY, v VARCHAR(20)) ENGINE=InnoDB');
+  const { w, listener, governor, direct } = await wireFixture(t, ['CREATE TABLE f (id INT PRIMARY KEY, v VARCHAR(20)) ENGINE=InnoDB']);
   await w.setPool(1, { adaptive: false, queueTimeoutMs: 20_000 });
   const count = async () => ((await direct.query('SELECT COUNT(*) AS n FROM f')) as any)[0][0].n as number;
   const settled = () => until('no slot or connection held', () => governor.state(w.poolId).inFlight === 0 && listener.counts(w.poolId).inTransaction === 0);

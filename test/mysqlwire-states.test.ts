@@ -5,9 +5,8 @@
 import t, { type Test } from 'tap';
 import { connect } from 'node:net';
 import { randomBytes } from 'node:crypto';
-import mysql from 'mysql2/promise';
-import { MYSQL, needServer } from './helpers/servers.js';
-import { wirePool } from './helpers/mysql-wire.js';
+import { needServer } from './helpers/servers.js';
+import { wireFixture } from './helpers/mysql-wire.js';
 import { sha2Scramble } from '../src/db/mysqlwire/scramble.js';
 import { until } from './helpers/until.js';
 
@@ -21,12 +20,7 @@ const skip = await needServer('mariadb');
 if (skip) {
   t.skip(skip);
 } else {
-  const w = await wirePool(t);
-  const listener = w.svc.service.mysql!;
-  const governor = w.svc.service.dataplane!.governor;
-  const direct = await mysql.createConnection({ ...MYSQL, database: w.db });
-  t.teardown(() => direct.end());
-  await direct.query('CREATE TABLE f (id INT PRIMARY KEY) ENGINE=InnoDB');
+  const { w, listener, governor, direct } = await wireFixture(t, ['CREATE TABLE f (id INT PRIMARY KEY) ENGINE=InnoDB']);
   await w.setPool(2, { adaptive: false, queueTimeoutMs: 20_000 });
 
   const packet = (seq: number, body: Buffer) => {

@@ -6,7 +6,7 @@ import { spawn } from 'node:child_process';
 import mysql from 'mysql2/promise';
 import type { Test } from 'tap';
 import { startTestService, type TestService } from './service.js';
-import { mysqlAccount } from './servers.js';
+import { MYSQL, mysqlAccount } from './servers.js';
 import { CHANGE_CHANNEL } from '../../src/store/sql.js';
 import type { Logger } from '../../src/log.js';
 
@@ -84,6 +84,20 @@ export async function wirePool(t: Test, opts: { maxConcurrent?: number; override
       return Number((rows as Array<{ n: number }>)[0]!.n);
     },
   };
+}
+
+/**
+ * A wire pool with what most listener tests look at beside it: the listener, the governor and a direct
+ * connection to the pool's database (closed at teardown) in which `ddl` has run.
+ */
+export async function wireFixture(t: Test, ddl: string[] = []) {
+  const w = await wirePool(t);
+  const listener = w.svc.service.mysql!;
+  const governor = w.svc.service.dataplane!.governor;
+  const direct = await mysql.createConnection({ ...MYSQL, database: w.db });
+  t.teardown(() => direct.end());
+  for (const statement of ddl) await direct.query(statement);
+  return { w, listener, governor, direct };
 }
 
 /** Runs the `mariadb` command-line client; resolves with its exit code and output. */
