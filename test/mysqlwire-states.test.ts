@@ -119,13 +119,18 @@ if (skip) {
     await nothingHeld(t, 'idle');
   });
 
+  /** Opens a transaction on `c` and inserts row `id` in it (uncommitted). */
+  const insertInTransaction = async (t: Test, c: Awaited<ReturnType<typeof raw>>, id: number) => {
+    c.socket.write(query('START TRANSACTION'));
+    t.equal((await c.read())!.payload[0], 0x00, 'START TRANSACTION: OK');
+    c.socket.write(query(`INSERT INTO f VALUES (${id})`));
+    t.equal((await c.read())!.payload[0], 0x00, 'INSERT: OK');
+  };
+
   t.test("state 'idle' inside a transaction: an empty packet; the transaction is rolled back, its connection reset and idle", async (t) => {
     const idleBefore = idleServers();
     const c = await raw();
-    c.socket.write(query('START TRANSACTION'));
-    t.equal((await c.read())!.payload[0], 0x00, 'START TRANSACTION: OK');
-    c.socket.write(query('INSERT INTO f VALUES (1)'));
-    t.equal((await c.read())!.payload[0], 0x00, 'INSERT: OK');
+    await insertInTransaction(t, c, 1);
     t.equal(governor.state(w.poolId).inFlight, 1, 'the transaction holds a slot');
     t.equal(listener.counts(w.poolId).inTransaction, 1, 'and its server connection');
     c.socket.write(packet(0, Buffer.alloc(0)));
@@ -177,10 +182,7 @@ if (skip) {
   t.test("state 'changeUser' inside a transaction: a wrong key; the transaction is rolled back, its connection reset and idle", async (t) => {
     const idleBefore = idleServers();
     const c = await raw();
-    c.socket.write(query('START TRANSACTION'));
-    t.equal((await c.read())!.payload[0], 0x00, 'START TRANSACTION: OK');
-    c.socket.write(query('INSERT INTO f VALUES (2)'));
-    t.equal((await c.read())!.payload[0], 0x00, 'INSERT: OK');
+    await insertInTransaction(t, c, 2);
     c.socket.write(packet(0, Buffer.concat([Buffer.from([0x11]), Buffer.from(w.sub + '\0'), Buffer.from([0])])));
     const sw = await c.read();
     t.equal(sw!.payload[0], 0xfe, 'COM_CHANGE_USER: asked to switch to caching_sha2_password');
