@@ -1,4 +1,4 @@
-// Crash proof of async jobs through the real binary: 1,000 jobs (soak run; 100 in the default suite) accepted by `poolgate start` (embedded
+// Crash proof of async jobs through the real binary: 1,000 jobs (soak run; 200 in the default suite) accepted by `poolgate start` (embedded
 // store in a temp data dir), SIGKILL at a random moment while the runner works through them, start
 // again: every accepted job reaches a terminal status (none lost, none stuck running) and every
 // terminal job has its webhook delivery (pending in the outbox or already attempted).
@@ -20,8 +20,8 @@ import { soak } from './helpers/soak.js';
 
 const ROOT = fromRoot();
 const BIN = join(ROOT, 'bin', 'poolgate.js');
-/** Jobs in flight at the SIGKILL: 1,000 in the soak run (test/soak/), 100 in the default suite. */
-const JOBS = soak(1000, 100);
+/** Jobs in flight at the SIGKILL: 1,000 in the soak run (test/soak/), 200 in the default suite. */
+const JOBS = soak(1000, 200);
 const TERMINAL = new Set(['completed', 'failed', 'expired']);
 
 const dataDir = mkdtempSync(join(tmpdir(), 'poolgate-jobs-crash-'));
