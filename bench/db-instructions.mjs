@@ -11,12 +11,13 @@
 import { execFile, execFileSync } from 'node:child_process';
 import { promisify } from 'node:util';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { apiCaller, root, startPoolgate } from './lib/poolgate.mjs';
 import { startChild } from './lib/child.mjs';
+import { callgrindControl, callgrindWrap, dumpIr } from './lib/callgrind.mjs';
 
 const arg = (name, def) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? def;
 const TXNS = Number(arg('transactions', 500));
@@ -35,21 +36,6 @@ const PASSWORD = randomBytes(12).toString('hex');
 const execFileP = promisify(execFile);
 const log = (m) => process.stderr.write(`[db-instructions] ${m}\n`);
 const WORKLOAD_ARGS = { '-S': ['-S'], '-S -M prepared': ['-S', '-M', 'prepared'], 'TPC-B': [], 'select-only, extended': ['-S', '-M', 'extended'] };
-
-/** The total Ir of the callgrind dump(s) written for `pid` since the counters were last zeroed. */
-function dumpIr(dir, pid) {
-  const before = new Set(readdirSync(dir));
-  execFileSync('callgrind_control', ['-d', String(pid)], { stdio: 'ignore' });
-  const files = readdirSync(dir).filter((f) => f.startsWith(`cg.${pid}`) && !before.has(f));
-  let ir = 0;
-  for (const f of files) {
-    const m = /^summary:\s+(\d+)/m.exec(readFileSync(join(dir, f), 'utf8'));
-    if (m) ir += Number(m[1]);
-  }
-  if (ir === 0) throw new Error(`no callgrind dump for ${pid} in ${dir}`);
-  if (KEEP) for (const f of files) execFileSync('cp', [join(dir, f), KEEP]);
-  return ir;
-}
 
 async function poolgateTarget(dir, wrap, bin) {
   const svc = await startPoolgate({ POOLGATE_ALLOW_PRIVATE_TARGETS: 'true', POOLGATE_DB_ALLOW_INSECURE: 'true', POOLGATE_LOG_LEVEL: 'warn', POOLGATE_ACCESS_LOG_FILE: join(dir, `access-${randomBytes(3).toString('hex')}.log`) }, { wrap, bin, nodeArgs: NODE_ARGS });
@@ -99,7 +85,7 @@ async function main() {
   const dir = mkdtempSync(join(tmpdir(), 'poolgate-bench-dbi-'));
   const cgDir = join(dir, 'cg');
   execFileSync('mkdir', ['-p', cgDir]);
-  const wrap = ['valgrind', '--tool=callgrind', '--instr-atstart=no', `--callgrind-out-file=${cgDir}/cg.%p`];
+  const wrap = callgrindWrap(cgDir);
   const admin = new pg.Client({ host: PG.host, port: PG.port, user: PG.admin, database: 'postgres' });
   await admin.connect();
   await admin.query(`CREATE ROLE ${ROLE} LOGIN PASSWORD '${PASSWORD}'`);
@@ -117,17 +103,17 @@ async function main() {
       try {
         await ready(target.conn);
         log(`${key} up under valgrind in ${((Date.now() - t0) / 1000).toFixed(0)} s (pid ${target.pid})`);
-        execFileSync('callgrind_control', ['-i', 'on', String(target.pid)], { stdio: 'ignore' });
-        execFileSync('callgrind_control', ['-z', String(target.pid)], { stdio: 'ignore' });
+        callgrindControl(target.pid, '-i', 'on');
+        callgrindControl(target.pid, '-z');
         const i0 = Date.now();
         await new Promise((r) => setTimeout(r, IDLE_S * 1000));
-        const idlePerS = dumpIr(cgDir, target.pid) / ((Date.now() - i0) / 1000);
+        const idlePerS = dumpIr(cgDir, target.pid, KEEP) / ((Date.now() - i0) / 1000);
         for (const w of WORKLOADS) {
           await run(target.conn, w, WARMUP);
-          execFileSync('callgrind_control', ['-z', String(target.pid)], { stdio: 'ignore' });
+          callgrindControl(target.pid, '-z');
           const t1 = Date.now();
           const n = await run(target.conn, w, TXNS);
-          const ir = dumpIr(cgDir, target.pid);
+          const ir = dumpIr(cgDir, target.pid, KEEP);
           const seconds = (Date.now() - t1) / 1000;
           const idle = Math.round(idlePerS * seconds);
           const row = { target: key, workload: w, transactions: n, ir_per_txn: Math.round(ir / n), busy_ir_per_txn: Math.round((ir - idle) / n), seconds };
