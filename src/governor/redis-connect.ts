@@ -1,21 +1,8 @@
 // A client for the configured Redis target (src/config/redis-target.ts): ioredis's own Sentinel and Cluster
 // support does the discovery, the failover following and the slot routing; this only maps the config onto it.
-import { createRequire } from 'node:module';
 import { performance } from 'node:perf_hooks';
-import type { Cluster, ClusterOptions, Redis, RedisOptions } from 'ioredis';
+import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 import type { RedisTarget } from '../config/redis-target.js';
-
-type Ioredis = typeof import('ioredis');
-let ioredis: Ioredis | null = null;
-/**
- * ioredis, loaded at the first client: ~75 ms of CPU to load, and a service with no Redis target (the
- * default, and most test processes) never makes one. It is CommonJS, so a synchronous require keeps
- * connectRedis synchronous.
- */
-function loadIoredis(): Ioredis {
-  ioredis ??= createRequire(import.meta.url)('ioredis') as Ioredis;
-  return ioredis;
-}
 
 export type RedisClient = Redis | Cluster;
 
@@ -27,7 +14,6 @@ const CLUSTER_SLOTS_REFRESH_MS = 1000;
  * subscribers). On a Cluster, `options.enableOfflineQueue` applies to the cluster as a whole.
  */
 export function connectRedis(target: RedisTarget, options: RedisOptions = {}, cluster: Partial<ClusterOptions> = {}): RedisClient {
-  const { Redis, Cluster } = loadIoredis();
   switch (target.kind) {
     case 'single':
       return new Redis(target.url, options);
@@ -63,8 +49,7 @@ export function connectRedis(target: RedisTarget, options: RedisOptions = {}, cl
 }
 
 export function isCluster(c: RedisClient): c is Cluster {
-  // A client exists only once ioredis is loaded.
-  return c instanceof loadIoredis().Cluster;
+  return c instanceof Cluster;
 }
 
 /** The longest close() waits for a client's connections to end. */
