@@ -103,13 +103,15 @@ t.test('no cycle between top-level folders beyond the known back edges', async (
   t.same(cycles, [], 'no cycle');
 });
 
-t.test('a node without redisUrl does not load the Redis client (the roles import src/roles/redis.ts only with it)', async (t) => {
+t.test('a node without redisUrl does not load the Redis client (the roles import src/roles/redis.ts only with it), nor one without a MySQL client mysql2', async (t) => {
   const { execFileSync } = await import('node:child_process');
   const script = `import { createRequire } from 'node:module';
     await import(${JSON.stringify(fromRoot('dist', 'src', 'service.js'))});
     const loaded = Object.keys(createRequire(import.meta.url).cache);
-    process.stdout.write(JSON.stringify({ modules: loaded.length, ioredis: loaded.filter((f) => f.includes('/node_modules/ioredis/')).length }));`;
+    process.stdout.write(JSON.stringify({ modules: loaded.length, ioredis: loaded.filter((f) => f.includes('/node_modules/ioredis/')).length, mysql2: loaded.filter((f) => f.includes('/node_modules/mysql2/')).length }));`;
   const out = JSON.parse(execFileSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8' }));
   t.ok(out.modules > 100, `the service's CommonJS dependencies were loaded (${out.modules} modules)`);
   t.equal(out.ioredis, 0, 'no module of ioredis');
+  // mysql2 (~75 ms of CPU) is loaded at the first MySQL connection (src/db/mysql2.ts).
+  t.equal(out.mysql2, 0, 'no module of mysql2');
 });

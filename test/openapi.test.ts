@@ -4,6 +4,7 @@ import t from 'tap';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { startTestApi } from './helpers/service.js';
 import { API_PREFIX, HTTP_METHODS, OpenApiOracle, type OpenApiDoc } from './helpers/openapi.js';
+import { SchemaCompilers } from '../src/control/schema-compilers.js';
 
 const svc = await startTestApi();
 t.teardown(() => svc.close());
@@ -175,4 +176,14 @@ t.test('every route\'s request and response schemas compile (the service compile
   t.match(bad.body.message, /unknown property "extra"/);
   const good = await svc.api('POST', '/api/v1/pools', { token: boot.token, body: { origin: 'https://api.example.com' } });
   t.equal(good.status, 201, 'and a good one is served through the compiled serializer (api() checks it against the document)');
+});
+
+t.test('compileAll refuses a schema the JSON Schema meta-schema does not allow (ajv skips that check at start-up)', async (t) => {
+  const compilers = new SchemaCompilers([]);
+  // Compiles without the meta-schema check (ajv turns a string minLength into code), so only the check finds it.
+  compilers.validator({ schema: { type: 'object', properties: { name: { type: 'string', minLength: 'three' } } }, httpPart: 'body' });
+  t.throws(() => compilers.compileAll(), /is not valid: .*minLength must be integer/);
+  const fine = new SchemaCompilers([]);
+  fine.validator({ schema: { type: 'object', properties: { name: { type: 'string', minLength: 3 } } }, httpPart: 'body' });
+  t.doesNotThrow(() => fine.compileAll());
 });

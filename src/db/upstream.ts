@@ -6,7 +6,8 @@
 import { withInsecureHint } from '../config/hints.js';
 import { isIP } from 'node:net';
 import pg from 'pg';
-import mysql from 'mysql2';
+import type mysql from 'mysql2';
+import { mysql2 } from './mysql2.js';
 import type { Logger } from '../log.js';
 import type { DatabaseTarget, PoolEntry, Snapshot } from '../pool-request/snapshot.js';
 import { DEFAULT_DB_IDLE_TIMEOUT_MS, UpstreamPools, type IdleHolder, type UpstreamPool } from './upstream-pool.js';
@@ -468,7 +469,7 @@ class MysqlUpstream extends Counted implements Upstream {
   }
 
   #openConn(): Promise<mysql.Connection> {
-    const conn = mysql.createConnection(this.connectionOptions());
+    const conn = mysql2().createConnection(this.connectionOptions());
     return new Promise((resolve, reject) =>
       conn.connect((err) => {
         if (!err) return resolve(conn);
@@ -565,7 +566,7 @@ class MysqlSession implements Session {
 
   cancel(): void {
     // KILL QUERY on a second connection as the same role (a user may kill its own statements).
-    const killer = mysql.createConnection(this.#up.connectionOptions());
+    const killer = mysql2().createConnection(this.#up.connectionOptions());
     killer.on('error', () => {});
     killer.query(`KILL QUERY ${Number(this.#conn.threadId)}`, () => killer.end(() => {}));
   }

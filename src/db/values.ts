@@ -1,7 +1,7 @@
 // JSON encoding of column values: every database value becomes a JSON value that holds it exactly
 // (big integers and decimals as strings, binary as base64, timestamps as ISO 8601 strings, json as JSON).
 import pg from 'pg';
-import mysql from 'mysql2';
+import { mysql2 } from './mysql2.js';
 
 /** A column of a result as the response reports it: its name and the database's name for its type. */
 export interface Column {
@@ -94,11 +94,12 @@ export const pgTypes = {
 
 // MySQL / MariaDB. mysql2 runs with dateStrings and bigNumberStrings, so values arrive as strings for
 // dates, BIGINT and DECIMAL, as numbers for the other numeric types, and as Buffers for binary columns.
-const T = mysql.Types as unknown as Record<string, number>;
+let types: Record<string, number> | null = null;
 const BINARY_CHARSET = 63;
 
 /** The MySQL name of a column's type, telling binary strings from text by the binary charset. */
 export function mysqlTypeName(field: { columnType?: number; characterSet?: number; type?: number }): string {
+  const T = (types ??= mysql2().Types as unknown as Record<string, number>);
   const code = field.columnType ?? field.type ?? -1;
   const binary = field.characterSet === BINARY_CHARSET;
   switch (code) {

@@ -1,7 +1,7 @@
 // Real backing servers for tests. With CI=true a missing server fails the test run (CI starts them);
 // without CI the test is skipped with a one-line reason.
 import { connect } from 'node:net';
-import mysql from 'mysql2/promise';
+import type mysql from 'mysql2/promise';
 import type { Test } from 'tap';
 
 export const PG_URL = process.env.POOLGATE_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
@@ -15,7 +15,9 @@ const MYSQL_HOSTS = ['localhost', '127.0.0.1', '%'];
  * the root connection (ended at teardown too) for the test's own setup and checks.
  */
 export async function mysqlAccount(t: Test, a: { db: string; user: string; password: string }): Promise<mysql.Connection> {
-  const root = await mysql.createConnection({ ...MYSQL });
+  // mysql2 loaded here: most test processes import this file for PG_URL alone.
+  const { default: mysqlPromise } = await import('mysql2/promise');
+  const root = await mysqlPromise.createConnection({ ...MYSQL });
   await root.query(`CREATE DATABASE ${a.db}`);
   for (const h of MYSQL_HOSTS) {
     await root.query(`CREATE USER '${a.user}'@'${h}' IDENTIFIED BY '${a.password}'`);

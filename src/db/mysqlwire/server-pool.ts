@@ -2,7 +2,7 @@
 // counted in the pool's one upstream pool (upstream-pool.ts: at most max_concurrent open with SQL over HTTP's,
 // one idle timeout), opened as the pool's role on demand, closed when idle too long, when the pool's target
 // or role changes, or when they come back unclean.
-import mysql from 'mysql2';
+import { mysql2 } from '../mysql2.js';
 import type { PoolEntry } from '../../pool-request/snapshot.js';
 import { COM, frame } from './packets.js';
 import { ServerConn } from './server-conn.js';
@@ -13,11 +13,19 @@ const CONNECT_TIMEOUT_MS = 10_000;
 /** After KILL QUERY, how long the statement gets to stop before its connection is cut. */
 const KILL_GRACE_MS = 2_000;
 
-/** Collation id → [charset, collation] names, for SET NAMES when a connection changes hands. */
-const COLLATIONS = new Map<number, [string, string]>();
-for (const [name, id] of Object.entries((mysql as unknown as { Charsets: Record<string, number> }).Charsets)) {
-  const lower = name.toLowerCase();
-  if (typeof id === 'number' && !COLLATIONS.has(id)) COLLATIONS.set(id, [lower.split('_')[0]!, lower]);
+let collationMap: Map<number, [string, string]> | null = null;
+/**
+ * Collation id → [charset, collation] names, for SET NAMES when a connection changes hands; built from mysql2's
+ * table at first use (mysql2 is loaded only when a MySQL client needs it).
+ */
+function collations(): Map<number, [string, string]> {
+  if (collationMap) return collationMap;
+  collationMap = new Map();
+  for (const [name, id] of Object.entries((mysql2() as unknown as { Charsets: Record<string, number> }).Charsets)) {
+    const lower = name.toLowerCase();
+    if (typeof id === 'number' && !collationMap.has(id)) collationMap.set(id, [lower.split('_')[0]!, lower]);
+  }
+  return collationMap;
 }
 
 export interface PoolOptions {
@@ -147,7 +155,7 @@ export class ServerPool {
       allowInsecure: this.#opts.allowInsecure,
       allowPrivate: this.#opts.allowPrivate,
       variant,
-      collation: COLLATIONS.has(collation) && collation < 256 ? collation : 45,
+      collation: collations().has(collation) && collation < 256 ? collation : 45,
       timeoutMs: CONNECT_TIMEOUT_MS,
     };
   }
@@ -183,7 +191,7 @@ export class ServerPool {
   }
 
   async #setNames(conn: ServerConn, collation: number): Promise<void> {
-    const names = COLLATIONS.get(collation);
+    const names = collations().get(collation);
     if (!names) return;
     const a = await conn.run(frame(0, Buffer.from(`\x03SET NAMES ${names[0]} COLLATE ${names[1]}`, 'latin1')), 'single', null);
     if (!a.error) conn.collation = collation;
