@@ -44,7 +44,7 @@ export const STATES: Readonly<Record<State, StateSpec>> = {
   joining: { waitsFor: 'the login to finish; messages wait', login: true, next: ['idle', 'active'] },
   idle: { waitsFor: 'a Query, an extended-query batch, Sync or Terminate', login: false, next: ['waiting', 'active', 'skipping'] },
   waiting: { waitsFor: 'a slot and a server connection; messages wait', login: false, next: ['active', 'idle', 'skipping'] },
-  active: { waitsFor: 'messages for the server connection', login: false, next: ['idle', 'copyIn', 'skipping', 'lost', 'terminating'] },
+  active: { waitsFor: 'messages to pass to its server connection', login: false, next: ['idle', 'copyIn', 'skipping', 'lost', 'terminating'] },
   copyIn: { waitsFor: 'CopyData, CopyDone or CopyFail', login: false, next: ['active', 'skipping', 'lost', 'terminating'] },
   skipping: { waitsFor: 'the Sync that ends the refused batch', login: false, next: ['active', 'idle', 'lost'] },
   lost: { waitsFor: 'the next batch, to report the lost transaction', login: false, next: ['idle'] },
