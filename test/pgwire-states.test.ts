@@ -5,7 +5,6 @@
 // statements, closed when work was owed on it), with PostgreSQL seeing exactly the connections poolgate
 // holds. One raw client per state.
 import t, { type Test } from 'tap';
-import { connect, type Socket } from 'node:net';
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -13,6 +12,7 @@ import { join } from 'node:path';
 import { needServer } from './helpers/servers.js';
 import { startWirePool, type WirePool } from './helpers/pgwire.js';
 import { until } from './helpers/until.js';
+import { rawSocket, type Framing } from './helpers/raw-socket.js';
 
 const skip = await needServer('postgres');
 if (skip) {
@@ -53,44 +53,25 @@ if (skip) {
   /** A message type no client may send (PostgreSQL: "invalid frontend message type 122"). */
   const bogus = () => message('z');
 
+  type Message = { type: string; body: Buffer };
+  /** A PostgreSQL message: its type byte, a 4-byte length, the body. */
+  const pgMessage: Framing<Message> = (buf) => {
+    if (buf.length < 5 || buf.length < 1 + buf.readInt32BE(1)) return null;
+    const len = buf.readInt32BE(1);
+    return { value: { type: String.fromCharCode(buf[0]!), body: buf.subarray(5, 1 + len) }, size: 1 + len };
+  };
+  /** The one byte that answers an SSLRequest ('S' or 'N'). */
+  const oneByte: Framing<Message> = (buf) => (buf.length >= 1 ? { value: { type: String.fromCharCode(buf[0]!), body: Buffer.alloc(0) }, size: 1 } : null);
+
   /** A raw client: reads messages as they come (the first byte alone when it is no typed message: 'S', 'N'). */
   const raw = async (opts: { login?: boolean; first?: Buffer[] } = {}) => {
-    const socket: Socket = connect({ host: '127.0.0.1', port: w.port });
-    let buf = Buffer.alloc(0);
-    let closed = false;
-    const waiters: Array<() => void> = [];
-    const wake = () => waiters.splice(0).forEach((f) => f());
-    socket.on('data', (c: Buffer) => {
-      buf = Buffer.concat([buf, c]);
-      wake();
-    });
-    socket.on('close', () => {
-      closed = true;
-      wake();
-    });
-    socket.on('error', () => {});
+    const { socket, next } = rawSocket(w.port);
     await new Promise<void>((r) => socket.once('connect', () => r()));
     /** The next message (type and body); the single byte of an SSLRequest answer with `single`; null once closed. */
-    const read = async (single = false): Promise<{ type: string; body: Buffer } | null> => {
-      for (;;) {
-        if (single && buf.length >= 1) {
-          const type = String.fromCharCode(buf[0]!);
-          buf = buf.subarray(1);
-          return { type, body: Buffer.alloc(0) };
-        }
-        if (buf.length >= 5 && buf.length >= 1 + buf.readInt32BE(1)) {
-          const len = buf.readInt32BE(1);
-          const m = { type: String.fromCharCode(buf[0]!), body: buf.subarray(5, 1 + len) };
-          buf = buf.subarray(1 + len);
-          return m;
-        }
-        if (closed) return null;
-        await new Promise<void>((r) => waiters.push(r));
-      }
-    };
+    const read = (single = false) => next(single ? oneByte : pgMessage);
     /** Messages up to and including the next of `type`. */
     const until_ = async (type: string) => {
-      const seen: Array<{ type: string; body: Buffer }> = [];
+      const seen: Message[] = [];
       for (let m = await read(); m; m = await read()) {
         seen.push(m);
         if (m.type === type) return seen;
@@ -104,7 +85,7 @@ if (skip) {
     return { socket, read, until: until_ };
   };
   /** The fields of an ErrorResponse (C: SQLSTATE, M: message, S: severity), or null when `m` is none. */
-  const errorOf = (m: { type: string; body: Buffer } | null) => {
+  const errorOf = (m: Message | null) => {
     if (!m || m.type !== 'E') return null;
     const f = new Map<string, string>();
     for (let at = 0; at < m.body.length && m.body[at] !== 0; ) {
@@ -135,6 +116,12 @@ if (skip) {
     t.pass(`${what}: every server connection poolgate holds is idle`);
     await until(`${what}: no server connection leaked`, async () => (await w.backends()) === listener.counts().serversOpen);
     t.pass(`${what}: PostgreSQL sees exactly the server connections poolgate holds`);
+  };
+  /** Opens a transaction on `c` and inserts row `id` in it (uncommitted). */
+  const insertInTransaction = async (c: Awaited<ReturnType<typeof raw>>, id: number) => {
+    c.socket.write(Buffer.concat([query('BEGIN'), query(`INSERT INTO f VALUES (${id})`)]));
+    await c.until('Z');
+    await c.until('Z');
   };
   const rows = async () => (await w.direct.query('SELECT id FROM f ORDER BY id')).rows.map((r: { id: number }) => r.id);
 
@@ -215,9 +202,7 @@ if (skip) {
 
   t.test("state 'active': an unknown message type inside a transaction; it is rolled back, its connection idle again", async (t) => {
     const c = await raw();
-    c.socket.write(Buffer.concat([query('BEGIN'), query('INSERT INTO f VALUES (1)')]));
-    await c.until('Z');
-    await c.until('Z');
+    await insertInTransaction(c, 1);
     t.equal(listener.counts().linked, 1, 'the transaction holds a server connection');
     const servers = listener.counts().serversOpen;
     c.socket.write(bogus());
@@ -248,9 +233,7 @@ if (skip) {
     await w.patch({ settings: { wireSessionState: 'refuse' } });
     t.teardown(() => w.patch({ settings: { wireSessionState: null } }));
     const c = await raw();
-    c.socket.write(Buffer.concat([query('BEGIN'), query('INSERT INTO f VALUES (2)')]));
-    await c.until('Z');
-    await c.until('Z');
+    await insertInTransaction(c, 2);
     // A temporary table is session state, which this pool refuses in transaction mode.
     const parse = message('P', Buffer.concat([cstr(''), cstr('CREATE TEMP TABLE t (a int)'), Buffer.from([0, 0])]));
     c.socket.write(Buffer.concat([parse, message('B', Buffer.concat([cstr(''), cstr(''), Buffer.from([0, 0, 0, 0, 0, 0])]))]));
