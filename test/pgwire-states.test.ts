@@ -123,16 +123,22 @@ if (skip) {
     await c.until('Z');
     await c.until('Z');
   };
+  /**
+   * The error `e` refused the message with `code` (as before the state machine) and says what the state
+   * waited for (`pattern`); then the connection is closed and nothing it held is left held.
+   */
+  const refusedIn = async (t: Test, c: Awaited<ReturnType<typeof raw>>, state: string, e: ReturnType<typeof errorOf>, code: string, what: string, pattern: RegExp) => {
+    t.equal(e?.code, code, what);
+    t.match(e?.message, pattern, `says what was expected: ${e?.message}`);
+    await closes(t, c);
+    await nothingHeld(t, state);
+  };
   const rows = async () => (await w.direct.query('SELECT id FROM f ORDER BY id')).rows.map((r: { id: number }) => r.id);
 
   t.test("state 'startup': a startup packet of protocol 2.0", async (t) => {
     const c = await raw({ login: false });
     c.socket.write(startup({ user: 'anyone' }, 0x00020000));
-    const e = await nextError(c);
-    t.equal(e?.code, '0A000', 'feature not supported, as before');
-    t.match(e?.message, /unsupported frontend protocol 2\.0.*\(the session was waiting for a startup packet, SSLRequest, GSSENCRequest or CancelRequest\)/, `says what was expected: ${e?.message}`);
-    await closes(t, c);
-    await nothingHeld(t, 'startup');
+    await refusedIn(t, c, 'startup', await nextError(c), '0A000', 'feature not supported, as before', /unsupported frontend protocol 2\.0.*\(the session was waiting for a startup packet, SSLRequest, GSSENCRequest or CancelRequest\)/);
   });
 
   t.test("state 'tls': plaintext after the SSLRequest, before the TLS handshake", async (t) => {
@@ -140,11 +146,7 @@ if (skip) {
     // Sent in one packet: what follows the SSLRequest could have been put there by anyone on the path.
     c.socket.write(Buffer.concat([sslRequest(), startup({ user: 'anyone', options: `pool=${w.sub}` })]));
     t.equal((await c.read(true))?.type, 'S', 'the SSLRequest is accepted');
-    const e = errorOf(await c.read());
-    t.equal(e?.code, '08P01', 'protocol violation, in plaintext');
-    t.match(e?.message, /unencrypted data after the SSLRequest \(the session was waiting for the TLS handshake\)/, `says what was expected: ${e?.message}`);
-    await closes(t, c);
-    await nothingHeld(t, 'tls');
+    await refusedIn(t, c, 'tls', errorOf(await c.read()), '08P01', 'protocol violation, in plaintext', /unencrypted data after the SSLRequest \(the session was waiting for the TLS handshake\)/);
   });
 
   t.test("state 'password': a Query instead of the password message", async (t) => {
@@ -152,11 +154,7 @@ if (skip) {
     c.socket.write(startup({ user: 'anyone', options: `pool=${w.sub}` }));
     t.equal((await c.read())?.type, 'R', 'asked for the password');
     c.socket.write(query('SELECT 1'));
-    const e = await nextError(c);
-    t.equal(e?.code, '08P01', 'protocol violation, as before');
-    t.match(e?.message, /expected a password message \(the session was waiting for a password message with the pool key\)/, `says what was expected: ${e?.message}`);
-    await closes(t, c);
-    await nothingHeld(t, 'password');
+    await refusedIn(t, c, 'password', await nextError(c), '08P01', 'protocol violation, as before', /expected a password message \(the session was waiting for a password message with the pool key\)/);
   });
 
   t.test("state 'joining': an unknown message type sent behind the password, before AuthenticationOk", async (t) => {
@@ -165,22 +163,14 @@ if (skip) {
     await w.patch({ settings: { wirePoolMode: 'session' } });
     t.teardown(() => w.patch({ settings: { wirePoolMode: null } }));
     const c = await raw({ first: [bogus()] });
-    const e = await nextError(c);
-    t.equal(e?.code, '08P01', 'protocol violation');
-    t.match(e?.message, /invalid frontend message type 122 \(the session was waiting for the login to finish/, `says what was expected: ${e?.message}`);
-    await closes(t, c);
-    await nothingHeld(t, 'joining');
+    await refusedIn(t, c, 'joining', await nextError(c), '08P01', 'protocol violation', /invalid frontend message type 122 \(the session was waiting for the login to finish/);
   });
 
   t.test("state 'idle': an unknown message type between transactions never reaches a server connection", async (t) => {
     const c = await raw();
     const servers = listener.counts().serversOpen;
     c.socket.write(bogus());
-    const e = await nextError(c);
-    t.equal(e?.code, '08P01', 'protocol violation (what PostgreSQL answers it)');
-    t.match(e?.message, /invalid frontend message type 122 \(the session was waiting for a Query, an extended-query batch, Sync or Terminate\)/, `says what was expected: ${e?.message}`);
-    await closes(t, c);
-    await nothingHeld(t, 'idle');
+    await refusedIn(t, c, 'idle', await nextError(c), '08P01', 'protocol violation (what PostgreSQL answers it)', /invalid frontend message type 122 \(the session was waiting for a Query, an extended-query batch, Sync or Terminate\)/);
     t.equal(listener.counts().serversOpen, servers, 'no server connection was used up');
   });
 
@@ -206,11 +196,7 @@ if (skip) {
     t.equal(listener.counts().linked, 1, 'the transaction holds a server connection');
     const servers = listener.counts().serversOpen;
     c.socket.write(bogus());
-    const e = await nextError(c);
-    t.equal(e?.code, '08P01', 'protocol violation');
-    t.match(e?.message, /invalid frontend message type 122 \(the session was waiting for messages to pass to its server connection\)/, `says what was expected: ${e?.message}`);
-    await closes(t, c);
-    await nothingHeld(t, 'active');
+    await refusedIn(t, c, 'active', await nextError(c), '08P01', 'protocol violation', /invalid frontend message type 122 \(the session was waiting for messages to pass to its server connection\)/);
     t.equal(listener.counts().serversOpen, servers, 'the server connection was kept (rolled back), not lost');
     t.same(await rows(), [], 'nothing committed');
   });
@@ -221,11 +207,7 @@ if (skip) {
     t.equal((await c.read())?.type, 'G', 'CopyInResponse');
     c.socket.write(message('d', Buffer.from('7\n')));
     c.socket.write(query('SELECT 1'));
-    const e = await nextError(c);
-    t.equal(e?.code, '08P01', 'protocol violation');
-    t.match(e?.message, /unexpected message type 0x51 during COPY from stdin \(the session was waiting for CopyData, CopyDone or CopyFail\)/, `says what was expected: ${e?.message}`);
-    await closes(t, c);
-    await nothingHeld(t, 'copyIn');
+    await refusedIn(t, c, 'copyIn', await nextError(c), '08P01', 'protocol violation', /unexpected message type 0x51 during COPY from stdin \(the session was waiting for CopyData, CopyDone or CopyFail\)/);
     t.same(await rows(), [], 'nothing copied');
   });
 
@@ -240,11 +222,7 @@ if (skip) {
     const refused = await nextError(c);
     t.equal(refused?.code, '0A000', 'the Parse is refused here');
     c.socket.write(bogus());
-    const e = await nextError(c);
-    t.equal(e?.code, '08P01', 'protocol violation');
-    t.match(e?.message, /invalid frontend message type 122 \(the session was waiting for the Sync that ends the refused batch\)/, `says what was expected: ${e?.message}`);
-    await closes(t, c);
-    await nothingHeld(t, 'skipping');
+    await refusedIn(t, c, 'skipping', await nextError(c), '08P01', 'protocol violation', /invalid frontend message type 122 \(the session was waiting for the Sync that ends the refused batch\)/);
     t.same(await rows(), [], 'nothing committed');
   });
 }
