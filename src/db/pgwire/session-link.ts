@@ -95,7 +95,7 @@ export class Link {
     if (!pool) return null;
     this.#linkStarted = performance.now();
     const admission = w.ctx.governor.acquire({ poolId: pool.id, waitMs: pool.settings.queueTimeoutMs, abortable: this.#abortable });
-    const linked = admission instanceof Promise ? admission.then((a) => this.#admitted(pool, a)) : this.#admitted(pool, admission);
+    const linked = admission instanceof Promise ? admission.then((a) => this.#admitted(pool, a, false)) : this.#admitted(pool, admission, true);
     if (!(linked instanceof Promise)) return linked;
     w.pause();
     return linked.finally(() => {
@@ -103,7 +103,8 @@ export class Link {
     });
   }
 
-  #admitted(pool: PoolEntry, admission: Admission): LinkResult | Promise<LinkResult> {
+  /** `sync`: admitted in the same call as link() started (no wait so far). */
+  #admitted(pool: PoolEntry, admission: Admission, sync: boolean): LinkResult | Promise<LinkResult> {
     const w = this.#wire;
     this.#admission = admission;
     // Queued only when the governor really queued it (a Redis answer is always a promise).
@@ -120,9 +121,9 @@ export class Link {
     }
     const servers = this.#login.servers!;
     const got = servers.acquire();
-    if (!(got instanceof Promise)) return this.#attach(pool, permit, got);
+    if (!(got instanceof Promise)) return this.#attach(pool, permit, got, sync);
     return got.then(
-      (server) => this.#attach(pool, permit, server),
+      (server) => this.#attach(pool, permit, server, false),
       (err: unknown) => {
         permit.release({ dropped: true });
         this.#record(pool, 'upstream_unreachable', 503, null);
@@ -132,7 +133,7 @@ export class Link {
     );
   }
 
-  #attach(pool: PoolEntry, permit: Permit, server: ServerConn): LinkResult {
+  #attach(pool: PoolEntry, permit: Permit, server: ServerConn, sync: boolean): LinkResult {
     const gone = this.#wire.state === 'closed';
     if (gone || server.closed) {
       permit.release({ dropped: true });
@@ -142,7 +143,8 @@ export class Link {
     this.#login.pool = pool;
     this.#permit = permit;
     this.server = server;
-    this.#linkedAt = performance.now();
+    // Linked in the same call as link() started (no wait): the same instant, without a second clock read.
+    this.#linkedAt = sync ? this.#linkStarted : performance.now();
     this.#queuedMs = this.#linkedAt - this.#linkStarted;
     server.link = this.#wire.self;
     const settings = this.#login.settings;
@@ -179,8 +181,9 @@ export class Link {
     server.link = null;
     server.resume();
     this.#wire.serverWritable();
-    this.#login.servers!.release(server, 'none');
-    const latencyMs = performance.now() - this.#linkedAt;
+    const now = performance.now();
+    this.#login.servers!.release(server, 'none', 0, now);
+    const latencyMs = now - this.#linkedAt;
     permit.release({ latencyMs });
     this.#record(this.#login.pool!, 'proxied', 200, latencyMs);
   }
