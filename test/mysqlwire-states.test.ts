@@ -3,12 +3,12 @@
 // closed, and whatever it held comes back: the governor slot, and the server connection (reset and idle
 // again when it was between statements, cut when the client was mid-command). One raw client per state.
 import t, { type Test } from 'tap';
-import { connect } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { needServer } from './helpers/servers.js';
 import { wireFixture } from './helpers/mysql-wire.js';
 import { sha2Scramble } from '../src/db/mysqlwire/scramble.js';
 import { until } from './helpers/until.js';
+import { rawSocket, type Framing } from './helpers/raw-socket.js';
 
 const PROTOCOL_41 = 0x200;
 const SECURE_CONNECTION = 0x8000;
@@ -29,37 +29,19 @@ if (skip) {
     head[3] = seq;
     return Buffer.concat([head, body]);
   };
+  /** A MySQL packet: a 3-byte length, the sequence id, the payload. */
+  const mysqlPacket: Framing<{ seq: number; payload: Buffer }> = (buf) => {
+    if (buf.length < 4 || buf.length < 4 + buf.readUIntLE(0, 3)) return null;
+    const len = buf.readUIntLE(0, 3);
+    return { value: { seq: buf[3]!, payload: buf.subarray(4, 4 + len) }, size: 4 + len };
+  };
   const query = (sql: string, seq = 0) => packet(seq, Buffer.concat([Buffer.from([0x03]), Buffer.from(sql)]));
 
   /** A raw client: reads packets as they come; logs in with the key under `plugin` (or not at all). */
   const raw = async (opts: { login?: boolean; plugin?: string; caps?: number } = {}) => {
-    const socket = connect({ host: '127.0.0.1', port: w.port });
-    let buf = Buffer.alloc(0);
-    let closed = false;
-    const waiters: Array<() => void> = [];
-    const wake = () => waiters.splice(0).forEach((f) => f());
-    socket.on('data', (c: Buffer) => {
-      buf = Buffer.concat([buf, c]);
-      wake();
-    });
-    socket.on('close', () => {
-      closed = true;
-      wake();
-    });
-    socket.on('error', () => {});
+    const { socket, next } = rawSocket(w.port);
     /** The next packet's payload; null once the connection is closed. */
-    const read = async (): Promise<{ seq: number; payload: Buffer } | null> => {
-      for (;;) {
-        if (buf.length >= 4 && buf.length >= 4 + buf.readUIntLE(0, 3)) {
-          const len = buf.readUIntLE(0, 3);
-          const p = { seq: buf[3]!, payload: buf.subarray(4, 4 + len) };
-          buf = buf.subarray(4 + len);
-          return p;
-        }
-        if (closed) return null;
-        await new Promise<void>((r) => waiters.push(r));
-      }
-    };
+    const read = () => next(mysqlPacket);
     const hello = (await read())!.payload;
     const vEnd = hello.indexOf(0, 1);
     const nonce = Buffer.concat([hello.subarray(vEnd + 5, vEnd + 13), hello.subarray(vEnd + 32, vEnd + 44)]);
