@@ -177,6 +177,8 @@ class Forwarding {
   /** undici's resume after a pause (given with the response head), and whether undici is paused by us. */
   #resume: (() => void) | null = null;
   #paused = false;
+  /** The client's onWritable handler is set (at the first pause). */
+  #watchingClient = false;
   #timer: NodeJS.Timeout | null = null;
   #upstream: Outcome | null = null;
   /** Content-Length of the origin's body; null: sent chunked. */
@@ -232,6 +234,11 @@ class Forwarding {
 
   #pause(): void {
     this.#paused = true;
+    // Told when the client's socket drains: asked for at the first backup only (most responses never back up).
+    if (!this.#watchingClient) {
+      this.#watchingClient = true;
+      this.#client.onWritable(() => this.#resumeUpstream());
+    }
   }
 
   #resumeUpstream(): void {
@@ -275,7 +282,6 @@ class Forwarding {
     }
     this.#total = length;
     this.#state = 'streaming';
-    client.onWritable(() => this.#resumeUpstream());
   }
 
   /** undici: a chunk of the response body. Returns false to pause (undici's contract). */

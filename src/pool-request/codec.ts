@@ -73,7 +73,8 @@ export abstract class ClientState {
   #pendingHead: HeaderList | null = null;
   /** The Content-Length given with the pending head (null: chunked). */
   protected headLength: number | null = null;
-  #onAbort: Array<() => void> = [];
+  /** One handler (the usual case: no array per request), several, or none. */
+  #onAbort: (() => void) | Array<() => void> | null = null;
   #signal: AbortSignal | null = null;
 
   get open(): boolean {
@@ -102,15 +103,20 @@ export abstract class ClientState {
 
   onAbort(handler: () => void): void {
     if (this.isAborted) handler();
-    else if (!this.isEnded) this.#onAbort.push(handler);
+    else if (this.isEnded) return;
+    else if (this.#onAbort === null) this.#onAbort = handler;
+    else if (typeof this.#onAbort === 'function') this.#onAbort = [this.#onAbort, handler];
+    else this.#onAbort.push(handler);
   }
 
   /** The client went away: from now on nothing is written, and the abort handlers run (once). */
   protected clientGone(): void {
     this.isAborted = true;
     const handlers = this.#onAbort;
-    this.#onAbort = [];
-    for (const h of handlers) h();
+    this.#onAbort = null;
+    if (handlers === null) return;
+    if (typeof handlers === 'function') handlers();
+    else for (const h of handlers) h();
   }
 
   /** Takes the status line and headers; the encoder writes them with the first body bytes or the end. */
@@ -137,7 +143,7 @@ export abstract class ClientState {
     if (!this.open) return false;
     this.isEnded = true;
     if (this.#pendingHead !== null) this.status = 0;
-    this.#onAbort = []; // nobody is left to tell
+    this.#onAbort = null; // nobody is left to tell
     return true;
   }
 
