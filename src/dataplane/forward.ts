@@ -15,7 +15,7 @@ import { appendGovernorHeaders, governorHeaders } from '../pool-request/refusal.
 import { EMPTY, type ResponseEncoder } from '../pool-request/codec.js';
 import { reply, type Exchange, type Reply } from '../pool-request/exchange.js';
 import type { PoolEntry } from '../pool-request/snapshot.js';
-import { clientResponseHeaders, upstreamRequestHeaders } from '../pool-request/headers.js';
+import { clientResponseHeadersFlat, upstreamRequestHeaders } from '../pool-request/headers.js';
 import { BodyTooLargeError } from '../pool-request/body-limit.js';
 import { BodyTimeoutError, type RequestBody } from '../pool-request/request-body.js';
 import type { Settlement } from '../pool-request/release.js';
@@ -282,7 +282,7 @@ class Forwarding implements DeadlineNode {
     }
     const cl = headers['content-length'];
     const length = typeof cl === 'string' && /^\d+$/.test(cl) ? Number(cl) : null;
-    client.encodeHeaders(status, appendGovernorHeaders(clientResponseHeaders(headers), this.#deps.governor, ex.pool!.id, ex.queuedMs), length);
+    client.encodeHeadersFlat(status, appendGovernorHeaders(clientResponseHeadersFlat(headers), this.#deps.governor, ex.pool!.id, ex.queuedMs), length);
     if (ex.method === 'HEAD' || NO_BODY_STATUS.has(status)) {
       client.endWithoutBody(ex.method === 'HEAD' && length !== null ? length : undefined);
       this.#done();

@@ -108,15 +108,23 @@ function injectedHeader(cred: CredentialSecret | null): [string, string] | null 
  * because the listener frames the body itself; `date` because the listener writes its own.
  */
 export function clientResponseHeaders(headers: Record<string, string | string[] | undefined>): Array<[string, string]> {
+  const flat = clientResponseHeadersFlat(headers);
+  const out: Array<[string, string]> = [];
+  for (let i = 0; i < flat.length; i += 2) out.push([flat[i]!, flat[i + 1]!]);
+  return out;
+}
+
+/** clientResponseHeaders as one flat list (name, value, …): what the node:http door writes, with no pair per header. */
+export function clientResponseHeadersFlat(headers: Record<string, string | string[] | undefined>): string[] {
   const conn = headers.connection;
   const listed = connectionListed(Array.isArray(conn) ? conn.join(',') : conn);
-  const out: Array<[string, string]> = [];
+  const out: string[] = [];
   for (const name in headers) {
     const value = headers[name];
     if (value === undefined) continue;
     if (isHopByHop(name, listed) || name === 'content-length' || name === 'date') continue;
-    if (Array.isArray(value)) for (const v of value) out.push([name, v]);
-    else out.push([name, value]);
+    if (Array.isArray(value)) for (const v of value) out.push(name, v);
+    else out.push(name, value);
   }
   return out;
 }

@@ -57,8 +57,12 @@ export class NodeResponseEncoder extends ClientState implements ResponseEncoder 
   #flushHead(length: number | null): void {
     const headers = this.takePendingHead();
     if (headers === null) return;
-    const flat: string[] = [];
-    for (const [k, v] of headers) flat.push(k, v);
+    let flat: string[];
+    if (this.headIsFlat) flat = headers as string[];
+    else {
+      flat = [];
+      for (const [k, v] of headers as HeaderList) flat.push(k, v);
+    }
     if (length !== null) flat.push('content-length', String(length));
     this.#res.writeHead(this.status, flat);
   }
