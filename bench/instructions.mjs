@@ -173,7 +173,7 @@ async function main() {
       '| --- | ---: | ---: | --- | ---: |',
       ...rows.map((r) => `| ${r.target} | ${r.ir_per_request.toLocaleString('en')} | ${floor ? (r.ir_per_request / floor.ir_per_request).toFixed(2) : '—'} | ${r.pairs.map((x) => x.toLocaleString('en')).join(', ')} | ${r.idle_ir_per_s.toLocaleString('en')} |`),
     ];
-    writeMarkedSection('instructions-paced', lines.join('\n'), 'Instructions per request, background work cancelled');
+    writeMarkedSection('instructions-paced', lines.join('\n'), 'Proxy: instructions per request, background work cancelled (issue 29)');
   } else if (WRITE) {
     const lines = [
       `Instructions per proxied request under callgrind (\`npm run bench:instructions\`, ${new Date().toISOString().slice(0, 10)}, Node ${process.version}${label ? `, ${label}` : ''}):`,
