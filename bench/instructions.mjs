@@ -5,6 +5,15 @@
 // what else the machine runs, so the ratio is repeatable on a shared 2-core box where CPU time and rps are not.
 // They are not time: cache misses, syscalls' kernel work and valgrind's serialised threads are left out.
 // Usage: npm run bench:instructions [-- --requests=2000 --warmup=1500 --connections=16 --idle=10 --targets=poolgate,node_floor --before=<built checkout> --keep=<dir> --write-results]
+//
+// --method=paced (the per-request figure with the idle work cancelled, not estimated): a process's background work
+// (timers, polls, resyncs) goes with wall time, and at full speed time goes with the requests, so two counts at
+// full speed cannot tell one from the other. Two windows of the same wall time can: one paced at --rate requests a
+// second, the other at full speed, each --window seconds, alternated --pairs times; per request =
+// (Ir(full) − Ir(paced)) / (n(full) − n(paced)), the background work of equal windows cancelling. Median of the
+// pairs. (Under callgrind the proxy serves ~50–100 requests a second, fewer on a loaded machine: keep --rate well
+// below that.)
+// Usage: npm run bench:instructions -- --method=paced [--rate=5 --window=30 --pairs=3]
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -27,6 +36,10 @@ const WRITE = process.argv.includes('--write-results');
 const KEEP = arg('keep', null);
 // --before=<dir>: another build (its bin/poolgate.js, built) measured too, as poolgate_before: a change's before and after in one run.
 const BEFORE = arg('before', null);
+const METHOD = arg('method', 'amount');
+const RATE = Number(arg('rate', 5));
+const WINDOW_S = Number(arg('window', 30));
+const PAIRS = Number(arg('pairs', 3));
 const log = (m) => process.stderr.write(`[instructions] ${m}\n`);
 
 /** Sends exactly n requests; throws unless every one answered 200. */
@@ -35,6 +48,28 @@ async function send(url, headers, n) {
   const ok = Number(r.statusCodeStats?.['200']?.count ?? 0);
   if (ok !== n || r.errors > 0) throw new Error(`${url}: ${ok}/${n} answered 200, ${r.errors} errors, ${r.timeouts} timeouts`);
   return ok;
+}
+
+/** Sends requests for `seconds`, paced at `rate` a second over every connection (null: as fast as answered); the count answered 200. */
+async function sendFor(url, headers, rate, seconds) {
+  const r = await autocannon({ url, connections: CONNECTIONS, duration: seconds, ...(rate === null ? {} : { overallRate: rate }), timeout: 120, headers });
+  const ok = Number(r.statusCodeStats?.['200']?.count ?? 0);
+  if (ok === 0 || ok < 0.99 * (ok + r.non2xx + r.errors)) throw new Error(`${url}: ${ok} answered 200, ${r.non2xx} others, ${r.errors} errors, ${r.timeouts} timeouts`);
+  // Every answer was work (a rare 5xx on a starved machine too): counted; said when there were any.
+  if (r.non2xx + r.errors > 0) log(`${url}: ${r.non2xx} answers other than 200 and ${r.errors} errors among ${ok + r.non2xx} (counted)`);
+  return ok + r.non2xx;
+}
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+
+/** One window: counters zeroed, requests for WINDOW_S seconds at `rate` (null: full speed); its Ir and requests. */
+async function countWindow(cgDir, target, rate) {
+  callgrindControl(target.pid, '-z');
+  const n = await sendFor(target.url, target.headers, rate, WINDOW_S);
+  return { ir: dumpIr(cgDir, target.pid), n };
 }
 
 async function main() {
@@ -70,6 +105,27 @@ async function main() {
       const i0 = Date.now();
       await new Promise((r) => setTimeout(r, IDLE_S * 1000));
       const idlePerS = dumpIr(cgDir, target.pid, KEEP) / ((Date.now() - i0) / 1000);
+      if (METHOD === 'paced') {
+        // The warm-up only has to warm: a stray non-200 on a starved machine is no reason to start over.
+        await send(target.url, target.headers, WARMUP).catch((err) => log(`warm-up: ${err.message}`));
+        const perRequest = [];
+        for (let i = 0; i < PAIRS; i++) {
+          // Alternate which window goes first, so a drift over the run falls on both.
+          const lo = i % 2 === 0 ? await countWindow(cgDir, target, RATE) : null;
+          const hi = await countWindow(cgDir, target, null);
+          const low = lo ?? (await countWindow(cgDir, target, RATE));
+          const pr = (hi.ir - low.ir) / (hi.n - low.n);
+          perRequest.push(pr);
+          log(`${key} pair ${i + 1}: paced ${low.n} requests ${low.ir} Ir, full speed ${hi.n} requests ${hi.ir} Ir (${WINDOW_S} s each): ${Math.round(pr)} per request`);
+        }
+        callgrindControl(target.pid, '-i', 'off');
+        const row = { target: key, method: 'paced', pairs: perRequest.map(Math.round), ir_per_request: Math.round(median(perRequest)), idle_ir_per_s: Math.round(idlePerS) };
+        rows.push(row);
+        log(`${key}: ${row.ir_per_request} instructions per request (median of ${PAIRS} pairs, ${WINDOW_S} s windows at ${RATE}/s and at full speed)`);
+        await target.stop();
+        stops.pop();
+        continue;
+      }
       await send(target.url, target.headers, WARMUP);
       callgrindControl(target.pid, '-z');
       const t1 = Date.now();
@@ -91,10 +147,20 @@ async function main() {
   const pg = rows.find((r) => r.target === 'poolgate');
   const floor = rows.find((r) => r.target === 'node_floor');
   const ratio = pg && floor ? Math.round((100 * pg.ir_per_request) / floor.ir_per_request) / 100 : null;
-  const busyRatio = pg && floor ? Math.round((100 * pg.busy_ir_per_request) / floor.busy_ir_per_request) / 100 : null;
+  const busyRatio = pg && floor && METHOD !== 'paced' ? Math.round((100 * pg.busy_ir_per_request) / floor.busy_ir_per_request) / 100 : null;
   const label = process.env.BENCH_LABEL ?? '';
   console.log(JSON.stringify({ label, date: new Date().toISOString(), node: process.version, requests: REQUESTS, warmup: WARMUP, connections: CONNECTIONS, rows, poolgate_over_node_floor: ratio, busy_poolgate_over_node_floor: busyRatio }));
-  if (WRITE) {
+  if (WRITE && METHOD === 'paced') {
+    const lines = [
+      `Instructions per proxied request, background work cancelled (\`npm run bench:instructions -- --method=paced\`, ${new Date().toISOString().slice(0, 10)}, Node ${process.version}${label ? `, ${label}` : ''}):`,
+      `${WARMUP} warm-up requests, then ${PAIRS} pairs of ${WINDOW_S} s windows, one at ${RATE} requests a second and one at full speed, over ${CONNECTIONS} keep-alive connections, small GET through to the https origin; per request = the difference of a pair's instructions over the difference of its requests (the background work of equal windows cancels); every thread of the proxy process.`,
+      '',
+      '| target | instructions per request (median) | / Node floor | each pair | idle instructions per second |',
+      '| --- | ---: | ---: | --- | ---: |',
+      ...rows.map((r) => `| ${r.target} | ${r.ir_per_request.toLocaleString('en')} | ${floor ? (r.ir_per_request / floor.ir_per_request).toFixed(2) : '—'} | ${r.pairs.map((x) => x.toLocaleString('en')).join(', ')} | ${r.idle_ir_per_s.toLocaleString('en')} |`),
+    ];
+    writeMarkedSection('instructions-paced', lines.join('\n'), 'Proxy: instructions per request, background work cancelled (issue 29)');
+  } else if (WRITE) {
     const lines = [
       `Instructions per proxied request under callgrind (\`npm run bench:instructions\`, ${new Date().toISOString().slice(0, 10)}, Node ${process.version}${label ? `, ${label}` : ''}):`,
       `${WARMUP} warm-up requests, then ${REQUESTS} counted, ${CONNECTIONS} keep-alive connections, small GET through to the https origin; every thread of the proxy process.`,

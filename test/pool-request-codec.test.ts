@@ -72,10 +72,12 @@ t.test("node:http: the body reaches the core as node's own Buffers, then end-of-
 });
 
 /** Writes `body` through `client` as the forward stage does: headers, chunks while it may, the rest after each drain. */
-function writeThrough(client: ResponseEncoder, body: Buffer, length: number | null, events: string[]): void {
+function writeThrough(client: ResponseEncoder, body: Buffer, length: number | null, events: string[], flat = false): void {
   const CHUNK = 1024 * 1024;
   let at = 0;
-  client.encodeHeaders(200, [['content-type', 'application/octet-stream']], length);
+  // The forward stage hands its head over flat (encodeHeadersFlat); other callers give pairs.
+  if (flat) client.encodeHeadersFlat(200, ['content-type', 'application/octet-stream', 'x-head', 'flat'], length);
+  else client.encodeHeaders(200, [['content-type', 'application/octet-stream']], length);
   const pump = (): void => {
     while (at < body.length) {
       const end = at + CHUNK >= body.length;
@@ -97,11 +99,11 @@ function writeThrough(client: ResponseEncoder, body: Buffer, length: number | nu
   pump();
 }
 
-for (const length of ['content-length', 'chunked'] as const) {
-  t.test(`node:http encoder, ${length}: each chunk is taken whole, backpressure is reported and lifted by the drain callback`, async (t) => {
+for (const [length, flat] of [['content-length', false], ['chunked', false], ['content-length', true], ['chunked', true]] as const) {
+  t.test(`node:http encoder, ${length}${flat ? ', flat head' : ''}: each chunk is taken whole, backpressure is reported and lifted by the drain callback`, async (t) => {
     const body = bigBody();
     const events: string[] = [];
-    const url = await nodeServer(t, (req, res) => writeThrough(new NodeResponseEncoder(req, res, false), body, length === 'chunked' ? null : body.length, events));
+    const url = await nodeServer(t, (req, res) => writeThrough(new NodeResponseEncoder(req, res, false), body, length === 'chunked' ? null : body.length, events, flat));
     const r = await request(url);
     // Read slowly at first so the server's socket backs up.
     const parts: Buffer[] = [];
@@ -113,6 +115,8 @@ for (const length of ['content-length', 'chunked'] as const) {
     t.ok(got.equals(body), 'every byte, in order');
     if (length === 'chunked') t.equal(r.headers['transfer-encoding'], 'chunked');
     else t.equal(r.headers['content-length'], String(body.length));
+    t.equal(r.headers['content-type'], 'application/octet-stream');
+    if (flat) t.equal(r.headers['x-head'], 'flat', 'a flat head is written as given');
     t.ok(events.includes('backpressure') && events.includes('drained'), `backpressure was reported and lifted (${events.join(' ')})`);
     t.equal(events.at(-1), 'ended');
   });
@@ -125,7 +129,7 @@ t.test('uWS encoder: the same contract over tryEnd (a Content-Length chunk uWS t
   const events: Record<string, string[]> = { cl: [], chunked: [] };
   let echoed: Buffer[] = [];
   app.get('/cl', (res) => writeThrough(new UwsResponseEncoder(res, false), body, body.length, events.cl!));
-  app.get('/chunked', (res) => writeThrough(new UwsResponseEncoder(res, false), body, null, events.chunked!));
+  app.get('/chunked', (res) => writeThrough(new UwsResponseEncoder(res, false), body, null, events.chunked!, true));
   app.post('/echo', (res) => {
     const client = new UwsResponseEncoder(res, false);
     echoed = [];

@@ -15,9 +15,9 @@ const RUNTIME_FLAGS = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'
 /**
  * Starts poolgate on free ports with a fresh data dir. Resolves once its `listening` line is printed.
  * @param {Record<string, string>} extraEnv
- * @param {{ nodeArgs?: string[], bin?: string, node?: string, pin?: string }} [opts]  nodeArgs e.g. `--cpu-prof` (not allowed in NODE_OPTIONS);
+ * @param {{ nodeArgs?: string[], bin?: string, node?: string, pin?: string, wrap?: string[], startMs?: number }} [opts]  nodeArgs e.g. `--cpu-prof` (not allowed in NODE_OPTIONS);
  *   bin: another build's bin/poolgate.js (a before/after comparison in one run); node: the node binary (default: this one);
- *   pin: a CPU list for `taskset -c` (every thread of the service runs only there); wrap: a command line it runs under (valgrind)
+ *   pin: a CPU list for `taskset -c` (every thread of the service runs only there); wrap: a command line it runs under (valgrind); startMs: how long start-up may take (default 120 s)
  */
 export async function startPoolgate(extraEnv = {}, opts = {}) {
   const dataDir = mkdtempSync(join(tmpdir(), 'poolgate-bench-'));
@@ -51,7 +51,9 @@ export async function startPoolgate(extraEnv = {}, opts = {}) {
   const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
 
   const listening = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`poolgate did not print its listening line within 120 s (a busy machine)\n${stderr}`)), 120_000);
+    // Under valgrind on a busy shared machine start-up can take minutes: opts.startMs (bench:instructions) waits longer.
+    const startMs = opts.startMs ?? 120_000;
+    const timer = setTimeout(() => reject(new Error(`poolgate did not print its listening line within ${startMs / 1000} s (a busy machine)\n${stderr}`)), startMs);
     const lines = createInterface({ input: child.stdout });
     lines.on('line', (line) => {
       if (process.env.BENCH_CHILD_STDOUT) appendFileSync(process.env.BENCH_CHILD_STDOUT, `${line}\n`);

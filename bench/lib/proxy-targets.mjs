@@ -38,7 +38,7 @@ export async function startPoolgateTarget(origin, caFile, dir, o) {
   const nodeArgs = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
   // e.g. --perf-basic-prof, for `perf record` with JavaScript symbols.
   if (process.env.BENCH_NODE_ARGS) nodeArgs.push(...process.env.BENCH_NODE_ARGS.split(' ').filter(Boolean));
-  const svc = await startPoolgate(env, { nodeArgs, bin: o.bin, pin: o.pin, wrap: o.wrap });
+  const svc = await startPoolgate(env, { nodeArgs, bin: o.bin, pin: o.pin, wrap: o.wrap, startMs: o.wrap ? 600_000 : undefined });
   const stop = () => svc.stop();
   try {
     const boot = await svc.admin(['bootstrap', '--team', 'Bench', '--email', 'bench@bench.test', '--plan', 'business']);

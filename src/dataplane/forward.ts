@@ -7,6 +7,7 @@ import type { Readable } from 'node:stream';
 import { buildConnector, Pool, util, type Dispatcher } from 'undici';
 import type { Socket } from 'node:net';
 import { cutUpstream, hookedConnector } from './origin-socket.js';
+import { Deadlines, type DeadlineList, type DeadlineNode } from './deadlines.js';
 import type { Governor, Outcome } from '../governor/governor.js';
 import { CidrList } from '../domain/cidr.js';
 import { guardedConnector, targetRefusalOf, type ConnectTargets } from '../security/ssrf-connect-guard.js';
@@ -14,7 +15,7 @@ import { appendGovernorHeaders, governorHeaders } from '../pool-request/refusal.
 import { EMPTY, type ResponseEncoder } from '../pool-request/codec.js';
 import { reply, type Exchange, type Reply } from '../pool-request/exchange.js';
 import type { PoolEntry } from '../pool-request/snapshot.js';
-import { clientResponseHeaders, upstreamRequestHeaders } from '../pool-request/headers.js';
+import { clientResponseHeadersFlat, upstreamRequestHeaders } from '../pool-request/headers.js';
 import { BodyTooLargeError } from '../pool-request/body-limit.js';
 import { BodyTimeoutError, type RequestBody } from '../pool-request/request-body.js';
 import type { Settlement } from '../pool-request/release.js';
@@ -145,18 +146,21 @@ const CONNECT_REFUSED = reply(400, 'bad_request', 'the request cannot be forward
 /** Bytes of an answer drained for a client that left before the origin finished; past them the connection is cut. */
 const DRAIN_LIMIT = 1024 * 1024;
 const ABORTED = Object.assign(new Error('request aborted by the proxy'), { code: 'UND_ERR_ABORTED' });
+/** The request timeouts of this thread's forwarded requests (one timer per timeout length, not one per request). */
+const DEADLINES = new Deadlines();
 
 /**
  * One request to the origin as an undici dispatch handler: no promise, Readable or AbortSignal per request,
  * and the origin's body goes from undici's callbacks straight to the client, with undici paused while the client's
- * socket is backed up. The wait for response headers has its own timer: undici's coarse timers (about 1 s
- * resolution) would let a 100 ms request timeout run for up to a second while the slot is held.
+ * socket is backed up. The wait for response headers has its own deadline, to the millisecond (undici's coarse
+ * timers, about 1 s resolution, would let a 100 ms request timeout run for up to a second while the slot is held),
+ * on a list of its timeout length (deadlines.ts) instead of a Node timer per request.
  *
  * It implements undici's handler interface as undici calls it (onConnect, onHeaders, onData, onComplete, onError):
  * a handler written to the controller interface (onRequestStart…) is wrapped per request in an UnwrapHandler and
  * an UnwrapController, and that wrapping went through V8's runtime on every request (bench:instructions).
  */
-class Forwarding {
+class Forwarding implements DeadlineNode {
   readonly #deps: ForwardDeps;
   readonly #ex: Exchange;
   readonly #client: ResponseEncoder;
@@ -177,7 +181,13 @@ class Forwarding {
   /** undici's resume after a pause (given with the response head), and whether undici is paused by us. */
   #resume: (() => void) | null = null;
   #paused = false;
-  #timer: NodeJS.Timeout | null = null;
+  /** The client's onWritable handler is set (at the first pause). */
+  #watchingClient = false;
+  /** The request timeout's list while it runs (DeadlineNode's links and due time below). */
+  #deadlines: DeadlineList | null = null;
+  deadlinePrev: DeadlineNode | null = null;
+  deadlineNext: DeadlineNode | null = null;
+  deadlineAt = NaN;
   #upstream: Outcome | null = null;
   /** Content-Length of the origin's body; null: sent chunked. */
   #total: number | null = null;
@@ -197,7 +207,7 @@ class Forwarding {
     const pool = ex.pool!;
     // A tunnel is not a request to forward (undici's dispatch would try to set one up).
     if (ex.method === 'CONNECT') return this.#failBeforeResponse(CONNECT_REFUSED);
-    this.#timer = setTimeout(() => this.#onDeadline(), pool.settings.requestTimeoutMs);
+    this.#deadlines = DEADLINES.add(this, pool.settings.requestTimeoutMs);
     this.#client.onAbort(() => this.#onClientGone());
     const headers = upstreamRequestHeaders({
       headers: ex.headers,
@@ -232,6 +242,11 @@ class Forwarding {
 
   #pause(): void {
     this.#paused = true;
+    // Told when the client's socket drains: asked for at the first backup only (most responses never back up).
+    if (!this.#watchingClient) {
+      this.#watchingClient = true;
+      this.#client.onWritable(() => this.#resumeUpstream());
+    }
   }
 
   #resumeUpstream(): void {
@@ -267,7 +282,7 @@ class Forwarding {
     }
     const cl = headers['content-length'];
     const length = typeof cl === 'string' && /^\d+$/.test(cl) ? Number(cl) : null;
-    client.encodeHeaders(status, appendGovernorHeaders(clientResponseHeaders(headers), this.#deps.governor, ex.pool!.id, ex.queuedMs), length);
+    client.encodeHeadersFlat(status, appendGovernorHeaders(clientResponseHeadersFlat(headers), this.#deps.governor, ex.pool!.id, ex.queuedMs), length);
     if (ex.method === 'HEAD' || NO_BODY_STATUS.has(status)) {
       client.endWithoutBody(ex.method === 'HEAD' && length !== null ? length : undefined);
       this.#done();
@@ -275,7 +290,6 @@ class Forwarding {
     }
     this.#total = length;
     this.#state = 'streaming';
-    client.onWritable(() => this.#resumeUpstream());
   }
 
   /** undici: a chunk of the response body. Returns false to pause (undici's contract). */
@@ -348,8 +362,9 @@ class Forwarding {
     this.#failBeforeResponse(r, r === UNREACHABLE ? failureDetail(err) : undefined);
   }
 
-  #onDeadline(): void {
-    this.#timer = null;
+  /** The request timeout passed (DeadlineNode: called once, after it was taken off its list). */
+  onDeadline(): void {
+    this.#deadlines = null;
     if (this.#state !== 'waiting') return;
     if (this.#orphaned) return this.#cut(this.#orphanSettlement());
     this.#failBeforeResponse(UPSTREAM_TIMEOUT, undefined, true);
@@ -424,8 +439,8 @@ class Forwarding {
   }
 
   #clearTimer(): void {
-    if (this.#timer !== null) clearTimeout(this.#timer);
-    this.#timer = null;
+    if (this.#deadlines !== null) this.#deadlines.remove(this);
+    this.#deadlines = null;
   }
 }
 

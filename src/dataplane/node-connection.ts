@@ -7,6 +7,7 @@
 import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { errorBody, httpStatus, type HttpCode } from '../errors/catalogue.js';
+import { nodeResponseClosed } from '../pool-request/node-http.js';
 
 const OPEN = Symbol('requests read on this connection and not yet answered');
 const FAILED = Symbol('the answer to a malformed request, sent once the ones before it are out');
@@ -36,9 +37,13 @@ export function nodeRequestArrived(req: IncomingMessage, res: ServerResponse): '
   return res.socket !== null ? 'now' : 'later';
 }
 
-/** A response's 'close' (one function for all of them): its answer is over, finished or cut. */
+/**
+ * A response's 'close' (one function for all of them): its answer is over, finished or cut. It is also the
+ * response's only 'close' listener: its encoder (node-door.ts) is told from here, not from a listener of its own.
+ */
 function requestEnded(this: ServerResponse): void {
   nodeRequestEnded(this.req.socket);
+  nodeResponseClosed(this);
 }
 
 /** The answer to a request of `socket` is over: a pending parse error answer may go out. */

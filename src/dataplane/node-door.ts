@@ -73,7 +73,8 @@ export class NodeDoor implements FrontDoor {
 
   #serve(req: IncomingMessage, res: ServerResponse, expectContinue: boolean): void {
     const method = req.method ?? 'GET';
-    const client = new NodeResponseEncoder(req, res, method === 'HEAD');
+    // The pipelining listener nodeRequestArrived put on the response tells the encoder when it closes.
+    const client = new NodeResponseEncoder(req, res, method === 'HEAD', true);
     const raw = req.rawHeaders;
     const headers = readNodeHeaders(raw);
     const url = req.url ?? '';

@@ -54,10 +54,12 @@ function hook(socket: Socket): void {
   /** The next bytes read start a response. */
   let atStart = false;
   let held: Buffer | null = null;
-  socket.write = function (this: Socket, chunk: unknown, ...rest: unknown[]): boolean {
+  // Fixed arity (write's own: chunk, encoding, callback; a missing one passes as undefined, as write takes it): a
+  // rest parameter spread into the call allocated an array and went through CallVarargs on every write.
+  socket.write = function (this: Socket, chunk: unknown, encoding?: unknown, callback?: unknown): boolean {
     // undici writes each request head as one latin1 string starting with the method (body framing strings start with CR).
     if (typeof chunk === 'string' && chunk.charCodeAt(0) !== 13) atStart = true;
-    return (write as (...a: unknown[]) => boolean).call(this, chunk, ...rest);
+    return (write as (c: unknown, e: unknown, cb: unknown) => boolean).call(this, chunk, encoding, callback);
   } as Socket['write'];
   socket.read = function (this: Socket, n?: number) {
     if (!atStart) return read.call(this, n);

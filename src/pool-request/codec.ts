@@ -48,6 +48,11 @@ export interface ResponseEncoder {
    */
   encodeHeaders(status: number, headers: HeaderList, length: number | null): void;
   /**
+   * encodeHeaders with the headers as one flat list (name, value, name, value…), which the encoder takes over and
+   * may extend: the forwarded response's head, built once, with no pair per header and no copy to flatten it.
+   */
+  encodeHeadersFlat(status: number, flat: string[], length: number | null): void;
+  /**
    * Body bytes; `end` ends the response (with a Content-Length, the chunk that completes it must say so). The
    * encoder always takes the whole chunk: false means the client's socket is backed up, and the caller waits for
    * onWritable before it writes more.
@@ -70,10 +75,13 @@ export abstract class ClientState {
   protected isEnded = false;
   protected isStarted = false;
   status = 0;
-  #pendingHead: HeaderList | null = null;
+  #pendingHead: HeaderList | string[] | null = null;
+  /** The pending head is a flat name/value list (encodeHeadersFlat), not pairs. */
+  protected headIsFlat = false;
   /** The Content-Length given with the pending head (null: chunked). */
   protected headLength: number | null = null;
-  #onAbort: Array<() => void> = [];
+  /** One handler (the usual case: no array per request), several, or none. */
+  #onAbort: (() => void) | Array<() => void> | null = null;
   #signal: AbortSignal | null = null;
 
   get open(): boolean {
@@ -102,28 +110,43 @@ export abstract class ClientState {
 
   onAbort(handler: () => void): void {
     if (this.isAborted) handler();
-    else if (!this.isEnded) this.#onAbort.push(handler);
+    else if (this.isEnded) return;
+    else if (this.#onAbort === null) this.#onAbort = handler;
+    else if (typeof this.#onAbort === 'function') this.#onAbort = [this.#onAbort, handler];
+    else this.#onAbort.push(handler);
   }
 
   /** The client went away: from now on nothing is written, and the abort handlers run (once). */
   protected clientGone(): void {
     this.isAborted = true;
     const handlers = this.#onAbort;
-    this.#onAbort = [];
-    for (const h of handlers) h();
+    this.#onAbort = null;
+    if (handlers === null) return;
+    if (typeof handlers === 'function') handlers();
+    else for (const h of handlers) h();
   }
 
   /** Takes the status line and headers; the encoder writes them with the first body bytes or the end. */
   encodeHeaders(status: number, headers: HeaderList, length: number | null): void {
+    this.#takeHead(status, headers, false, length);
+  }
+
+  /** The same with a flat list the encoder now owns (headIsFlat tells the encoder which it has). */
+  encodeHeadersFlat(status: number, flat: string[], length: number | null): void {
+    this.#takeHead(status, flat, true, length);
+  }
+
+  #takeHead(status: number, headers: HeaderList | string[], flat: boolean, length: number | null): void {
     if (!this.open) return;
     this.status = status;
     this.isStarted = true;
     this.#pendingHead = headers;
+    this.headIsFlat = flat;
     this.headLength = length;
   }
 
-  /** The headers encodeHeaders took and that are not written yet, once (null after). */
-  protected takePendingHead(): HeaderList | null {
+  /** The headers encodeHeaders (pairs) or encodeHeadersFlat (flat: headIsFlat) took and that are not written yet, once (null after). */
+  protected takePendingHead(): HeaderList | string[] | null {
     const headers = this.#pendingHead;
     this.#pendingHead = null;
     return headers;
@@ -137,7 +160,7 @@ export abstract class ClientState {
     if (!this.open) return false;
     this.isEnded = true;
     if (this.#pendingHead !== null) this.status = 0;
-    this.#onAbort = []; // nobody is left to tell
+    this.#onAbort = null; // nobody is left to tell
     return true;
   }
 

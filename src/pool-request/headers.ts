@@ -16,9 +16,16 @@ const HOP_BY_HOP = new Set([
   'expect',
 ]);
 
+/** What `Connection: close` lists (never modified: callers only ask has()). */
+const CLOSE_LISTED: ReadonlySet<string> = new Set(['close']);
+
 /** Header names listed in a Connection header value: they are hop-by-hop too. */
-export function connectionListed(value: string | undefined): Set<string> | null {
+export function connectionListed(value: string | undefined): ReadonlySet<string> | null {
   if (!value) return null;
+  // What nearly every request and answer says (most origins send Connection: keep-alive), without a split, a Set and
+  // lower-casing per request: `keep-alive` is hop-by-hop already; `close` lists only itself (one shared, read-only set).
+  if (value === 'keep-alive' || value === 'Keep-Alive') return null;
+  if (value === 'close' || value === 'Close') return CLOSE_LISTED;
   const names = new Set<string>();
   for (const part of value.split(',')) {
     const name = part.trim().toLowerCase();
@@ -27,7 +34,7 @@ export function connectionListed(value: string | undefined): Set<string> | null 
   return names.size > 0 ? names : null;
 }
 
-export function isHopByHop(name: string, listed: Set<string> | null): boolean {
+export function isHopByHop(name: string, listed: ReadonlySet<string> | null): boolean {
   return HOP_BY_HOP.has(name) || name.startsWith('proxy-') || (listed !== null && listed.has(name));
 }
 
@@ -101,15 +108,23 @@ function injectedHeader(cred: CredentialSecret | null): [string, string] | null 
  * because the listener frames the body itself; `date` because the listener writes its own.
  */
 export function clientResponseHeaders(headers: Record<string, string | string[] | undefined>): Array<[string, string]> {
+  const flat = clientResponseHeadersFlat(headers);
+  const out: Array<[string, string]> = [];
+  for (let i = 0; i < flat.length; i += 2) out.push([flat[i]!, flat[i + 1]!]);
+  return out;
+}
+
+/** clientResponseHeaders as one flat list (name, value, …): what the node:http door writes, with no pair per header. */
+export function clientResponseHeadersFlat(headers: Record<string, string | string[] | undefined>): string[] {
   const conn = headers.connection;
   const listed = connectionListed(Array.isArray(conn) ? conn.join(',') : conn);
-  const out: Array<[string, string]> = [];
+  const out: string[] = [];
   for (const name in headers) {
     const value = headers[name];
     if (value === undefined) continue;
     if (isHopByHop(name, listed) || name === 'content-length' || name === 'date') continue;
-    if (Array.isArray(value)) for (const v of value) out.push([name, v]);
-    else out.push([name, value]);
+    if (Array.isArray(value)) for (const v of value) out.push(name, v);
+    else out.push(name, value);
   }
   return out;
 }

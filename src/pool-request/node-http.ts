@@ -11,16 +11,26 @@ export class NodeResponseEncoder extends ClientState implements ResponseEncoder 
   readonly #res: ServerResponse;
   readonly #head: boolean;
   #writable: (() => void) | null = null;
+  #drainWatched = false;
 
-  constructor(req: IncomingMessage, res: ServerResponse, head: boolean) {
+  /**
+   * `closeCalled`: the caller already listens to the response's 'close' and calls nodeResponseClosed(res) from it
+   * (the proxy port's pipelining listener), so the response keeps one listener; otherwise one is added here. Either
+   * way one function serves every response, which finds its encoder on the response (no closure per request).
+   */
+  constructor(req: IncomingMessage, res: ServerResponse, head: boolean, closeCalled = false) {
     super();
     this.#req = req;
     this.#res = res;
     this.#head = head;
-    res.on('close', () => {
-      if (this.isEnded && res.writableFinished) return;
-      this.clientGone();
-    });
+    (res as EncodedResponse)[ENCODER] = this;
+    if (!closeCalled) res.on('close', onResponseClose);
+  }
+
+  /** The response closed: finished, or cut before its end (then the client is gone). */
+  responseClosed(): void {
+    if (this.isEnded && this.#res.writableFinished) return;
+    this.clientGone();
   }
 
   pause(): void {
@@ -47,8 +57,12 @@ export class NodeResponseEncoder extends ClientState implements ResponseEncoder 
   #flushHead(length: number | null): void {
     const headers = this.takePendingHead();
     if (headers === null) return;
-    const flat: string[] = [];
-    for (const [k, v] of headers) flat.push(k, v);
+    let flat: string[];
+    if (this.headIsFlat) flat = headers as string[];
+    else {
+      flat = [];
+      for (const [k, v] of headers as HeaderList) flat.push(k, v);
+    }
     if (length !== null) flat.push('content-length', String(length));
     this.#res.writeHead(this.status, flat);
   }
@@ -61,12 +75,18 @@ export class NodeResponseEncoder extends ClientState implements ResponseEncoder 
       this.#res.end(chunk.length > 0 ? chunk : undefined);
       return true;
     }
-    return this.#res.write(chunk);
+    const ok = this.#res.write(chunk);
+    // 'drain' comes only after a write that returned false: listened to from the first one (most responses never
+    // back up, and then cost no listener).
+    if (!ok && !this.#drainWatched) {
+      this.#drainWatched = true;
+      this.#res.on('drain', () => this.#writable?.());
+    }
+    return ok;
   }
 
   onWritable(handler: () => void): void {
     if (!this.open) return;
-    if (this.#writable === null) this.#res.on('drain', () => this.#writable?.());
     this.#writable = handler;
   }
 
@@ -80,6 +100,20 @@ export class NodeResponseEncoder extends ClientState implements ResponseEncoder 
   close(): void {
     if (this.closing()) this.#res.destroy();
   }
+}
+
+/** Where a response's 'close' listener finds the response's encoder. */
+const ENCODER = Symbol('NodeResponseEncoder');
+type EncodedResponse = ServerResponse & { [ENCODER]?: NodeResponseEncoder };
+
+/** The 'close' listener of every response whose encoder listens itself. */
+function onResponseClose(this: ServerResponse): void {
+  nodeResponseClosed(this);
+}
+
+/** Tells the response's encoder (if it has one) that the response closed: for a caller that listens to 'close' itself. */
+export function nodeResponseClosed(res: ServerResponse): void {
+  (res as EncodedResponse)[ENCODER]?.responseClosed();
 }
 
 /**

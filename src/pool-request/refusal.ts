@@ -62,11 +62,19 @@ export function refusalReply(a: Extract<Admission, { ok: false }>, governorHeade
 
 /** The governor response headers (spec: x-service-remaining-slots, -effective-limit, -queued-ms). */
 export function governorHeaders(governor: Governor, poolId: number, queuedMs: number): Array<[string, string]> {
-  return appendGovernorHeaders([], governor, poolId, queuedMs);
+  const f = appendGovernorHeaders([], governor, poolId, queuedMs);
+  return [
+    [f[0]!, f[1]!],
+    [f[2]!, f[3]!],
+    [f[4]!, f[5]!],
+  ];
 }
 
-/** governorHeaders added to `out` (a forwarded response's head: no array of its own per request); returns `out`. */
-export function appendGovernorHeaders(out: Array<[string, string]>, governor: Governor, poolId: number, queuedMs: number): Array<[string, string]> {
+/**
+ * governorHeaders added to the flat name/value list `out` (a forwarded response's head: no array of its own, no
+ * pair per header); returns `out`.
+ */
+export function appendGovernorHeaders(out: string[], governor: Governor, poolId: number, queuedMs: number): string[] {
   let remaining = 0;
   let limit = 0;
   try {
@@ -77,9 +85,12 @@ export function appendGovernorHeaders(out: Array<[string, string]>, governor: Go
     // A governor that cannot answer (e.g. a remote one that is down) must not fail a response.
   }
   out.push(
-    ['x-service-remaining-slots', String(Math.max(0, remaining))],
-    ['x-service-effective-limit', String(limit)],
-    ['x-service-queued-ms', String(Math.round(queuedMs))],
+    'x-service-remaining-slots',
+    String(Math.max(0, remaining)),
+    'x-service-effective-limit',
+    String(limit),
+    'x-service-queued-ms',
+    String(Math.round(queuedMs)),
   );
   return out;
 }

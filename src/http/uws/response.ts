@@ -60,7 +60,12 @@ export class UwsResponseEncoder extends ClientState implements ResponseEncoder {
     const headers = this.takePendingHead();
     if (headers === null) return;
     this.#res.writeStatus(statusLine(this.status));
-    for (const [k, v] of headers) this.#res.writeHeader(k, v);
+    if (this.headIsFlat) {
+      const flat = headers as string[];
+      for (let i = 0; i < flat.length; i += 2) this.#res.writeHeader(flat[i]!, flat[i + 1]!);
+    } else {
+      for (const [k, v] of headers as HeaderList) this.#res.writeHeader(k, v);
+    }
   }
 
   encodeData(chunk: Buffer, end: boolean): boolean {
