@@ -256,7 +256,8 @@ export class Protocol {
     if ((st.effects & PIN_MASK) !== 0 && this.#login.pool!.settings.wireSessionState === 'refuse') return this.#refuseState();
     // `p` is a view of bytes read (direct-reads.ts) that nothing writes again: executeFor frames a copy of it.
     await this.#link.run(async (conn) => {
-      const server = await this.#serverStatement(conn, st);
+      // Prepared on this connection already (the usual case): no await for it.
+      const server = conn.statements.get(st.key) ?? (await this.#serverStatement(conn, st));
       if (!('id' in server)) return server;
       const exec = st.executeFor(p, server.id, conn.mariadb);
       if (!exec) {
