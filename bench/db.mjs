@@ -13,12 +13,15 @@
 // picks the pgbench workloads (also 'select-only, extended' and 'simple-update (read-write)');
 // BENCH_CPU_PROF=<dir> runs poolgate with --cpu-prof into dir; BENCH_RENDER=bench/out/db-….json rewrites the section
 // from a saved run; BENCH_BASELINE=<another built checkout> adds its poolgate as the target `baseline`, alternated
-// with this one: before/after a change in one run).
+// with this one: before/after a change in one run); BENCH_CALLGRIND=<transactions> (with BENCH_SUITES=mysql) runs the
+// poolgate targets under valgrind's callgrind instead of timing them: per round, after a warm-up of half as many
+// transactions, the proxy's instructions over exactly that many sysbench transactions, per transaction (repeatable on
+// a shared machine where CPU time and TPS are not; the TPS of a target under callgrind means nothing).
 // Writes bench/out/db-*.json; with --write-results also the text between `<!-- bench:db:start -->` and
 // `<!-- bench:db:end -->` in bench/RESULTS.md.
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -56,6 +59,8 @@ const settings = {
   suites: listEnv('BENCH_SUITES', 'pg,mysql'),
   poolgate_store: 'embedded (PGlite, fresh data dir)',
   poolgate_adaptive: false,
+  /** BENCH_CALLGRIND: sysbench transactions counted per round under callgrind (0: timed runs). */
+  callgrind_txns: intEnv('BENCH_CALLGRIND', 0, 0),
 };
 const PG = { host: '127.0.0.1', port: 5432, admin: 'postgres' };
 const MY = { host: '127.0.0.1', port: 3306, admin: 'root' };
@@ -131,6 +136,42 @@ async function prepareMysql() {
     await c.end();
   };
 }
+const callgrindDir = (dir) => {
+  const d = join(dir, 'cg');
+  mkdirSync(d, { recursive: true });
+  return d;
+};
+
+/** The instructions callgrind counted in `pid` (every thread) since its counters were last zeroed. */
+function callgrindIr(cgDir, pid) {
+  const before = new Set(readdirSync(cgDir));
+  execFileSync('callgrind_control', ['-d', String(pid)], { stdio: 'ignore' });
+  let ir = 0;
+  for (const f of readdirSync(cgDir).filter((x) => x.startsWith(`cg.${pid}`) && !before.has(x))) {
+    const m = /^summary:\s+(\d+)/m.exec(readFileSync(join(cgDir, f), 'utf8'));
+    if (m) ir += Number(m[1]);
+  }
+  if (ir === 0) throw new Error(`no callgrind dump for ${pid} in ${cgDir}`);
+  return ir;
+}
+
+/**
+ * BENCH_CALLGRIND: sysbench against a poolgate under callgrind: the first time a warm-up (its JIT and caches),
+ * then exactly `n` transactions with the counters zeroed before; Ir per transaction.
+ */
+async function callgrindRun(cgDir, tg, n) {
+  if (!tg.warm) {
+    execFileSync('callgrind_control', ['-i', 'on', String(tg.pid)], { stdio: 'ignore' });
+    const w = await sysbench({ ...sysbenchBase(), ...tg, threads: settings.clients, events: Math.max(1, Math.round(n / 2)) });
+    if (!w.ok) return w;
+    tg.warm = true;
+  }
+  execFileSync('callgrind_control', ['-z', String(tg.pid)], { stdio: 'ignore' });
+  const r = await sysbench({ ...sysbenchBase(), ...tg, threads: settings.clients, events: n });
+  if (r.ok) r.ir_per_txn = Math.round(callgrindIr(cgDir, tg.pid) / r.transactions);
+  return r;
+}
+
 const sysbenchBase = () => ({ database: ROLE, tables: settings.sysbench_tables, tableSize: settings.sysbench_table_size });
 
 /**
@@ -140,12 +181,14 @@ const sysbenchBase = () => ({ database: ROLE, tables: settings.sysbench_tables, 
  */
 async function startPoolgateTarget(dir, bin) {
   const nodeArgs = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
+  // Counting off until the sysbench warm-up is over (start-up under instrumentation would take minutes).
+  const wrap = settings.callgrind_txns ? ['valgrind', '--tool=callgrind', '--instr-atstart=no', `--callgrind-out-file=${callgrindDir(dir)}/cg.%p`] : undefined;
   const svc = await startPoolgate({
     POOLGATE_ALLOW_PRIVATE_TARGETS: 'true',
     POOLGATE_DB_ALLOW_INSECURE: 'true',
     POOLGATE_LOG_LEVEL: 'warn',
     POOLGATE_ACCESS_LOG_FILE: join(dir, bin ? 'baseline-access.log' : 'poolgate-access.log'),
-  }, { nodeArgs, bin });
+  }, { nodeArgs, bin, wrap });
   try {
     const boot = await svc.admin(['bootstrap', '--team', 'Bench', '--email', 'bench@bench.test', '--plan', 'business']);
     const call = apiCaller(svc.controlUrl, boot.token);
@@ -301,6 +344,13 @@ async function main() {
         }
       }
       for (const [name, tg] of Object.entries(myTargets)) {
+        if (settings.callgrind_txns && tg.pid) {
+          const r = await callgrindRun(callgrindDir(dir), tg, settings.callgrind_txns);
+          Object.assign(r, cpuFields(null));
+          log(`round ${round} sysbench oltp_read_only ${name} under callgrind: ${r.ok ? `${r.ir_per_txn} instructions per transaction (${r.transactions} transactions)` : r.error}`);
+          ((runs.mysql['oltp_read_only'] ??= {})[name] ??= []).push({ round, ...r });
+          continue;
+        }
         const cpu = cpuMeter(tg.pid);
         const r = await sysbench({ ...sysbenchBase(), ...tg, threads: settings.clients, duration: settings.duration_s });
         Object.assign(r, cpuFields(cpu.per(r.transactions)));
@@ -419,6 +469,21 @@ function section(o) {
     lines.push('| suite | workload | poolgate / baseline TPS | baseline / PgBouncer TPS | poolgate / PgBouncer TPS |');
     lines.push('| --- | --- | ---: | ---: | ---: |');
     for (const r of o.ratios) lines.push(`| ${r.suite} | ${r.workload} | ${both(r.poolgate_over_baseline, r.poolgate_over_baseline_per_round)} | ${fmt(r.baseline_over_pgbouncer, 2)} | ${fmt(r.poolgate_over_pgbouncer, 2)} |`);
+  }
+  const counted = Object.entries(o.results.mysql?.oltp_read_only ?? {}).filter(([, r]) => r.rounds.some((x) => x.ir_per_txn));
+  if (counted.length) {
+    const irOf = (name) => median((o.results.mysql.oltp_read_only[name]?.rounds ?? []).map((x) => x.ir_per_txn));
+    lines.push('');
+    lines.push(`Instructions per sysbench oltp_read_only transaction under callgrind (\`BENCH_CALLGRIND=${o.settings.callgrind_txns}\`: after a warm-up,`);
+    lines.push(`exactly ${o.settings.callgrind_txns} transactions per round, ${o.settings.clients} threads; every thread of the proxy process; repeatable where CPU time is not;`);
+    lines.push('TPS and CPU time of a target under callgrind mean nothing):');
+    lines.push('');
+    lines.push('| target | instructions per transaction (median) | per round | / baseline |');
+    lines.push('| --- | ---: | --- | ---: |');
+    for (const [name, r] of counted) {
+      const vs = name !== 'baseline' && irOf('baseline') ? fmt(irOf(name) / irOf('baseline'), 3) : '—';
+      lines.push(`| ${name} | ${Math.round(irOf(name)).toLocaleString('en')} | ${r.rounds.map((x) => (x.ir_per_txn ?? 0).toLocaleString('en')).join(', ')} | ${vs} |`);
+    }
   }
   if (o.notes.length) {
     lines.push('');

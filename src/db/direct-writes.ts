@@ -45,6 +45,8 @@ export class DirectWriter {
   #req: WriteReq | null = null;
   /** Writes queued in libuv, not yet done. */
   #pending = 0;
+  /** Bytes handed to the handle here: socket.bytesWritten counts only what went through socket.write. */
+  #directBytes = 0;
 
   constructor(socket: Socket) {
     this.#socket = socket;
@@ -55,6 +57,11 @@ export class DirectWriter {
   /** Whether writes are waiting (here or in the socket's own queue). */
   get needDrain(): boolean {
     return this.#pending > 0 || this.#socket.writableNeedDrain;
+  }
+
+  /** Bytes written to the connection, both ways (as socket.bytesWritten would count them all). */
+  get bytesWritten(): number {
+    return this.#socket.bytesWritten + this.#directBytes;
   }
 
   /** As socket.write: false asks the caller to wait for the socket's 'drain'. */
@@ -72,6 +79,7 @@ export class DirectWriter {
       socket.destroy(Object.assign(new Error(`write failed (${err})`), { errno: err, syscall: 'write' }));
       return false;
     }
+    this.#directBytes += bytes.length;
     if (binding!.streamBaseState[binding!.kLastWriteWasAsync] === 0) return true;
     // The kernel took part of it: libuv keeps the rest, and this request, until the write is done.
     this.#req = null;

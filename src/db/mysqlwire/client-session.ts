@@ -18,6 +18,8 @@ import { wireError, type WireError } from './wire-errors.js';
 import type { ServerPool } from './server-pool.js';
 import type { ServerIdentity } from './server-identity.js';
 import { directReads } from '../direct-reads.js';
+import { DirectWriter } from '../direct-writes.js';
+import type { Sink } from './server-conn.js';
 import { replaying } from '../replay-stream.js';
 import { STATES, illegalPacket, legalTransition, type State } from './session-states.js';
 import { Login } from './session-login.js';
@@ -55,6 +57,8 @@ export interface SessionWire {
   readonly deps: SessionDeps;
   readonly state: State;
   readonly socket: Socket;
+  /** Where forwarded answers go: the client connection's writer. */
+  readonly sink: Sink;
   /** A command's promise is pending (it may outlive state 'running' while a LOCAL INFILE file drains). */
   readonly inFlight: boolean;
   enter(to: State): void;
@@ -86,6 +90,11 @@ export class ClientSession {
   readonly #deps: SessionDeps;
   readonly #onClose: (s: ClientSession) => void;
   #socket: Socket;
+  /**
+   * Writes to the client through the handle (direct-writes.ts): a server's answer and poolgate's own packets
+   * go out without Node.js's Writable bookkeeping; after a TLS upgrade it writes through the TLS socket.
+   */
+  #writer: DirectWriter;
   #state: State = 'handshake';
   readonly #frames = new FrameReader(MAX_LOGIN_PACKET);
   /** The command running now (its promise), if any. */
@@ -106,6 +115,7 @@ export class ClientSession {
     this.#onClose = onClose;
     const socket = directReads(accepted, (c) => this.#fromTcp(c));
     this.#socket = socket;
+    this.#writer = new DirectWriter(socket);
     socket.setNoDelay(true);
     this.#attach(socket);
     this.#wire = this.#makeWire();
@@ -121,6 +131,7 @@ export class ClientSession {
       deps: this.#deps,
       get state() { return s.#state; },
       get socket() { return s.#socket; },
+      sink: { write: (b) => this.#writer.write(b), onDrain: (f) => void this.#socket.once('drain', f) },
       get inFlight() { return s.#command !== null; },
       enter: (to) => this.#enter(to),
       pump: () => this.#pump(),
@@ -196,20 +207,24 @@ export class ClientSession {
       }
       if (r instanceof Promise) {
         if (this.#state === 'idle') this.#enter('running');
-        const command = r
-          .catch((err: unknown) => {
-            this.#deps.log.error({ err }, 'mysql listener: command failed unexpectedly');
-            this.close();
-          })
-          .finally(() => {
-            this.#command = null;
-            if (this.#state === 'running') this.#enter('idle');
-            this.#pump();
-          });
+        // One reaction per command (not .catch().finally(): a promise and a microtask more per statement).
+        const command = r.then(this.#commandDone, this.#commandFailed);
         this.#command = command;
       }
     }
   }
+
+  readonly #commandDone = (): void => {
+    this.#command = null;
+    if (this.#state === 'running') this.#enter('idle');
+    this.#pump();
+  };
+
+  readonly #commandFailed = (err: unknown): void => {
+    this.#deps.log.error({ err }, 'mysql listener: command failed unexpectedly');
+    this.close();
+    this.#commandDone();
+  };
 
   /** A packet, to the part the state names. */
   #packet(p: Packet): void | Promise<void> {
@@ -262,6 +277,7 @@ export class ClientSession {
     const secure = new TLSSocket(under, { isServer: true, secureContext: this.#deps.tls! });
     secure.on('data', (c: Buffer) => this.#onData(c));
     this.#socket = secure;
+    this.#writer = new DirectWriter(secure);
     this.#attach(secure);
   }
 
@@ -270,7 +286,7 @@ export class ClientSession {
   }
 
   #send(b: Buffer): void {
-    if (this.#state !== 'closed') this.#socket.write(b);
+    if (this.#state !== 'closed') this.#writer.write(b);
   }
 
   /** An ERR, then the connection is closed (login failures, protocol errors). */
@@ -294,7 +310,7 @@ export class ClientSession {
     if (s) {
       this.#deps.wireLog?.ended({
         pool: this.login.pool?.subdomain ?? null, peer: s.peer, user: s.user, durationMs: Math.round(performance.now() - s.start),
-        bytesIn: this.#socket.bytesRead ?? 0, bytesOut: this.#socket.bytesWritten ?? 0, transactions: s.transactions, reason: s.reason ?? 'client_disconnected',
+        bytesIn: this.#socket.bytesRead ?? 0, bytesOut: this.#writer.bytesWritten, transactions: s.transactions, reason: s.reason ?? 'client_disconnected',
       });
     }
   }

@@ -4,6 +4,7 @@
 import type { Socket } from 'node:net';
 import type { LoggedIn } from './upstream-login.js';
 import { directReads } from '../direct-reads.js';
+import { DirectWriter } from '../direct-writes.js';
 import { ResponseScanner, type ResponseKind } from './response-scanner.js';
 import { STATUS } from './packets.js';
 
@@ -25,10 +26,19 @@ export class ServerLost extends Error {
   }
 }
 
+/**
+ * Where a forwarded answer goes: the client connection's writer (direct-writes.ts), and its 'drain' when a
+ * write was not taken whole.
+ */
+export interface Sink {
+  write(bytes: Buffer): boolean;
+  onDrain(f: () => void): void;
+}
+
 interface Job {
   resolve(a: Answer): void;
   reject(e: ServerLost): void;
-  sink: Socket | null;
+  sink: Sink | null;
   chunks: Buffer[];
   forwarded: boolean;
 }
@@ -72,6 +82,8 @@ export class ServerConn {
    */
   onLostWhileKept: (() => void) | null = null;
   #socket: Socket;
+  /** Commands go to the server through the handle (direct-writes.ts): one write each, no Writable bookkeeping. */
+  readonly #writer: DirectWriter;
   readonly #scanner = new ResponseScanner();
   #job: Job | null = null;
   #gone = false;
@@ -92,6 +104,7 @@ export class ServerConn {
     this.status = login.status || STATUS.AUTOCOMMIT;
     // The login reader let go of the socket: its reads are taken over here (direct-reads.ts).
     this.#socket = directReads(login.socket, (c) => this.#onData(c));
+    this.#writer = new DirectWriter(this.#socket);
     this.#socket.on('error', () => this.destroy());
     const socket = this.#socket;
     this.ended = new Promise((resolve) =>
@@ -124,19 +137,19 @@ export class ServerConn {
    * Sends a command and follows its answer; forwarded to `sink` as it comes, or collected when sink is null.
    * `localFiles`: a LOCAL INFILE request pauses the answer (fileRequest) instead of ending it as an error.
    */
-  run(cmd: Buffer, kind: ResponseKind, sink: Socket | null, localFiles = false): Promise<Answer> {
+  run(cmd: Buffer, kind: ResponseKind, sink: Sink | null, localFiles = false): Promise<Answer> {
     if (this.#gone) return Promise.reject(new ServerLost(false));
     if (this.#job) return Promise.reject(new Error('server connection busy'));
     this.#scanner.start(kind, this.status, localFiles);
     this.commands++;
     return new Promise((resolve, reject) => {
       this.#job = { resolve, reject, sink, chunks: [], forwarded: false };
-      this.#socket.write(cmd);
+      this.#writer.write(cmd);
     });
   }
 
   /** Follows the rest of an answer that paused at a LOCAL INFILE request; call it before the file's last (empty) packet goes out. */
-  follow(sink: Socket | null): Promise<Answer> {
+  follow(sink: Sink | null): Promise<Answer> {
     if (this.#gone) return Promise.reject(new ServerLost(true));
     this.#scanner.resume();
     return new Promise((resolve, reject) => {
@@ -146,7 +159,7 @@ export class ServerConn {
 
   /** A command that has no answer (COM_STMT_CLOSE, COM_STMT_SEND_LONG_DATA). */
   send(cmd: Buffer): void {
-    if (!this.#gone) this.#socket.write(cmd);
+    if (!this.#gone) this.#writer.write(cmd);
   }
 
   #onData(chunk: Buffer): void {
@@ -170,7 +183,7 @@ export class ServerConn {
       if (!job.sink.write(part) && end < 0) {
         // Backpressure: stop reading the server until the client has taken what it got.
         this.#socket.pause();
-        job.sink.once('drain', () => this.#socket.resume());
+        job.sink.onDrain(() => this.#socket.resume());
       }
     } else job.chunks.push(part);
     if (end < 0) return;

@@ -34,8 +34,17 @@ export class Link {
   #heldSince = 0;
   #queuedMs = 0;
   #waited = false;
-  /** Ends a transaction left idle longer than the pool's request timeout. */
-  #idleTimer: NodeJS.Timeout | null = null;
+  /**
+   * The two limits a session has, as times (performance.now() ms; 0 = none): the running command must end by
+   * #commandBy (else it is killed upstream), and a held transaction must get its next command by #idleBy (else
+   * it is rolled back). One timer checks both and is armed only when none is pending: a Timeout made and
+   * cleared per statement (two in a transaction) cost more than the rest of a statement's bookkeeping.
+   */
+  #commandBy = 0;
+  #idleBy = 0;
+  #timer: NodeJS.Timeout | null = null;
+  /** When #timer fires (performance.now() ms). */
+  #timerAt = 0;
   /** Session state the client made on #held (session-state.ts PIN bits): it keeps #held and the slot while any is set. */
   #pins = 0;
   /** The slot held now was held pinned at some point: its hold time is no latency sample. */
@@ -69,11 +78,39 @@ export class Link {
 
   /** A command arrived: a held transaction is no longer idle. */
   active(): void {
-    if (this.#idleTimer) {
-      clearTimeout(this.#idleTimer);
-      this.#idleTimer = null;
-    }
+    this.#idleBy = 0;
   }
+
+  /** #timer fires by `at` (it may already be set to fire earlier; it re-arms itself for what is left). */
+  #armBy(at: number): void {
+    if (this.#timer !== null) {
+      if (this.#timerAt <= at) return;
+      clearTimeout(this.#timer);
+    }
+    this.#timerAt = at;
+    this.#timer = setTimeout(this.#onTimer, Math.max(1, Math.ceil(at - performance.now())));
+  }
+
+  readonly #onTimer = (): void => {
+    this.#timer = null;
+    if (this.#closed()) return;
+    const now = performance.now();
+    const running = this.#running;
+    if (running && this.#commandBy !== 0 && now >= this.#commandBy) {
+      // The command ran past the pool's request timeout: it is killed upstream (once).
+      this.#commandBy = 0;
+      const pool = this.#login.pool;
+      if (pool) void this.#wire.deps.servers.killQuery(pool, running);
+    }
+    if (!running && this.#idleBy !== 0 && now >= this.#idleBy) {
+      this.#idleBy = 0;
+      const ms = this.#login.pool!.settings.requestTimeoutMs;
+      this.#wire.fail(0, 'idleInTransaction', `the transaction was idle for over ${ms} ms (the pool's request timeout) and was rolled back`);
+      return;
+    }
+    const next = running ? this.#commandBy : this.#idleBy;
+    if (next !== 0) this.#armBy(next);
+  };
 
   /**
    * Runs one command on a server connection: the held one, or one taken (with a slot) for it. Afterwards both
@@ -94,12 +131,12 @@ export class Link {
     }
     this.#running = conn;
     // Each command must end within the pool's request timeout; then it is killed upstream.
-    const pool = this.#login.pool!;
-    const deadline = setTimeout(() => void w.deps.servers.killQuery(pool, conn), pool.settings.requestTimeoutMs);
+    this.#commandBy = performance.now() + this.#login.pool!.settings.requestTimeoutMs;
+    this.#armBy(this.#commandBy);
     try {
       await work(conn);
     } catch (err) {
-      clearTimeout(deadline);
+      this.#commandBy = 0;
       if (!(err instanceof ServerLost)) throw err;
       this.#running = null;
       this.#held = null;
@@ -115,7 +152,7 @@ export class Link {
       else w.send(wireError(1, 'lostConnection', `Lost connection to the database during the command; any open transaction was rolled back${hadState ? ' and the session state (variables, temporary tables, locks) is gone' : ''}`));
       return;
     }
-    clearTimeout(deadline);
+    this.#commandBy = 0;
     this.#running = null;
     if (this.#closed()) return;
     this.#after(conn);
@@ -204,11 +241,8 @@ export class Link {
       this.#keep(conn);
     } else {
       // A transaction holds a slot: it may wait for its next statement at most the pool's request timeout.
-      const ms = this.#login.pool!.settings.requestTimeoutMs;
-      this.#idleTimer = setTimeout(() => {
-        this.#idleTimer = null;
-        this.#wire.fail(0, 'idleInTransaction', `the transaction was idle for over ${ms} ms (the pool's request timeout) and was rolled back`);
-      }, ms);
+      this.#idleBy = performance.now() + this.#login.pool!.settings.requestTimeoutMs;
+      this.#armBy(this.#idleBy);
     }
   }
 
@@ -244,8 +278,10 @@ export class Link {
   /** The session closed: a running command's server connection is cut; a held one is rolled back and reset. */
   release(): void {
     this.#abort.abort();
-    if (this.#idleTimer) clearTimeout(this.#idleTimer);
-    this.#idleTimer = null;
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = null;
+    this.#commandBy = 0;
+    this.#idleBy = 0;
     const pool = this.#login.pool;
     const running = this.#running;
     const conn = this.#held;

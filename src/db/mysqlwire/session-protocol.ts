@@ -146,7 +146,7 @@ export class Protocol {
   /** `localFiles`: a COM_QUERY of a client that announced CLIENT_LOCAL_FILES (the server may ask it for a file). */
   #forward(p: Buffer, kind: ResponseKind, effects = 0, localFiles = false): Promise<void> {
     const cmd = frame(0, p);
-    const run = (conn: ServerConn) => (localFiles ? this.#query(conn, cmd) : conn.run(cmd, kind, this.#wire.socket));
+    const run = (conn: ServerConn) => (localFiles ? this.#query(conn, cmd) : conn.run(cmd, kind, this.#wire.sink));
     if (effects === 0) return this.#link.run(run);
     return this.#link.run((conn) => this.#tracked(conn, effects, run(conn)));
   }
@@ -158,9 +158,9 @@ export class Protocol {
    */
   async #query(conn: ServerConn, cmd: Buffer): Promise<Answer> {
     const w = this.#wire;
-    let a = await conn.run(cmd, 'result', w.socket, true);
+    let a = await conn.run(cmd, 'result', w.sink, true);
     while (a.fileRequest) {
-      const rest = conn.follow(w.socket);
+      const rest = conn.follow(w.sink);
       const file: InFile = { conn, sent: false, done: () => {} };
       await new Promise<void>((done) => {
         file.done = done;
@@ -254,11 +254,12 @@ export class Protocol {
       return w.send(wireError(1, 'packetTooLarge', `long data over ${LONG_DATA_LIMIT} bytes`));
     }
     if ((st.effects & PIN_MASK) !== 0 && this.#login.pool!.settings.wireSessionState === 'refuse') return this.#refuseState();
-    const payload = Buffer.from(p);
+    // `p` is a view of bytes read (direct-reads.ts) that nothing writes again: executeFor frames a copy of it.
     await this.#link.run(async (conn) => {
-      const server = await this.#serverStatement(conn, st);
+      // Prepared on this connection already (the usual case): no await for it.
+      const server = conn.statements.get(st.key) ?? (await this.#serverStatement(conn, st));
       if (!('id' in server)) return server;
-      const exec = st.executeFor(payload, server.id, conn.mariadb);
+      const exec = st.executeFor(p, server.id, conn.mariadb);
       if (!exec) {
         // Parameters that do not fit the statement: answered as the server answers them (ER_MALFORMED_PACKET).
         w.send(errPacket(1, 1835, 'HY000', 'Malformed communication packet'));
@@ -267,7 +268,7 @@ export class Protocol {
       for (const d of st.longData) conn.send(longDataFor(d, server.id));
       st.longData = [];
       st.longBytes = 0;
-      const run = conn.run(frame(0, exec), 'result', w.socket);
+      const run = conn.run(exec, 'result', w.sink);
       return st.effects === 0 ? run : this.#tracked(conn, st.effects, run);
     });
   }
@@ -280,12 +281,13 @@ export class Protocol {
     const st = p.length >= 7 ? this.#statement(p.readUInt32LE(1)) : undefined;
     if (!st) return this.#wire.send(wireError(1, 'unknownStatement', 'Unknown prepared statement handler given to mysqld_stmt_bulk_execute'));
     if ((st.effects & PIN_MASK) !== 0 && this.#login.pool!.settings.wireSessionState === 'refuse') return this.#refuseState();
-    const payload = Buffer.from(p);
     await this.#link.run(async (conn) => {
       const server = await this.#serverStatement(conn, st);
       if (!('id' in server)) return server;
-      payload.writeUInt32LE(server.id, 1);
-      const run = conn.run(frame(0, payload), 'result', this.#wire.socket);
+      // Framing copies the client's payload; the server's statement id goes into the copy.
+      const cmd = frame(0, p);
+      cmd.writeUInt32LE(server.id, 4 + 1);
+      const run = conn.run(cmd, 'result', this.#wire.sink);
       return st.effects === 0 ? run : this.#tracked(conn, st.effects, run);
     });
   }

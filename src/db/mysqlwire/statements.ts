@@ -33,13 +33,14 @@ export class ClientStatement {
   }
 
   /**
-   * The execute payload to send for server statement `serverId`: new id, and the last types when the client sent none.
+   * The COM_STMT_EXECUTE to send for server statement `serverId`, framed (sequence 0): new id, and the last types
+   * when the client sent none. Framing is the one copy made of the client's payload (which is left as it came).
    * `jsonAsString`: JSON-typed parameters (0xF5) go as VAR_STRING. poolgate announces a MySQL version, so mysql2
    * sends arrays and objects as JSON, which MariaDB refuses (1210); both carry a length-encoded string, and
    * mysql2 sends MariaDB itself the same string as VAR_STRING.
    */
   executeFor(payload: Buffer, serverId: number, jsonAsString = false): Buffer | null {
-    let out = payload;
+    let body = payload;
     const bound = 10 + ((this.params + 7) >> 3);
     if (this.params > 0) {
       if (payload.length <= bound) return null;
@@ -48,13 +49,14 @@ export class ClientStatement {
         this.types = Buffer.from(payload.subarray(bound + 1, bound + 1 + 2 * this.params));
       } else if (this.types) {
         // The client bound types on another connection's statement: this one needs them too.
-        out = Buffer.concat([payload.subarray(0, bound), Buffer.from([1]), this.types, payload.subarray(bound + 1)]);
+        body = Buffer.concat([payload.subarray(0, bound), Buffer.from([1]), this.types, payload.subarray(bound + 1)]);
       }
     }
-    if (out === payload) out = Buffer.from(payload);
-    out.writeUInt32LE(serverId, 1);
-    if (jsonAsString && this.params > 0 && out[bound] === 1) {
-      for (let i = bound + 1; i < bound + 1 + 2 * this.params; i += 2) if (out[i] === TYPE_JSON) out[i] = TYPE_VAR_STRING;
+    // The payload starts after the 4-byte header (a packet split at 16 MiB keeps its head, and these offsets, in the first piece).
+    const out = frame(0, body);
+    out.writeUInt32LE(serverId, 4 + 1);
+    if (jsonAsString && this.params > 0 && out[4 + bound] === 1) {
+      for (let i = 4 + bound + 1; i < 4 + bound + 1 + 2 * this.params; i += 2) if (out[i] === TYPE_JSON) out[i] = TYPE_VAR_STRING;
     }
     return out;
   }
