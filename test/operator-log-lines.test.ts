@@ -65,10 +65,14 @@ t.test('PostgreSQL and MySQL wire sessions log their end: duration, bytes, trans
   await c.query('BEGIN');
   await c.query('SELECT 2');
   await c.query('COMMIT');
+  // What the client's socket received, to hold the logged bytes out against (writes that bypass socket.write
+  // must be counted too).
+  const pgSocket = (c as unknown as { connection: { stream: { bytesRead: number } } }).connection.stream;
   await c.end();
   const m = await mysql.createConnection({ host: '127.0.0.1', port: svc.service.ports.mysql!, user: myPool.sub, password: myPool.key });
   await m.query('SELECT 1');
   await m.query('SELECT 2');
+  const mySocket = (m as unknown as { connection: { stream: { bytesRead: number } } }).connection.stream;
   await m.end();
 
   const ended = async (event: string) => {
@@ -79,11 +83,13 @@ t.test('PostgreSQL and MySQL wire sessions log their end: duration, bytes, trans
   t.ok(lines.some((l) => l.event === 'pgwire' && l.outcome === 'login'), 'the start was logged');
   t.match(pgEnd, { level: 30, pool: pgPool.sub, user: pgPool.sub, reason: 'client_terminated', transactions: 2, durationMs: Number }, 'psql-like session: SELECT 1, then one BEGIN…COMMIT');
   t.ok(pgEnd?.bytesIn > 0 && pgEnd?.bytesOut > pgEnd?.bytesIn, `bytes in and out (${pgEnd?.bytesIn}, ${pgEnd?.bytesOut})`);
+  t.equal(pgEnd?.bytesOut, pgSocket.bytesRead, `bytes out: every byte the client received (${pgEnd?.bytesOut}, ${pgSocket.bytesRead})`);
   t.match(pgEnd?.msg, /^pgwire: session on pool .* ended \(client_terminated\) after \d+\.\d s, 2 transactions, \d+ bytes in, \d+ bytes out$/);
 
   const myEnd = await ended('mysqlwire');
   t.match(myEnd, { level: 30, pool: myPool.sub, reason: 'client_terminated', transactions: 2, durationMs: Number });
   t.ok(myEnd?.bytesIn > 0 && myEnd?.bytesOut > 0);
+  t.equal(myEnd?.bytesOut, mySocket.bytesRead, `bytes out: every byte the client received (${myEnd?.bytesOut}, ${mySocket.bytesRead})`);
 
   // A client that just goes away (no Terminate) is logged as such.
   const gone = new pg.Client({ host: '127.0.0.1', port: svc.service.ports.pg!, user: pgPool.sub, database: 'postgres', password: pgPool.key });

@@ -8,7 +8,8 @@
 // Where that cannot be done (TLS, a Node.js without the binding, bytes already queued by the Writable, a
 // corked socket) the write goes through socket.write as before. A write the kernel cannot take at once
 // stays queued in libuv (which keeps writes, and a later shutdown, in order) and the writer answers false
-// until it is done, then emits the socket's 'drain', as socket.write's callers expect.
+// until it is done, then emits the socket's 'drain', as socket.write's callers expect. socket.bytesWritten
+// counts these writes too (it reads the handle's own count; test/operator-log-lines.test.ts).
 import { Socket } from 'node:net';
 
 interface StreamBaseBinding {
@@ -45,8 +46,6 @@ export class DirectWriter {
   #req: WriteReq | null = null;
   /** Writes queued in libuv, not yet done. */
   #pending = 0;
-  /** Bytes handed to the handle here: socket.bytesWritten counts only what went through socket.write. */
-  #directBytes = 0;
 
   constructor(socket: Socket) {
     this.#socket = socket;
@@ -57,11 +56,6 @@ export class DirectWriter {
   /** Whether writes are waiting (here or in the socket's own queue). */
   get needDrain(): boolean {
     return this.#pending > 0 || this.#socket.writableNeedDrain;
-  }
-
-  /** Bytes written to the connection, both ways (as socket.bytesWritten would count them all). */
-  get bytesWritten(): number {
-    return this.#socket.bytesWritten + this.#directBytes;
   }
 
   /** As socket.write: false asks the caller to wait for the socket's 'drain'. */
@@ -79,7 +73,6 @@ export class DirectWriter {
       socket.destroy(Object.assign(new Error(`write failed (${err})`), { errno: err, syscall: 'write' }));
       return false;
     }
-    this.#directBytes += bytes.length;
     if (binding!.streamBaseState[binding!.kLastWriteWasAsync] === 0) return true;
     // The kernel took part of it: libuv keeps the rest, and this request, until the write is done.
     this.#req = null;

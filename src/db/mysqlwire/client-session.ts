@@ -310,7 +310,7 @@ export class ClientSession {
     if (s) {
       this.#deps.wireLog?.ended({
         pool: this.login.pool?.subdomain ?? null, peer: s.peer, user: s.user, durationMs: Math.round(performance.now() - s.start),
-        bytesIn: this.#socket.bytesRead ?? 0, bytesOut: this.#writer.bytesWritten, transactions: s.transactions, reason: s.reason ?? 'client_disconnected',
+        bytesIn: this.#socket.bytesRead ?? 0, bytesOut: this.#socket.bytesWritten, transactions: s.transactions, reason: s.reason ?? 'client_disconnected',
       });
     }
   }
