@@ -6,7 +6,7 @@
 // They are not time: cache misses, syscalls' kernel work and valgrind's serialised threads are left out.
 // Usage: npm run bench:instructions [-- --requests=2000 --warmup=1500 --connections=16 --idle=10 --targets=poolgate,node_floor --before=<built checkout> --keep=<dir> --write-results]
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
@@ -14,6 +14,7 @@ import { selfSignedCert, startNodeFloor, startPoolgateTarget, probe } from './li
 import { startChild } from './lib/child.mjs';
 import { root } from './lib/poolgate.mjs';
 import { writeMarkedSection } from './lib/results.mjs';
+import { callgrindControl, callgrindWrap, dumpIr } from './lib/callgrind.mjs';
 
 const arg = (name, def) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? def;
 const REQUESTS = Number(arg('requests', 2000));
@@ -36,27 +37,12 @@ async function send(url, headers, n) {
   return ok;
 }
 
-/** The total Ir of the callgrind dump(s) written for `pid` since the counters were last zeroed. */
-function dumpIr(dir, pid) {
-  const before = new Set(readdirSync(dir));
-  execFileSync('callgrind_control', ['-d', String(pid)], { stdio: 'ignore' });
-  const files = readdirSync(dir).filter((f) => f.startsWith(`cg.${pid}`) && !before.has(f));
-  let ir = 0;
-  for (const f of files) {
-    const m = /^summary:\s+(\d+)/m.exec(readFileSync(join(dir, f), 'utf8'));
-    if (m) ir += Number(m[1]);
-  }
-  if (ir === 0) throw new Error(`no callgrind dump for ${pid} in ${dir}`);
-  if (KEEP) for (const f of files) execFileSync('cp', [join(dir, f), KEEP]);
-  return ir;
-}
-
 async function main() {
   const dir = mkdtempSync(join(tmpdir(), 'poolgate-bench-instr-'));
   const cgDir = join(dir, 'cg');
   execFileSync('mkdir', ['-p', cgDir]);
   // Off until the target is up (start-up under instrumentation would take minutes); a dump holds every thread.
-  const wrap = ['valgrind', '--tool=callgrind', '--instr-atstart=no', `--callgrind-out-file=${cgDir}/cg.%p`];
+  const wrap = callgrindWrap(cgDir);
   const stops = [];
   const rows = [];
   try {
@@ -75,23 +61,23 @@ async function main() {
       stops.push(() => target.stop());
       log(`${key} up under valgrind in ${((Date.now() - t0) / 1000).toFixed(0)} s (pid ${target.pid})`);
       await probe({ name: key, url: target.url, headers: target.headers });
-      execFileSync('callgrind_control', ['-i', 'on', String(target.pid)], { stdio: 'ignore' });
+      callgrindControl(target.pid, '-i', 'on');
       // The process with no requests, before any load (so no collection the load caused lands here): timers and
       // background work (snapshot resync, metrics, jobs and webhook polls on the store), per second of wall time.
       // Valgrind's slowdown spreads each second's background work over far fewer requests than a real second
       // serves, so the raw figure overstates it; the figure less this rate is the request's own work.
-      execFileSync('callgrind_control', ['-z', String(target.pid)], { stdio: 'ignore' });
+      callgrindControl(target.pid, '-z');
       const i0 = Date.now();
       await new Promise((r) => setTimeout(r, IDLE_S * 1000));
-      const idlePerS = dumpIr(cgDir, target.pid) / ((Date.now() - i0) / 1000);
+      const idlePerS = dumpIr(cgDir, target.pid, KEEP) / ((Date.now() - i0) / 1000);
       await send(target.url, target.headers, WARMUP);
-      execFileSync('callgrind_control', ['-z', String(target.pid)], { stdio: 'ignore' });
+      callgrindControl(target.pid, '-z');
       const t1 = Date.now();
       const n = await send(target.url, target.headers, REQUESTS);
-      const ir = dumpIr(cgDir, target.pid);
+      const ir = dumpIr(cgDir, target.pid, KEEP);
       const seconds = (Date.now() - t1) / 1000;
       const idle = Math.round(idlePerS * seconds);
-      execFileSync('callgrind_control', ['-i', 'off', String(target.pid)], { stdio: 'ignore' });
+      callgrindControl(target.pid, '-i', 'off');
       const row = { target: key, requests: n, ir, ir_per_request: Math.round(ir / n), idle_ir: idle, busy_ir_per_request: Math.round((ir - idle) / n), seconds };
       rows.push(row);
       log(`${key}: ${row.ir_per_request} instructions per request, ${row.busy_ir_per_request} less the idle process's (${n} requests, ${seconds} s under callgrind)`);

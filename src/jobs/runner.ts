@@ -26,6 +26,13 @@ import { databaseDetail, httpDetail, resultUrl } from './result-view.js';
 
 export type EnqueueJobEvent = (tx: Queryable, event: JobEvent) => Promise<number>;
 
+/** What a sweep found: it failed, it had work (expired, recovered or pruned), and when the next thing is due (ms; null: no job; undefined: unknown). */
+export interface SweepResult {
+  failed: boolean;
+  worked: boolean;
+  nextInMs: number | null | undefined;
+}
+
 /**
  * The runner's fixed limits, as options so tests can use small ones (no 8 MiB rows, no seconds of real
  * backoff, a known jitter); the service runs with the defaults.
@@ -61,11 +68,22 @@ export interface JobRunnerOptions extends JobRunnerTuning {
    * at start was left by a crashed run and is recovered at once instead of after its lease.
    */
   exclusiveStore: boolean;
-  /** Fallback scan period (the NOTIFY on spill is the fast path). */
+  /**
+   * How often the runner looks (scan for ready jobs, then the expiry, lease-recovery and retention sweep) while
+   * something is going on or already due (default 1 s; the NOTIFY on spill is the fast path).
+   */
   pollMs?: number;
-  /** Period of the expiry and lease-recovery sweep. */
-  sweepMs?: number;
+  /**
+   * The longest the runner sleeps when nothing is due: it looks again at the store's next due moment (a
+   * retry's run_after, a TTL, a lease's end, a retention) or after this, whichever comes first. Default: one
+   * minute on an exclusive store (every job is spilled and moved by this process, which wakes the runner),
+   * pollMs on a shared one (another runner's retry or a crashed one's lapsing lease arrive unannounced).
+   */
+  idleMaxMs?: number;
 }
+
+/** The shortest sleep before a due moment: a moment a few ms ahead does not cost a look per ms. */
+const MIN_SLEEP_MS = 10;
 
 export class JobRunner {
   readonly #o: JobRunnerOptions;
@@ -79,10 +97,15 @@ export class JobRunner {
   readonly #waiting = new Map<number, AbortController>();
   #scanning: Promise<void> | null = null;
   #scanAgain = false;
-  #timers: NodeJS.Timeout[] = [];
+  /** The next look (scan and sweep), and when it is due (performance.now ms). */
+  #timer: NodeJS.Timeout | null = null;
+  #timerAt = Infinity;
+  #looking: Promise<void> | null = null;
+  readonly #pollMs: number;
+  readonly #idleMaxMs: number;
   #unlisten: (() => Promise<void>) | null = null;
   #closed = false;
-  #sweeping: Promise<void> | null = null;
+  #sweeping: Promise<SweepResult> | null = null;
   #byId = new Map<number, PoolEntry>();
   #byIdOf: Snapshot | null = null;
   readonly #resultCap: number;
@@ -94,22 +117,25 @@ export class JobRunner {
     this.#resultCap = opts.resultBodyCap ?? RESULT_BODY_CAP;
     this.#retryBaseMs = opts.retryBaseMs ?? RETRY_BASE_MS;
     this.#random = opts.random ?? Math.random;
+    this.#pollMs = opts.pollMs ?? 1000;
+    this.#idleMaxMs = opts.idleMaxMs ?? (opts.exclusiveStore ? 60_000 : this.#pollMs);
   }
 
-  /** Recovers what a crashed run left, then follows NOTIFY and the timers. */
+  /**
+   * Recovers what a crashed run left, then follows NOTIFY and looks on a timer: every pollMs while something is
+   * going on, and when nothing is, at the store's next due moment (at most idleMaxMs away). An idle runner on
+   * the embedded store thus runs no statement at all between due moments, where it used to run three a second
+   * on the data plane's event loop.
+   */
   async start(): Promise<void> {
-    await this.sweep(this.#o.exclusiveStore);
-    this.#unlisten = await this.#o.sql.listen(JOBS_CHANNEL, (payload) => this.wake(Number(payload)));
-    const scan = setInterval(() => this.wake(), this.#o.pollMs ?? 1000);
-    const sweep = setInterval(() => {
-      // One sweep at a time: a slow store must not stack them up.
-      if (this.#sweeping) return;
-      this.#sweeping = this.sweep(false).finally(() => (this.#sweeping = null));
-    }, this.#o.sweepMs ?? 1000);
-    scan.unref();
-    sweep.unref();
-    this.#timers = [scan, sweep];
+    const due = await this.sweep(this.#o.exclusiveStore);
+    this.#unlisten = await this.#o.sql.listen(JOBS_CHANNEL, (payload) => {
+      this.wake(Number(payload));
+      // A new job: its TTL (and, if it cannot run now, its turn) is looked after from the next look on.
+      this.#lookIn(this.#pollMs);
+    });
     this.wake();
+    this.#lookIn(this.#sleepFor(due));
   }
 
   /** Jobs running now. */
@@ -148,11 +174,55 @@ export class JobRunner {
     })();
   }
 
-  /** Expires queued jobs past their TTL and recovers lapsed leases, each with its events; prunes old finished jobs. */
-  async sweep(recoverAll: boolean): Promise<void> {
+  /** Arms the next look `ms` from now, unless one is armed sooner. */
+  #lookIn(ms: number): void {
+    if (this.#closed) return;
+    const at = performance.now() + ms;
+    if (this.#timer !== null) {
+      if (this.#timerAt <= at) return;
+      clearTimeout(this.#timer);
+    }
+    this.#timerAt = at;
+    this.#timer = setTimeout(() => {
+      this.#timer = null;
+      this.#timerAt = Infinity;
+      void this.#look();
+    }, ms);
+    this.#timer.unref();
+  }
+
+  /** How long to sleep after a sweep: pollMs while something is due or went wrong, else until the next due moment. */
+  #sleepFor(due: SweepResult): number {
+    if (due.failed || due.worked || due.nextInMs === undefined) return this.#pollMs;
+    if (due.nextInMs === null) return this.#idleMaxMs;
+    if (due.nextInMs <= 0) return this.#pollMs;
+    return Math.min(this.#idleMaxMs, Math.max(MIN_SLEEP_MS, Math.ceil(due.nextInMs)));
+  }
+
+  /** One look: a scan for ready jobs, then the sweep, which says when to look next. One look at a time. */
+  async #look(): Promise<void> {
+    if (this.#looking || this.#closed) return;
+    const run = (async () => {
+      this.wake();
+      await this.#scanning;
+      // One sweep at a time: a slow store must not stack them up.
+      this.#sweeping ??= this.sweep(false).finally(() => (this.#sweeping = null));
+      const due = await this.#sweeping;
+      this.#lookIn(this.#sleepFor(due));
+    })();
+    this.#looking = run.finally(() => (this.#looking = null));
+    await this.#looking;
+  }
+
+  /**
+   * Expires queued jobs past their TTL and recovers lapsed leases, each with its events; prunes old finished jobs.
+   * Says whether it did anything and how long until the next due moment.
+   */
+  async sweep(recoverAll: boolean): Promise<SweepResult> {
     try {
       // Probe first: the writes only when something is actually due.
       const due = await sweepDue(this.#o.sql, recoverAll, JOB_RETENTION_MS);
+      const worked = due.lapsed || due.prune;
       while (due.lapsed) {
         const swept = await this.#o.sql.transaction(async (tx) => {
           const expired = await expireJobs(tx, 200);
@@ -164,8 +234,10 @@ export class JobRunner {
         this.wake();
       }
       if (due.prune) await pruneFinished(this.#o.sql, JOB_RETENTION_MS, 500);
+      return { failed: false, worked, nextInMs: due.nextInMs };
     } catch (err) {
       this.#o.log.error({ err }, 'job sweep failed; retried on the next tick');
+      return { failed: true, worked: false, nextInMs: undefined };
     }
   }
 
@@ -292,7 +364,7 @@ export class JobRunner {
           });
         });
       } else if (r.retryable && job.attempts < MAX_ATTEMPTS) {
-        await retryLater(this.#o.sql, job, retryDelayMs(job.attempts, this.#retryBaseMs, this.#random), r.error);
+        await this.#retryLater(job, r.error);
       } else {
         await this.#o.sql.transaction(async (tx) => {
           const done = await finishClaimed(tx, job, 'failed', null, r.error);
@@ -361,7 +433,7 @@ export class JobRunner {
       const error = typeof r.body.message === 'string' ? r.body.message : String(r.body.error);
       // A stored body that does not parse (400) would fail the same way on every attempt.
       if (r.status !== 400 && job.attempts < MAX_ATTEMPTS) {
-        await retryLater(this.#o.sql, job, retryDelayMs(job.attempts, this.#retryBaseMs, this.#random), error);
+        await this.#retryLater(job, error);
         return;
       }
       await this.#o.sql.transaction(async (tx) => {
@@ -369,6 +441,12 @@ export class JobRunner {
         if (done) await this.#o.enqueue(tx, this.#event(pool, job, 'failed', done.completedAt));
       });
     });
+  }
+
+  /** Puts the job back with its backoff, and looks again when its turn comes (nothing else would announce it). */
+  async #retryLater(job: ClaimedJob, error: string): Promise<void> {
+    const delayMs = retryDelayMs(job.attempts, this.#retryBaseMs, this.#random);
+    if (await retryLater(this.#o.sql, job, delayMs, error)) this.#lookIn(Math.max(MIN_SLEEP_MS, delayMs));
   }
 
   #event(pool: PoolEntry, job: ClaimedJob, status: 'completed' | 'failed', completedAt: number): JobEvent {
@@ -386,10 +464,12 @@ export class JobRunner {
   /** Stops taking jobs and lets running ones finish (their leases cover them if the process dies). */
   async close(): Promise<void> {
     this.#closed = true;
-    for (const t of this.#timers) clearInterval(t);
+    if (this.#timer !== null) clearTimeout(this.#timer);
+    this.#timer = null;
     for (const a of this.#waiting.values()) a.abort();
     await this.#unlisten?.().catch(() => {});
     await this.#scanning?.catch(() => {});
+    await this.#looking;
     await this.#sweeping;
     await Promise.allSettled([...this.#running]);
   }

@@ -60,8 +60,15 @@ export interface DelivererOptions {
   perDestination: number;
   /** Where a destination's limit starts (default min(8, perDestination)). */
   initialPerDestination?: number;
-  /** Period of the due-row poll (enqueues and re-enables also wake the deliverer at once). */
+  /** Period of the due-row poll while deliveries are going on (enqueues and re-enables also wake the deliverer at once). */
   pollMs: number;
+  /**
+   * The longest an idle deliverer sleeps (default pollMs): when nothing is due it looks again at the outbox's next
+   * due moment (a retry, a claim's lease end) or after this, whichever comes first. On a store this process holds
+   * alone every enqueue and re-enable wakes it, so it can be long; on a shared one another worker's retries and
+   * lapsing claims arrive unannounced.
+   */
+  idlePollMs?: number;
   /** At most one statement (claim and record) per this many ms (default LINGER_MS). */
   lingerMs?: number;
   /** Finished deliveries are kept this long for replay, then pruned (default 30 days). */
@@ -87,6 +94,8 @@ const TARGET_VERDICT_MS = 1000;
  * per event.
  */
 export const LINGER_MS = 5;
+/** The shortest sleep before a due moment: a moment a few ms ahead does not cost a poll per ms. */
+const MIN_POLL_MS = 10;
 /** Period of the pruning of finished deliveries past their retention. */
 const PRUNE_EVERY_MS = 60_000;
 const DEFAULT_RETENTION_MS = 30 * 24 * 3600 * 1000;
@@ -97,7 +106,9 @@ export class Deliverer {
   readonly #inFlight = new Set<Promise<void>>();
   readonly #limits = new Map<number, DestinationLimit>();
   #outcomes: Outcome[] = [];
+  /** The next poll, and when it is due (performance.now ms). */
   #timer: NodeJS.Timeout | null = null;
+  #timerAt = Infinity;
   #unlisten: Array<() => Promise<void>> = [];
   /** The claimer and the recorder when they run (each one statement at a time). */
   #claiming: Promise<void> | null = null;
@@ -135,6 +146,7 @@ export class Deliverer {
       retentionMs: DEFAULT_RETENTION_MS,
       lingerMs: LINGER_MS,
       time: SYSTEM_TIME,
+      idlePollMs: opts.pollMs,
       ...opts,
     };
     let ca: string[] | undefined;
@@ -167,10 +179,25 @@ export class Deliverer {
     this.#unlisten.push(await this.#o.sql.listen(DELIVERY_CHANNEL, () => this.#wake()));
     // A re-enabled destination (`webhook:<id>`) has kept rows that are due now; a replay made one due.
     this.#unlisten.push(await this.#o.sql.listen(CHANGE_CHANNEL, (p) => p.startsWith('webhook:') && this.#wake()));
-    this.#timer = setInterval(() => this.kick(), this.#o.pollMs);
     if (process.env.POOLGATE_DEBUG_DELIVERER) setInterval(() => this.#o.log.warn({ stats: this.stats, inFlight: this.#inFlight.size, limits: [...this.#limits].map(([d, l]) => [d, l.limit, l.inFlight]) }, 'deliverer stats'), 2000).unref();
-    this.#timer.unref();
     this.#wake();
+  }
+
+  /** Arms the next poll `ms` from now, unless one is armed sooner. */
+  #pollIn(ms: number): void {
+    if (this.#stopping) return;
+    const at = performance.now() + ms;
+    if (this.#timer !== null) {
+      if (this.#timerAt <= at) return;
+      clearTimeout(this.#timer);
+    }
+    this.#timerAt = at;
+    this.#timer = setTimeout(() => {
+      this.#timer = null;
+      this.#timerAt = Infinity;
+      this.kick();
+    }, ms);
+    this.#timer.unref();
   }
 
   /** Deliveries being sent now. */
@@ -219,7 +246,10 @@ export class Deliverer {
     if (this.#want && !this.#claiming) {
       this.#want = false;
       this.#claiming = this.#claimLoop()
-        .catch((err: unknown) => this.#o.log.warn({ err }, 'webhook deliverer: claiming due deliveries failed; retrying at the next poll'))
+        .catch((err: unknown) => {
+          this.#o.log.warn({ err }, 'webhook deliverer: claiming due deliveries failed; retrying at the next poll');
+          this.#pollIn(this.#o.pollMs);
+        })
         .finally(() => {
           this.#claiming = null;
           if (this.#want || this.#outcomes.length > 0) this.#schedule();
@@ -239,7 +269,8 @@ export class Deliverer {
   /** Stops claiming, lets in-flight deliveries finish (each within the timeout), records them and closes connections. */
   async stop(): Promise<void> {
     this.#stopping = true;
-    if (this.#timer) clearInterval(this.#timer);
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = null;
     if (this.#lingerTimer) clearTimeout(this.#lingerTimer);
     this.#lingerTimer = null;
     for (const u of this.#unlisten) await u().catch(() => {});
@@ -256,10 +287,22 @@ export class Deliverer {
     for (;;) {
       if (this.#stopping) return;
       const free = this.#o.concurrency - this.#inFlight.size;
-      if (free <= 0) return;
+      if (free <= 0) {
+        this.#pollIn(this.#o.pollMs);
+        return;
+      }
       // A read-only probe before a claim with nothing to write (a tenth of its cost): on the embedded store
-      // each statement runs on the event loop that serves pool traffic, and most polls find nothing due.
-      if (!this.#hint && (this.#writing || this.#outcomes.length === 0) && !(await this.#anyDue())) return;
+      // each statement runs on the event loop that serves pool traffic, and most polls find nothing due. With
+      // nothing due, the next poll is at the next due moment (or idlePollMs away), not pollMs.
+      if (!this.#hint && (this.#writing || this.#outcomes.length === 0)) {
+        const next = await this.#nextDueInMs();
+        if (next === null || next > 0) {
+          this.#pollIn(next === null ? this.#o.idlePollMs : Math.min(this.#o.idlePollMs, Math.max(MIN_POLL_MS, Math.ceil(next))));
+          return;
+        }
+      }
+      // Deliveries are going on: poll at the period until a poll finds nothing due.
+      this.#pollIn(this.#o.pollMs);
       const rows = await this.#statement(free);
       for (const row of rows) this.#launch(row);
       if (rows.length < free) {
@@ -270,11 +313,19 @@ export class Deliverer {
     }
   }
 
-  async #anyDue(): Promise<boolean> {
-    const { rows } = await this.#o.sql.query<{ due: boolean }>(
-      `SELECT EXISTS (SELECT 1 FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= now()) AS due`,
+  /**
+   * How long until the earliest pending delivery to an active destination is due, on the store's clock (≤ 0:
+   * now; null: none). A deactivated destination's rows wait for its re-enable, which notifies.
+   */
+  async #nextDueInMs(): Promise<number | null> {
+    const { rows } = await this.#o.sql.query<{ next_in_ms: number | null }>(
+      `SELECT EXTRACT(EPOCH FROM min(d.next_attempt_at) - now())::double precision * 1000 AS next_in_ms
+         FROM webhook_endpoints w
+         CROSS JOIN LATERAL (SELECT min(next_attempt_at) AS next_attempt_at FROM webhook_deliveries
+                              WHERE webhook_endpoint_id = w.id AND status = 'pending') d
+        WHERE w.disabled = false`,
     );
-    return rows[0]?.due === true;
+    return rows[0]?.next_in_ms ?? null;
   }
 
   /**
