@@ -7,7 +7,7 @@
 // callgrind without the probe, its counters zeroed after start-up, counted over --idle seconds): instructions do
 // not depend on what else the shared machine runs, the timings above do.
 // --before=<built checkout> measures that build too, the two alternating round by round (--rounds, default 1).
-// Usage: npm run bench:stalls [-- --idle=20 --load=20 --rate=2000 --connections=32 --rounds=1 --callgrind --before=<dir>]
+// Usage: npm run bench:stalls [-- --idle=20 --load=20 --rate=2000 --connections=32 --rounds=1 --settle=40 --callgrind --no-probe --before=<dir>]
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
@@ -25,6 +25,11 @@ const RATE = Number(arg('rate', 2000));
 const CONNECTIONS = Number(arg('connections', 32));
 const ROUNDS = Number(arg('rounds', 1));
 const CALLGRIND = process.argv.includes('--callgrind');
+// Without --no-probe, the probed windows (loop delay, GC, statements, paced load) run too.
+const PROBED = !process.argv.includes('--no-probe');
+// Seconds after start-up before the idle window: V8's memory reducer runs its few major collections in the first
+// half-minute of an idle process, and they would be counted as the process's steady idle work.
+const SETTLE_S = Number(arg('settle', 40));
 const BEFORE = arg('before', null);
 const PROBE = join(root, 'bench', 'lib', 'loop-probe.mjs');
 const log = (m) => process.stderr.write(`[stalls] ${m}\n`);
@@ -50,8 +55,9 @@ async function probed(build, bin, origin, dir) {
   const t = await startPoolgateTarget(origin.url, origin.caFile, dir, { bin, maxConcurrent: 10_000, nodeArgs: ['--import', PROBE], env: { LOOP_PROBE_OUT: out } });
   try {
     await probe({ name: build, url: t.url, headers: t.headers });
-    // Start-up's own work (the first snapshot, the pool's set-up) settles, then the idle window starts.
-    await sleep(3000);
+    // Start-up's own work (the first snapshot, the pool's set-up, the memory reducer's collections) settles, then
+    // the idle window starts.
+    await sleep(SETTLE_S * 1000);
     await window(t.pid, out);
     await sleep(IDLE_S * 1000);
     const idle = await window(t.pid, out);
@@ -77,7 +83,7 @@ async function idleInstructions(build, bin, origin, dir) {
   try {
     await probe({ name: build, url: t.url, headers: t.headers });
     callgrindControl(t.pid, '-i', 'on');
-    await sleep(3000);
+    await sleep(SETTLE_S * 1000);
     callgrindControl(t.pid, '-z');
     const t0 = Date.now();
     await sleep(IDLE_S * 1000);
@@ -107,11 +113,11 @@ async function main() {
       const order = round % 2 === 1 ? builds : [...builds].reverse();
       for (const [build, bin] of order) {
         log(`round ${round}: ${build} (load average ${loadavg()[0].toFixed(2)})`);
-        const row = { build, round, loadavg_1m: Math.round(loadavg()[0] * 100) / 100, ...(await probed(build, bin, origin, dir)) };
+        const row = { build, round, loadavg_1m: Math.round(loadavg()[0] * 100) / 100, ...(PROBED ? await probed(build, bin, origin, dir) : {}) };
         if (CALLGRIND) row.idle_instructions_per_s = await idleInstructions(build, bin, origin, dir);
         results.push(row);
-        log(`${build}: ${JSON.stringify({ idle: summary(row.idle), load: summary(row.load), idle_instructions_per_s: row.idle_instructions_per_s })}`);
-        for (const [name, w] of [['idle', row.idle], ['load', row.load]]) {
+        log(`${build}: ${JSON.stringify({ idle: row.idle && summary(row.idle), load: row.load && summary(row.load), idle_instructions_per_s: row.idle_instructions_per_s })}`);
+        if (PROBED) for (const [name, w] of [['idle', row.idle], ['load', row.load]]) {
           for (const s of w.store.statements.slice(0, 8)) log(`  ${name}: ${s.count}× ${s.totalMs} ms (max ${s.maxMs}) ${s.label}`);
         }
       }
@@ -120,9 +126,9 @@ async function main() {
     await origin.stop();
     rmSync(dir, { recursive: true, force: true });
   }
-  const report = { benchmark: 'stalls', date: new Date().toISOString(), node: process.version, settings: { idle_s: IDLE_S, load_s: LOAD_S, rate: RATE, connections: CONNECTIONS, rounds: ROUNDS }, results };
+  const report = { benchmark: 'stalls', date: new Date().toISOString(), node: process.version, settings: { idle_s: IDLE_S, load_s: LOAD_S, rate: RATE, connections: CONNECTIONS, rounds: ROUNDS, settle_s: SETTLE_S }, results };
   writeJson(`stalls-${report.date.replace(/[:.]/g, '-')}.json`, report);
-  console.log(JSON.stringify(results.map((r) => ({ build: r.build, round: r.round, loadavg_1m: r.loadavg_1m, idle: summary(r.idle), load: summary(r.load), idle_instructions_per_s: r.idle_instructions_per_s }))));
+  console.log(JSON.stringify(results.map((r) => ({ build: r.build, round: r.round, loadavg_1m: r.loadavg_1m, idle: r.idle && summary(r.idle), load: r.load && summary(r.load), idle_instructions_per_s: r.idle_instructions_per_s }))));
 }
 
 await main();
