@@ -101,6 +101,7 @@ export class JobRunner {
   #timer: NodeJS.Timeout | null = null;
   #timerAt = Infinity;
   #looking: Promise<void> | null = null;
+  #lookAgain = false;
   readonly #pollMs: number;
   readonly #idleMaxMs: number;
   #unlisten: (() => Promise<void>) | null = null;
@@ -199,15 +200,26 @@ export class JobRunner {
     return Math.min(this.#idleMaxMs, Math.max(MIN_SLEEP_MS, Math.ceil(due.nextInMs)));
   }
 
-  /** One look: a scan for ready jobs, then the sweep, which says when to look next. One look at a time. */
+  /**
+   * One look: a scan for ready jobs, then the sweep, which says when to look next. One look at a time; a look
+   * asked for meanwhile (its moment came while this one ran) runs when this one ends, with what it finds then.
+   */
   async #look(): Promise<void> {
-    if (this.#looking || this.#closed) return;
+    if (this.#closed) return;
+    if (this.#looking) {
+      this.#lookAgain = true;
+      return;
+    }
     const run = (async () => {
-      this.wake();
-      await this.#scanning;
-      // One sweep at a time: a slow store must not stack them up.
-      this.#sweeping ??= this.sweep(false).finally(() => (this.#sweeping = null));
-      const due = await this.#sweeping;
+      let due: SweepResult;
+      do {
+        this.#lookAgain = false;
+        this.wake();
+        await this.#scanning;
+        // One sweep at a time: a slow store must not stack them up.
+        this.#sweeping ??= this.sweep(false).finally(() => (this.#sweeping = null));
+        due = await this.#sweeping;
+      } while (this.#lookAgain && !this.#closed);
       this.#lookIn(this.#sleepFor(due));
     })();
     this.#looking = run.finally(() => (this.#looking = null));
