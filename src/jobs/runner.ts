@@ -23,6 +23,7 @@ import {
 } from './job-store.js';
 import { JOB_RETENTION_MS, JOBS_CHANNEL, LEASE_MARGIN_MS, MAX_ATTEMPTS, RESULT_BODY_CAP, RETRY_BASE_MS, RUNNER_MAX_IN_FLIGHT, retryDelayMs } from './job-limits.js';
 import { databaseDetail, httpDetail, resultUrl } from './result-view.js';
+import { NextLook, sleepUntil } from '../store/next-look.js';
 
 export type EnqueueJobEvent = (tx: Queryable, event: JobEvent) => Promise<number>;
 
@@ -82,8 +83,6 @@ export interface JobRunnerOptions extends JobRunnerTuning {
   idleMaxMs?: number;
 }
 
-/** The shortest sleep before a due moment: a moment a few ms ahead does not cost a look per ms. */
-const MIN_SLEEP_MS = 10;
 
 export class JobRunner {
   readonly #o: JobRunnerOptions;
@@ -97,9 +96,8 @@ export class JobRunner {
   readonly #waiting = new Map<number, AbortController>();
   #scanning: Promise<void> | null = null;
   #scanAgain = false;
-  /** The next look (scan and sweep), and when it is due (performance.now ms). */
-  #timer: NodeJS.Timeout | null = null;
-  #timerAt = Infinity;
+  /** The next look (scan and sweep). */
+  readonly #next = new NextLook(() => void this.#look());
   #looking: Promise<void> | null = null;
   #lookAgain = false;
   readonly #pollMs: number;
@@ -133,10 +131,10 @@ export class JobRunner {
     this.#unlisten = await this.#o.sql.listen(JOBS_CHANNEL, (payload) => {
       this.wake(Number(payload));
       // A new job: its TTL (and, if it cannot run now, its turn) is looked after from the next look on.
-      this.#lookIn(this.#pollMs);
+      this.#next.in(this.#pollMs);
     });
     this.wake();
-    this.#lookIn(this.#sleepFor(due));
+    this.#next.in(this.#sleepFor(due));
   }
 
   /** Jobs running now. */
@@ -175,29 +173,12 @@ export class JobRunner {
     })();
   }
 
-  /** Arms the next look `ms` from now, unless one is armed sooner. */
-  #lookIn(ms: number): void {
-    if (this.#closed) return;
-    const at = performance.now() + ms;
-    if (this.#timer !== null) {
-      if (this.#timerAt <= at) return;
-      clearTimeout(this.#timer);
-    }
-    this.#timerAt = at;
-    this.#timer = setTimeout(() => {
-      this.#timer = null;
-      this.#timerAt = Infinity;
-      void this.#look();
-    }, ms);
-    this.#timer.unref();
-  }
-
   /** How long to sleep after a sweep: pollMs while something is due or went wrong, else until the next due moment. */
   #sleepFor(due: SweepResult): number {
     if (due.failed || due.worked || due.nextInMs === undefined) return this.#pollMs;
     if (due.nextInMs === null) return this.#idleMaxMs;
     if (due.nextInMs <= 0) return this.#pollMs;
-    return Math.min(this.#idleMaxMs, Math.max(MIN_SLEEP_MS, Math.ceil(due.nextInMs)));
+    return sleepUntil(due.nextInMs, this.#idleMaxMs);
   }
 
   /**
@@ -220,7 +201,7 @@ export class JobRunner {
         this.#sweeping ??= this.sweep(false).finally(() => (this.#sweeping = null));
         due = await this.#sweeping;
       } while (this.#lookAgain && !this.#closed);
-      this.#lookIn(this.#sleepFor(due));
+      this.#next.in(this.#sleepFor(due));
     })();
     this.#looking = run.finally(() => (this.#looking = null));
     await this.#looking;
@@ -458,7 +439,7 @@ export class JobRunner {
   /** Puts the job back with its backoff, and looks again when its turn comes (nothing else would announce it). */
   async #retryLater(job: ClaimedJob, error: string): Promise<void> {
     const delayMs = retryDelayMs(job.attempts, this.#retryBaseMs, this.#random);
-    if (await retryLater(this.#o.sql, job, delayMs, error)) this.#lookIn(Math.max(MIN_SLEEP_MS, delayMs));
+    if (await retryLater(this.#o.sql, job, delayMs, error)) this.#next.in(sleepUntil(delayMs, Infinity));
   }
 
   #event(pool: PoolEntry, job: ClaimedJob, status: 'completed' | 'failed', completedAt: number): JobEvent {
@@ -476,8 +457,7 @@ export class JobRunner {
   /** Stops taking jobs and lets running ones finish (their leases cover them if the process dies). */
   async close(): Promise<void> {
     this.#closed = true;
-    if (this.#timer !== null) clearTimeout(this.#timer);
-    this.#timer = null;
+    this.#next.close();
     for (const a of this.#waiting.values()) a.abort();
     await this.#unlisten?.().catch(() => {});
     await this.#scanning?.catch(() => {});

@@ -34,6 +34,7 @@ import { DestinationLimit } from './destination-limit.js';
 import type { Outcome } from './outcomes.js';
 import { DELIVERY_CHANNEL } from './outbox.js';
 import { pushDeliveryHeaders, signDelivery } from './signature.js';
+import { NextLook, sleepUntil } from '../store/next-look.js';
 
 export type { ClaimedRow } from './claim.js';
 
@@ -94,8 +95,6 @@ const TARGET_VERDICT_MS = 1000;
  * per event.
  */
 export const LINGER_MS = 5;
-/** The shortest sleep before a due moment: a moment a few ms ahead does not cost a poll per ms. */
-const MIN_POLL_MS = 10;
 /** Period of the pruning of finished deliveries past their retention. */
 const PRUNE_EVERY_MS = 60_000;
 const DEFAULT_RETENTION_MS = 30 * 24 * 3600 * 1000;
@@ -106,9 +105,8 @@ export class Deliverer {
   readonly #inFlight = new Set<Promise<void>>();
   readonly #limits = new Map<number, DestinationLimit>();
   #outcomes: Outcome[] = [];
-  /** The next poll, and when it is due (performance.now ms). */
-  #timer: NodeJS.Timeout | null = null;
-  #timerAt = Infinity;
+  /** The next poll. */
+  readonly #nextPoll = new NextLook(() => this.kick());
   #unlisten: Array<() => Promise<void>> = [];
   /** The claimer and the recorder when they run (each one statement at a time). */
   #claiming: Promise<void> | null = null;
@@ -183,23 +181,6 @@ export class Deliverer {
     this.#wake();
   }
 
-  /** Arms the next poll `ms` from now, unless one is armed sooner. */
-  #pollIn(ms: number): void {
-    if (this.#stopping) return;
-    const at = performance.now() + ms;
-    if (this.#timer !== null) {
-      if (this.#timerAt <= at) return;
-      clearTimeout(this.#timer);
-    }
-    this.#timerAt = at;
-    this.#timer = setTimeout(() => {
-      this.#timer = null;
-      this.#timerAt = Infinity;
-      this.kick();
-    }, ms);
-    this.#timer.unref();
-  }
-
   /** Deliveries being sent now. */
   get inFlight(): number {
     return this.#inFlight.size;
@@ -248,7 +229,7 @@ export class Deliverer {
       this.#claiming = this.#claimLoop()
         .catch((err: unknown) => {
           this.#o.log.warn({ err }, 'webhook deliverer: claiming due deliveries failed; retrying at the next poll');
-          this.#pollIn(this.#o.pollMs);
+          this.#nextPoll.in(this.#o.pollMs);
         })
         .finally(() => {
           this.#claiming = null;
@@ -269,8 +250,7 @@ export class Deliverer {
   /** Stops claiming, lets in-flight deliveries finish (each within the timeout), records them and closes connections. */
   async stop(): Promise<void> {
     this.#stopping = true;
-    if (this.#timer) clearTimeout(this.#timer);
-    this.#timer = null;
+    this.#nextPoll.close();
     if (this.#lingerTimer) clearTimeout(this.#lingerTimer);
     this.#lingerTimer = null;
     for (const u of this.#unlisten) await u().catch(() => {});
@@ -288,7 +268,7 @@ export class Deliverer {
       if (this.#stopping) return;
       const free = this.#o.concurrency - this.#inFlight.size;
       if (free <= 0) {
-        this.#pollIn(this.#o.pollMs);
+        this.#nextPoll.in(this.#o.pollMs);
         return;
       }
       // A read-only probe before a claim with nothing to write (a tenth of its cost): on the embedded store
@@ -297,12 +277,12 @@ export class Deliverer {
       if (!this.#hint && (this.#writing || this.#outcomes.length === 0)) {
         const next = await this.#nextDueInMs();
         if (next === null || next > 0) {
-          this.#pollIn(next === null ? this.#o.idlePollMs : Math.min(this.#o.idlePollMs, Math.max(MIN_POLL_MS, Math.ceil(next))));
+          this.#nextPoll.in(next === null ? this.#o.idlePollMs : sleepUntil(next, this.#o.idlePollMs));
           return;
         }
       }
       // Deliveries are going on: poll at the period until a poll finds nothing due.
-      this.#pollIn(this.#o.pollMs);
+      this.#nextPoll.in(this.#o.pollMs);
       const rows = await this.#statement(free);
       for (const row of rows) this.#launch(row);
       if (rows.length < free) {
