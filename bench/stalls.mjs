@@ -7,7 +7,7 @@
 // callgrind without the probe, its counters zeroed after start-up, counted over --idle seconds): instructions do
 // not depend on what else the shared machine runs, the timings above do.
 // --before=<built checkout> measures that build too, the two alternating round by round (--rounds, default 1).
-// Usage: npm run bench:stalls [-- --idle=20 --load=20 --rate=2000 --connections=32 --rounds=1 --settle=40 --callgrind --no-probe --before=<dir>]
+// Usage: npm run bench:stalls [-- --idle=20 --load=20 --rate=2000 --connections=32 --rounds=1 --settle=40 --callgrind --no-probe --before=<dir> --write-results]
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
@@ -16,7 +16,7 @@ import { paced } from './lib/paced.mjs';
 import { probe, startDemoOrigin, startPoolgateTarget } from './lib/proxy-targets.mjs';
 import { root } from './lib/poolgate.mjs';
 import { callgrindControl, callgrindWrap, dumpIr } from './lib/callgrind.mjs';
-import { writeJson } from './lib/results.mjs';
+import { benchCommand, machine, writeJson, writeResults } from './lib/results.mjs';
 
 const arg = (name, def) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? def;
 const IDLE_S = Number(arg('idle', 20));
@@ -102,7 +102,25 @@ const summary = (w) => ({
   ...(w.rss_mb ? { rss_mb: w.rss_mb } : {}),
 });
 
+const cell = (v) => (v === undefined || v === null ? '–' : typeof v === 'number' ? v.toLocaleString('en') : String(v));
+
+/** The RESULTS.md section: one row per build and round. */
+function section(results) {
+  const rows = results.map((r) => {
+    const gc = r.load?.gc?.minor;
+    return `| ${r.build} | ${r.round} | ${r.loadavg_1m} | ${cell(r.idle?.store.calls)} | ${cell(r.idle?.store.totalMs)} | ${cell(r.idle?.loop_delay_ms.p99)} / ${cell(r.idle?.loop_delay_ms.max)} | ${cell(r.load?.store.calls)} | ${cell(r.load?.store.totalMs)} (${cell(r.load?.store.maxMs)}) | ${gc ? `${gc.count}, ${gc.totalMs} (${gc.maxMs})` : '–'} | ${cell(r.load?.loop_delay_ms.p99)} / ${cell(r.load?.loop_delay_ms.max)} | ${cell(r.load?.paced?.p99)} / ${cell(r.load?.paced?.p999)} | ${cell(r.idle_instructions_per_s)} |`;
+  });
+  return [
+    `Settings: ${SETTLE_S} s after start-up, an idle window of ${IDLE_S} s, then ${LOAD_S} s paced at ${RATE} req/s over ${CONNECTIONS} connections (after 3 s of warm-up); every role on the embedded store, one data plane thread. Store: PGlite calls on the event loop (each statement is 1–5: parse, bind, describe, execute, sync) and the time in them; times in ms.`,
+    '',
+    '| build | round | load avg | idle: store calls | idle: store ms | idle: loop delay p99 / max | paced: store calls | paced: store ms (longest) | paced: scavenges, ms (longest) | paced: loop delay p99 / max | paced: latency p99 / p99.9 | idle instructions/s (callgrind) |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+    ...rows,
+  ].join('\n');
+}
+
 async function main() {
+  const m = machine();
   const dir = mkdtempSync(join(tmpdir(), 'poolgate-bench-stalls-'));
   const builds = [['this', undefined], ...(BEFORE ? [['before', join(BEFORE, 'bin', 'poolgate.js')]] : [])];
   const results = [];
@@ -128,6 +146,8 @@ async function main() {
   }
   const report = { benchmark: 'stalls', date: new Date().toISOString(), node: process.version, settings: { idle_s: IDLE_S, load_s: LOAD_S, rate: RATE, connections: CONNECTIONS, rounds: ROUNDS, settle_s: SETTLE_S }, results };
   writeJson(`stalls-${report.date.replace(/[:.]/g, '-')}.json`, report);
+  m.loadavg_1m_end = Math.round(loadavg()[0] * 100) / 100;
+  writeResults('stalls', 'Stalls of the data plane thread (issue 29)', section(results), { command: benchCommand('npm run bench:stalls'), m, date: report.date });
   console.log(JSON.stringify(results.map((r) => ({ build: r.build, round: r.round, loadavg_1m: r.loadavg_1m, idle: r.idle && summary(r.idle), load: r.load && summary(r.load), idle_instructions_per_s: r.idle_instructions_per_s }))));
 }
 
