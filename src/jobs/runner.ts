@@ -83,7 +83,6 @@ export interface JobRunnerOptions extends JobRunnerTuning {
   idleMaxMs?: number;
 }
 
-
 export class JobRunner {
   readonly #o: JobRunnerOptions;
   #inFlight = 0;
@@ -167,6 +166,7 @@ export class JobRunner {
         } while (this.#scanAgain && !this.#closed);
       } catch (err) {
         this.#o.log.error({ err }, 'job scan failed; retried on the next tick');
+        this.#next.in(this.#pollMs);
       } finally {
         this.#scanning = null;
       }

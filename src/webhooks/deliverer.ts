@@ -144,8 +144,9 @@ export class Deliverer {
       retentionMs: DEFAULT_RETENTION_MS,
       lingerMs: LINGER_MS,
       time: SYSTEM_TIME,
-      idlePollMs: opts.pollMs,
       ...opts,
+      // After the spread: a caller's explicit undefined means the default too.
+      idlePollMs: opts.idlePollMs ?? opts.pollMs,
     };
     let ca: string[] | undefined;
     if (opts.caFile) {
