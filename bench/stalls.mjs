@@ -75,7 +75,7 @@ async function probed(build, bin, origin, dir) {
   }
 }
 
-/** One build's idle instructions per second under callgrind (no probe). */
+/** One build's idle instructions per second under callgrind (no probe): in all, in the store's WebAssembly, in collections. */
 async function idleInstructions(build, bin, origin, dir) {
   const cgDir = join(dir, `cg-${build}-${Date.now()}`);
   execFileSync('mkdir', ['-p', cgDir]);
@@ -87,7 +87,12 @@ async function idleInstructions(build, bin, origin, dir) {
     callgrindControl(t.pid, '-z');
     const t0 = Date.now();
     await sleep(IDLE_S * 1000);
-    return Math.round(dumpIr(cgDir, t.pid) / ((Date.now() - t0) / 1000));
+    // Besides the total: what ran inside the embedded store's WebAssembly (every JS-to-WebAssembly call; undici's
+    // parser is idle here), and the collections' atomic pauses, which land in a window or not.
+    const parts = { names: ['Builtins_JSToWasmWrapper', 'v8::internal::Heap::CollectGarbage'] };
+    const ir = dumpIr(cgDir, t.pid, null, parts);
+    const s = (Date.now() - t0) / 1000;
+    return { total: Math.round(ir / s), store_wasm: Math.round(parts.ir.Builtins_JSToWasmWrapper / s), gc_pauses: Math.round(parts.ir['v8::internal::Heap::CollectGarbage'] / s) };
   } finally {
     await t.stop();
   }
@@ -108,12 +113,12 @@ const cell = (v) => (v === undefined || v === null ? '–' : typeof v === 'numbe
 function section(results) {
   const rows = results.map((r) => {
     const gc = r.load?.gc?.minor;
-    return `| ${r.build} | ${r.round} | ${r.loadavg_1m} | ${cell(r.idle?.store.calls)} | ${cell(r.idle?.store.totalMs)} | ${cell(r.idle?.loop_delay_ms.p99)} / ${cell(r.idle?.loop_delay_ms.max)} | ${cell(r.load?.store.calls)} | ${cell(r.load?.store.totalMs)} (${cell(r.load?.store.maxMs)}) | ${gc ? `${gc.count}, ${gc.totalMs} (${gc.maxMs})` : '–'} | ${cell(r.load?.loop_delay_ms.p99)} / ${cell(r.load?.loop_delay_ms.max)} | ${cell(r.load?.paced?.p99)} / ${cell(r.load?.paced?.p999)} | ${cell(r.idle_instructions_per_s)} |`;
+    return `| ${r.build} | ${r.round} | ${r.loadavg_1m} | ${cell(r.idle?.store.calls)} | ${cell(r.idle?.store.totalMs)} | ${cell(r.idle?.loop_delay_ms.p99)} / ${cell(r.idle?.loop_delay_ms.max)} | ${cell(r.load?.store.calls)} | ${cell(r.load?.store.totalMs)} (${cell(r.load?.store.maxMs)}) | ${gc ? `${gc.count}, ${gc.totalMs} (${gc.maxMs})` : '–'} | ${cell(r.load?.loop_delay_ms.p99)} / ${cell(r.load?.loop_delay_ms.max)} | ${cell(r.load?.paced?.p99)} / ${cell(r.load?.paced?.p999)} | ${r.idle_instructions_per_s ? `${cell(r.idle_instructions_per_s.total)} (${cell(r.idle_instructions_per_s.store_wasm)} / ${cell(r.idle_instructions_per_s.gc_pauses)})` : '–'} |`;
   });
   return [
     `Settings: ${SETTLE_S} s after start-up, an idle window of ${IDLE_S} s, then ${LOAD_S} s paced at ${RATE} req/s over ${CONNECTIONS} connections (after 3 s of warm-up); every role on the embedded store, one data plane thread. Store: PGlite calls on the event loop (each statement is 1–5: parse, bind, describe, execute, sync) and the time in them; times in ms.`,
     '',
-    '| build | round | load avg | idle: store calls | idle: store ms | idle: loop delay p99 / max | paced: store calls | paced: store ms (longest) | paced: scavenges, ms (longest) | paced: loop delay p99 / max | paced: latency p99 / p99.9 | idle instructions/s (callgrind) |',
+    '| build | round | load avg | idle: store calls | idle: store ms | idle: loop delay p99 / max | paced: store calls | paced: store ms (longest) | paced: scavenges, ms (longest) | paced: loop delay p99 / max | paced: latency p99 / p99.9 | idle instructions/s under callgrind (in the store’s WebAssembly / in collection pauses) |',
     '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
     ...rows,
   ].join('\n');
