@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import autocannon from 'autocannon';
 import { selfSignedCert, startNodeFloor, startPoolgateTarget, probe } from './lib/proxy-targets.mjs';
 import { startChild } from './lib/child.mjs';
+import { callgrindControl, callgrindWrap, dumpIr } from './lib/callgrind.mjs';
 import { root } from './lib/poolgate.mjs';
 import { writeMarkedSection } from './lib/results.mjs';
 import { callgrindControl, callgrindWrap, dumpIr } from './lib/callgrind.mjs';

@@ -2,7 +2,8 @@
 // processes per failure policy (closed and open side by side), on a Sentinel topology (primary, replica,
 // three sentinels; down-after 500 ms). Measured: seconds until admissions resume, refusals (503
 // governor_unavailable, or 504 where a wait ran out first), the origin's peak concurrency before, during and after against max_concurrent,
-// leases left over (zero). The Cluster's is test/redis-cluster-failover.test.ts; the soak run (test/soak/) runs both for longer.
+// leases left over (zero). The soak run (test/soak/) runs it for longer, and the same scenario on a Cluster
+// (test/soak/redis-cluster-failover.test.ts, in the soak run only).
 import t from 'tap';
 import { needServer } from './helpers/servers.js';
 import { failoverScenario } from './helpers/redis-failover.js';

@@ -1,15 +1,16 @@
-// Reading instruction counts from a process running under valgrind's callgrind (bench:instructions, bench:stalls).
+// Reading callgrind's counters of a process running under `valgrind --tool=callgrind --instr-atstart=no`
+// (bench/instructions.mjs, bench/db-instructions.mjs, bench/stalls.mjs).
 import { execFileSync } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 
-/** The wrapper that runs a process under callgrind, counting off until `callgrind_control -i on` (start-up would take minutes). */
+/** The callgrind command line a target runs under: collection off until the caller turns it on; dumps into `dir`. */
 export const callgrindWrap = (dir) => ['valgrind', '--tool=callgrind', '--instr-atstart=no', `--callgrind-out-file=${dir}/cg.%p`];
 
 /**
- * The total Ir of the callgrind dump(s) written for `pid` since the counters were last zeroed (a dump holds every
- * thread); `keep`: a folder the dumps are copied to (callgrind_annotate shows the native functions); `parts`: names
- * of native functions whose inclusive Ir is added to it by name (`parts.ir[name]`, from callgrind_annotate).
+ * The total Ir of the callgrind dump(s) written for `pid` (every thread) since the counters were last zeroed.
+ * keep: a folder the dumps are copied to (callgrind_annotate names the native functions; JIT code is unnamed).
+ * parts: names of native functions whose inclusive Ir is added to it by name (`parts.ir[name]`, callgrind_annotate).
  */
 export function dumpIr(dir, pid, keep = null, parts = null) {
   const before = new Set(readdirSync(dir));
@@ -26,7 +27,7 @@ export function dumpIr(dir, pid, keep = null, parts = null) {
     parts.ir = {};
     const text = execFileSync('callgrind_annotate', ['--inclusive=yes', '--threshold=100', ...files.map((f) => join(dir, f))], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
     for (const name of parts.names) {
-      // `  64,896,701 (69.25%)  ???:Builtins_JSToWasmWrapper [/…/node]`; recursive cycles are listed as `name'2`.
+      // `  64,896,701 (69.25%)  ???:v8::internal::Heap::CollectGarbage(…) [/…/node]`; recursive cycles are listed as `name'2`.
       const line = text.split('\n').find((l) => l.includes(`:${name} [`) || l.includes(`:${name}(`));
       parts.ir[name] = line ? Number(line.trim().split(/\s+/)[0].replaceAll(',', '')) : 0;
     }
@@ -34,7 +35,5 @@ export function dumpIr(dir, pid, keep = null, parts = null) {
   return ir;
 }
 
-/** callgrind_control's verb on a pid: `-i on|off` (instrumentation), `-z` (zero the counters). */
-export function callgrindControl(pid, ...args) {
-  execFileSync('callgrind_control', [...args, String(pid)], { stdio: 'ignore' });
-}
+/** Turns collection on or off (`-i`), or zeroes the counters (`-z`). */
+export const callgrindControl = (pid, ...args) => execFileSync('callgrind_control', [...args, String(pid)], { stdio: 'ignore' });

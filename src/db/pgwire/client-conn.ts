@@ -597,7 +597,8 @@ export class ClientConn implements ServerLink {
     this.#pool = pool;
     this.#permit = permit;
     this.#server = server;
-    this.#linkedAt = performance.now();
+    // Linked in the same call as #link started (no wait): the same instant, without a second clock read.
+    this.#linkedAt = this.#acquiring ? performance.now() : this.#linkStarted;
     this.#queuedMs = this.#linkedAt - this.#linkStarted;
     server.link = this;
     this.#copyIn = false;
@@ -929,8 +930,9 @@ export class ClientConn implements ServerLink {
     server.link = null;
     server.resume();
     this.#unpause(PAUSE_SERVER_FULL);
-    this.#servers!.release(server, 'none');
-    const latencyMs = performance.now() - this.#linkedAt;
+    const now = performance.now();
+    this.#servers!.release(server, 'none', 0, now);
+    const latencyMs = now - this.#linkedAt;
     permit.release({ latencyMs });
     this.#record(this.#pool!, 'proxied', 200, latencyMs);
     if (this.#queue.length > 0) this.#linkAndDrain();

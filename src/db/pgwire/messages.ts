@@ -66,16 +66,33 @@ export function describeStatement(name: string): Buffer {
   return frame('D', Buffer.concat([Buffer.from('S'), cstr(name)]));
 }
 
-/** Bind with the statement name replaced: `portal` (with its NUL) and `rest` (after the statement name) are the client's. */
-export function bindRenamed(portal: Buffer, statement: Buffer, rest: Buffer): Buffer {
-  const len = 4 + portal.length + statement.length + rest.length;
+/**
+ * A client's Bind (`bind`, a whole frame) with its statement name replaced by `statement` (with its NUL):
+ * the portal name is bytes [5, `stmtAt`) (with its NUL), and what follows the client's statement name starts
+ * at `restAt`. One allocation, short runs copied by a loop (no Buffer.copy argument checks nor views: a Bind per transaction).
+ */
+export function bindRenamed(bind: Buffer, stmtAt: number, statement: Buffer, restAt: number): Buffer {
+  const restLen = bind.length - restAt;
+  const len = 4 + (stmtAt - 5) + statement.length + restLen;
   const out = Buffer.allocUnsafe(1 + len);
   out[0] = 0x42;
-  out.writeInt32BE(len, 1);
-  portal.copy(out, 5);
-  statement.copy(out, 5 + portal.length);
-  rest.copy(out, 5 + portal.length + statement.length);
+  out[1] = len >>> 24;
+  out[2] = (len >>> 16) & 0xff;
+  out[3] = (len >>> 8) & 0xff;
+  out[4] = len & 0xff;
+  copyInto(out, 5, bind, 5, stmtAt);
+  out.set(statement, stmtAt);
+  copyInto(out, stmtAt + statement.length, bind, restAt, bind.length);
   return out;
+}
+
+/** Bytes [from, to) of `src` into `dst` at `at`: short runs (a portal name, a few parameters) by a loop, without making a view. */
+function copyInto(dst: Buffer, at: number, src: Buffer, from: number, to: number): void {
+  if (to - from > 64) {
+    dst.set(src.subarray(from, to), at);
+    return;
+  }
+  for (let i = from; i < to; i++) dst[at++] = src[i]!;
 }
 
 /** A CancelRequest packet for a server's process id and secret key. */

@@ -163,12 +163,13 @@ export class ServerPool implements IdleHolder {
    * Hands a connection back (unlinked by the caller), after the reset it needs. `owed`: simple queries of
    * ours still unanswered on it (a client's session-parameter setup, when the client left first): their
    * ReadyForQuery come ahead of the reset's, and counting them is what keeps the reset's own last answer
-   * from reaching the next client.
+   * from reaching the next client. `now`: performance.now() when the caller has just read it (a transaction's
+   * end), so the connection's idle time starts without a clock read of its own.
    */
-  release(conn: ServerConn, reset: Reset, owed = 0): void {
+  release(conn: ServerConn, reset: Reset, owed = 0, now?: number): void {
     if (conn.closed) return;
     conn.link = null;
-    if (reset === 'none' && owed === 0 && conn.status === 'I') return this.#idleOrGive(conn);
+    if (reset === 'none' && owed === 0 && conn.status === 'I') return this.#idleOrGive(conn, now);
     // Each reset query answers with one ReadyForQuery; any error closes the connection instead.
     const queries = reset === 'discard' ? [ROLLBACK, DISCARD] : [ROLLBACK];
     let left = queries.length + owed;
@@ -196,7 +197,7 @@ export class ServerPool implements IdleHolder {
     conn.uncork();
   }
 
-  #idleOrGive(conn: ServerConn): void {
+  #idleOrGive(conn: ServerConn, now?: number): void {
     if (this.#retired) return conn.close();
     const w = this.#waiters.shift();
     if (w) {
@@ -205,7 +206,7 @@ export class ServerPool implements IdleHolder {
     }
     // Another holder of the upstream pool waits for a slot: this one's.
     if (this.#opts.up.waiting) return conn.close();
-    conn.idleSince = performance.now();
+    conn.idleSince = now ?? performance.now();
     this.#idle.push(conn);
   }
 

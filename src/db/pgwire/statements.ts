@@ -24,6 +24,8 @@ const PASS: Expect = { drop: false, name: null };
 const NO_STATEMENT = 'poolgate_none';
 
 interface Statement {
+  /** The client's name for it, as the bytes it sends (the Bind fast path compares them, decoding nothing). */
+  client: Buffer;
   /** The upstream name: the same for every client preparing the same text and types. */
   server: string;
   /** The client's Parse body after its statement name: query text and parameter types. */
@@ -32,6 +34,18 @@ interface Statement {
   serverC: Buffer;
   /** The session state its execution may create (pinning.ts): pins its client again at each Bind. */
   pins: number;
+}
+
+/** Index of the first NUL in `b` from `at`, before `end`; -1 if none. A loop: names are a few bytes, and Buffer's indexOf is a call into C++ costing more than the scan. */
+function nulAt(b: Buffer, at: number, end: number): number {
+  for (let i = at; i < end; i++) if (b[i] === 0) return i;
+  return -1;
+}
+
+/** Whether bytes [at, at + name.length) of `b` are `name`. */
+function sameBytes(b: Buffer, at: number, name: Buffer): boolean {
+  for (let i = 0; i < name.length; i++) if (b[at + i] !== name[i]) return false;
+  return true;
 }
 
 function serverName(rest: Buffer): string {
@@ -44,6 +58,12 @@ export class ClientStatements {
   readonly #max: number;
   /** Server-side names used since the client's last ReadyForQuery idle: never evicted (their portals may be open). */
   readonly #inTransaction = new Set<string>();
+  /**
+   * The statement the last Bind named: a client running prepared statements binds the same few names over
+   * and over (pgbench -M prepared, one), so the next Bind compares bytes instead of decoding a name and
+   * looking it up. Cleared whenever a name is prepared again or closed.
+   */
+  #lastBound: Statement | null = null;
 
   constructor(max: number) {
     this.#max = max;
@@ -80,8 +100,9 @@ export class ClientStatements {
         }
         const rest = frame.subarray(name.next);
         const upstream = serverName(rest);
-        const st: Statement = { server: upstream, rest: Buffer.from(rest), serverC: Buffer.from(`${upstream}\0`), pins };
+        const st: Statement = { client: Buffer.from(frame.subarray(5, name.next - 1)), server: upstream, rest: Buffer.from(rest), serverC: Buffer.from(`${upstream}\0`), pins };
         this.#byName.set(name.value, st);
+        this.#lastBound = null;
         if (server.prepared.has(st.server)) {
           // Already there (same text, same types): close and prepare again, so the client's ParseComplete comes in order.
           expect.push({ drop: true, name: null, closes: st.server });
@@ -99,15 +120,16 @@ export class ClientStatements {
           out(frame);
           return 0;
         }
-        const portal = cstring(frame, 5);
-        const stmt = portal && cstring(frame, portal.next);
-        const st = stmt && stmt.value !== '' ? this.#byName.get(stmt.value) : undefined;
+        const end = frame.length;
+        const portalNul = nulAt(frame, 5, end);
+        const stmtNul = portalNul < 0 ? -1 : nulAt(frame, portalNul + 1, end);
+        const st = stmtNul > portalNul + 1 ? this.#bound(frame, portalNul + 1, stmtNul) : undefined;
         if (!st) {
           out(frame);
           return 0;
         }
         this.#ensure(st, server, expect, out);
-        out(bindRenamed(frame.subarray(5, portal!.next), st.serverC, frame.subarray(stmt!.next)));
+        out(bindRenamed(frame, portalNul + 1, st.serverC, stmtNul + 1));
         return st.pins;
       }
       case 0x44 /* D */: {
@@ -127,6 +149,7 @@ export class ClientStatements {
           const name = cstring(frame, 6);
           if (name && name.value !== '') {
             this.#byName.delete(name.value);
+            this.#lastBound = null;
             out(closeStatement(NO_STATEMENT));
             return 0;
           }
@@ -135,6 +158,15 @@ export class ClientStatements {
         return 0;
       }
     }
+  }
+
+  /** The statement named by bytes [at, nul) of a Bind (a non-empty name). */
+  #bound(frame: Buffer, at: number, nul: number): Statement | undefined {
+    const last = this.#lastBound;
+    if (last !== null && last.client.length === nul - at && sameBytes(frame, at, last.client)) return last;
+    const st = this.#byName.get(frame.toString('utf8', at, nul));
+    if (st !== undefined) this.#lastBound = st;
+    return st;
   }
 
   #named(frame: Buffer): Statement | undefined {
