@@ -15,7 +15,6 @@ import { startChild } from './lib/child.mjs';
 import { callgrindControl, callgrindWrap, dumpIr } from './lib/callgrind.mjs';
 import { root } from './lib/poolgate.mjs';
 import { writeMarkedSection } from './lib/results.mjs';
-import { callgrindControl, callgrindWrap, dumpIr } from './lib/callgrind.mjs';
 
 const arg = (name, def) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? def;
 const REQUESTS = Number(arg('requests', 2000));
