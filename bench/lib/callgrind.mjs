@@ -1,5 +1,5 @@
 // Reading callgrind's counters of a process running under `valgrind --tool=callgrind --instr-atstart=no`
-// (bench/instructions.mjs, bench/db-instructions.mjs).
+// (bench/instructions.mjs, bench/db-instructions.mjs, bench/stalls.mjs).
 import { execFileSync } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -10,8 +10,9 @@ export const callgrindWrap = (dir) => ['valgrind', '--tool=callgrind', '--instr-
 /**
  * The total Ir of the callgrind dump(s) written for `pid` (every thread) since the counters were last zeroed.
  * keep: a folder the dumps are copied to (callgrind_annotate names the native functions; JIT code is unnamed).
+ * parts: names of native functions whose inclusive Ir is added to it by name (`parts.ir[name]`, callgrind_annotate).
  */
-export function dumpIr(dir, pid, keep = null) {
+export function dumpIr(dir, pid, keep = null, parts = null) {
   const before = new Set(readdirSync(dir));
   execFileSync('callgrind_control', ['-d', String(pid)], { stdio: 'ignore' });
   const files = readdirSync(dir).filter((f) => f.startsWith(`cg.${pid}`) && !before.has(f));
@@ -22,6 +23,15 @@ export function dumpIr(dir, pid, keep = null) {
   }
   if (ir === 0) throw new Error(`no callgrind dump for ${pid} in ${dir}`);
   if (keep) for (const f of files) execFileSync('cp', [join(dir, f), keep]);
+  if (parts) {
+    parts.ir = {};
+    const text = execFileSync('callgrind_annotate', ['--inclusive=yes', '--threshold=100', ...files.map((f) => join(dir, f))], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+    for (const name of parts.names) {
+      // `  64,896,701 (69.25%)  ???:v8::internal::Heap::CollectGarbage(…) [/…/node]`; recursive cycles are listed as `name'2`.
+      const line = text.split('\n').find((l) => l.includes(`:${name} [`) || l.includes(`:${name}(`));
+      parts.ir[name] = line ? Number(line.trim().split(/\s+/)[0].replaceAll(',', '')) : 0;
+    }
+  }
   return ir;
 }
 

@@ -51,9 +51,12 @@ export async function startPoolgate(extraEnv = {}, opts = {}) {
   const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
 
   const listening = await new Promise((resolve, reject) => {
-    // Under valgrind on a busy shared machine start-up can take minutes: opts.startMs (bench:instructions) waits longer.
-    const startMs = opts.startMs ?? 120_000;
-    const timer = setTimeout(() => reject(new Error(`poolgate did not print its listening line within ${startMs / 1000} s (a busy machine)\n${stderr}`)), startMs);
+    // Under valgrind (wrap) start-up is ~50× slower: on a loaded machine it took over two minutes (opts.startMs overrides).
+    const startMs = opts.startMs ?? (opts.wrap ? 600_000 : 120_000);
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`poolgate did not print its listening line within ${startMs / 1000} s (a busy machine)\n${stderr}`));
+    }, startMs);
     const lines = createInterface({ input: child.stdout });
     lines.on('line', (line) => {
       if (process.env.BENCH_CHILD_STDOUT) appendFileSync(process.env.BENCH_CHILD_STDOUT, `${line}\n`);

@@ -24,7 +24,7 @@ export function selfSignedCert(dir, host) {
  * poolgate with every role in one process on its embedded store: team bootstrapped with the admin CLI, then
  * through the Control API a pool, a key, and settings that keep it from queueing (max_concurrent raised,
  * adaptive concurrency off so the limit stays put). Otherwise the default configuration.
- * @param {{ bin?: string, threads?: number, pin?: string, wrap?: string[], maxConcurrent: number, accessLog?: boolean }} o
+ * @param {{ bin?: string, threads?: number, pin?: string, wrap?: string[], maxConcurrent: number, accessLog?: boolean, nodeArgs?: string[], env?: Record<string, string> }} o
  */
 export async function startPoolgateTarget(origin, caFile, dir, o) {
   const env = {
@@ -33,9 +33,11 @@ export async function startPoolgateTarget(origin, caFile, dir, o) {
     POOLGATE_ORIGIN_CA_FILE: caFile,
     POOLGATE_ALLOW_PRIVATE_TARGETS: 'true',
     POOLGATE_LOG_LEVEL: 'warn',
+    ...o.env,
   };
   if (o.accessLog !== false) env.POOLGATE_ACCESS_LOG_FILE = join(dir, `poolgate-access-${process.hrtime.bigint()}.log`);
-  const nodeArgs = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
+  const nodeArgs = [...(o.nodeArgs ?? [])];
+  if (process.env.BENCH_CPU_PROF) nodeArgs.push('--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`);
   // e.g. --perf-basic-prof, for `perf record` with JavaScript symbols.
   if (process.env.BENCH_NODE_ARGS) nodeArgs.push(...process.env.BENCH_NODE_ARGS.split(' ').filter(Boolean));
   const svc = await startPoolgate(env, { nodeArgs, bin: o.bin, pin: o.pin, wrap: o.wrap, startMs: o.wrap ? 600_000 : undefined });

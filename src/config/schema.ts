@@ -278,7 +278,7 @@ export const ConfigSchema = Type.Object(
       maximum: 3_600_000,
       default: 30_000,
       env: 'POOLGATE_SNAPSHOT_RESYNC_MS',
-      description: 'Period of the data plane\'s full config resync, besides the change feed.',
+      description: 'Period of the data plane\'s full config resync on PostgreSQL, besides the change feed (the embedded store cannot lose a notification: there it only retries a failed reload).',
     }),
     trustedProxies: Type.String({
       maxLength: 4096,

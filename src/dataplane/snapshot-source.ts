@@ -1,6 +1,7 @@
 // Loads the snapshot (src/pool-request/snapshot.ts) from the store: pools by subdomain, live keys by hash,
 // opened origin credentials and budgets. Loaded at start, reloaded on the change feed (coalesced) and by a periodic
-// full resync, so the hot path reads maps and never awaits the store.
+// full resync (PostgreSQL; on the embedded store only after a failed load), so the hot path reads maps and never
+// awaits the store.
 import type { Logger } from '../log.js';
 import type { SecretBox } from '../security/secret-box.js';
 import { openCredential, type CredentialSecret } from '../store/credentials.js';
@@ -275,8 +276,19 @@ export class SnapshotSource implements SnapshotFeed {
   async start(): Promise<void> {
     await this.#loadOnce();
     this.#unlisten = await this.#opts.sql.listen(CHANGE_CHANNEL, (payload) => void this.#onChange(payload));
-    this.#timer = setInterval(() => void this.reload(), this.#opts.resyncMs);
+    this.#timer = setInterval(() => this.#resync(), this.#opts.resyncMs);
     this.#timer.unref();
+  }
+
+  /**
+   * The periodic resync. It covers a notification the feed lost (a dropped LISTEN connection to PostgreSQL).
+   * The embedded store delivers notifications in this process, after the commit that sent them, and cannot
+   * lose one: there a full reload (~3 statements and the snapshot's objects, on the event loop that serves
+   * pool traffic) is done only to retry one that failed.
+   */
+  #resync(): void {
+    if (this.#opts.sql.engine === 'pglite' && this.lastLoadError === null) return;
+    void this.reload();
   }
 
   #onChange(payload: string): Promise<void> {

@@ -218,18 +218,26 @@ export async function expireJobs(db: Queryable, limit: number): Promise<SweptJob
 
 /**
  * What a sweep has to do: `lapsed` when a queued job is past its TTL or a running job's lease lapsed (any
- * running job when `all`), `prune` when a finished job is past retention. One read-only statement, so the
- * once-a-second sweep writes nothing on an idle store: on the embedded store every statement runs on the
- * event loop that serves pool traffic.
+ * running job when `all`), `prune` when a finished job is past retention; and `nextInMs`, how long until the
+ * earliest moment anything in the table becomes due (a queued job's run_after or TTL, a lease's end, a finished
+ * job's retention; ≤ 0: now; null: no job at all), measured on the store's clock. One read-only statement, so a
+ * look at an idle store writes nothing, and the runner can sleep until the next due moment instead of polling:
+ * on the embedded store every statement runs on the event loop that serves pool traffic.
  */
-export async function sweepDue(db: Queryable, all: boolean, retentionMs: number): Promise<{ lapsed: boolean; prune: boolean }> {
-  const { rows } = await db.query<{ lapsed: boolean; prune: boolean }>(
+export async function sweepDue(db: Queryable, all: boolean, retentionMs: number): Promise<{ lapsed: boolean; prune: boolean; nextInMs: number | null }> {
+  const { rows } = await db.query<{ lapsed: boolean; prune: boolean; next_in_ms: number | null }>(
     `SELECT EXISTS (SELECT 1 FROM jobs WHERE status = 'queued' AND expires_at <= now())
          OR EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND ($1::boolean OR lease_until < now())) AS lapsed,
-            EXISTS (SELECT 1 FROM jobs WHERE completed_at < now() - $2::double precision * interval '1 millisecond') AS prune`,
+            EXISTS (SELECT 1 FROM jobs WHERE completed_at < now() - $2::double precision * interval '1 millisecond') AS prune,
+            EXTRACT(EPOCH FROM LEAST(
+              (SELECT min(LEAST(run_after, expires_at)) FROM jobs WHERE status = 'queued'),
+              (SELECT min(lease_until) FROM jobs WHERE status = 'running'),
+              (SELECT min(completed_at) FROM jobs WHERE completed_at IS NOT NULL) + $2::double precision * interval '1 millisecond'
+            ) - now())::double precision * 1000 AS next_in_ms`,
     [all, retentionMs],
   );
-  return { lapsed: rows[0]?.lapsed === true, prune: rows[0]?.prune === true };
+  const r = rows[0];
+  return { lapsed: r?.lapsed === true, prune: r?.prune === true, nextInMs: r?.next_in_ms ?? null };
 }
 
 /**

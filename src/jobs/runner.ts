@@ -23,8 +23,16 @@ import {
 } from './job-store.js';
 import { JOB_RETENTION_MS, JOBS_CHANNEL, LEASE_MARGIN_MS, MAX_ATTEMPTS, RESULT_BODY_CAP, RETRY_BASE_MS, RUNNER_MAX_IN_FLIGHT, retryDelayMs } from './job-limits.js';
 import { databaseDetail, httpDetail, resultUrl } from './result-view.js';
+import { NextLook, sleepUntil } from '../store/next-look.js';
 
 export type EnqueueJobEvent = (tx: Queryable, event: JobEvent) => Promise<number>;
+
+/** What a sweep found: it failed, it had work (expired, recovered or pruned), and when the next thing is due (ms; null: no job; undefined: unknown). */
+export interface SweepResult {
+  failed: boolean;
+  worked: boolean;
+  nextInMs: number | null | undefined;
+}
 
 /**
  * The runner's fixed limits, as options so tests can use small ones (no 8 MiB rows, no seconds of real
@@ -61,10 +69,18 @@ export interface JobRunnerOptions extends JobRunnerTuning {
    * at start was left by a crashed run and is recovered at once instead of after its lease.
    */
   exclusiveStore: boolean;
-  /** Fallback scan period (the NOTIFY on spill is the fast path). */
+  /**
+   * How often the runner looks (scan for ready jobs, then the expiry, lease-recovery and retention sweep) while
+   * something is going on or already due (default 1 s; the NOTIFY on spill is the fast path).
+   */
   pollMs?: number;
-  /** Period of the expiry and lease-recovery sweep. */
-  sweepMs?: number;
+  /**
+   * The longest the runner sleeps when nothing is due: it looks again at the store's next due moment (a
+   * retry's run_after, a TTL, a lease's end, a retention) or after this, whichever comes first. Default: one
+   * minute on an exclusive store (every job is spilled and moved by this process, which wakes the runner),
+   * pollMs on a shared one (another runner's retry or a crashed one's lapsing lease arrive unannounced).
+   */
+  idleMaxMs?: number;
 }
 
 export class JobRunner {
@@ -79,10 +95,15 @@ export class JobRunner {
   readonly #waiting = new Map<number, AbortController>();
   #scanning: Promise<void> | null = null;
   #scanAgain = false;
-  #timers: NodeJS.Timeout[] = [];
+  /** The next look (scan and sweep). */
+  readonly #next = new NextLook(() => void this.#look());
+  #looking: Promise<void> | null = null;
+  #lookAgain = false;
+  readonly #pollMs: number;
+  readonly #idleMaxMs: number;
   #unlisten: (() => Promise<void>) | null = null;
   #closed = false;
-  #sweeping: Promise<void> | null = null;
+  #sweeping: Promise<SweepResult> | null = null;
   #byId = new Map<number, PoolEntry>();
   #byIdOf: Snapshot | null = null;
   readonly #resultCap: number;
@@ -94,22 +115,25 @@ export class JobRunner {
     this.#resultCap = opts.resultBodyCap ?? RESULT_BODY_CAP;
     this.#retryBaseMs = opts.retryBaseMs ?? RETRY_BASE_MS;
     this.#random = opts.random ?? Math.random;
+    this.#pollMs = opts.pollMs ?? 1000;
+    this.#idleMaxMs = opts.idleMaxMs ?? (opts.exclusiveStore ? 60_000 : this.#pollMs);
   }
 
-  /** Recovers what a crashed run left, then follows NOTIFY and the timers. */
+  /**
+   * Recovers what a crashed run left, then follows NOTIFY and looks on a timer: every pollMs while something is
+   * going on, and when nothing is, at the store's next due moment (at most idleMaxMs away). An idle runner on
+   * the embedded store thus runs no statement at all between due moments, where it used to run three a second
+   * on the data plane's event loop.
+   */
   async start(): Promise<void> {
-    await this.sweep(this.#o.exclusiveStore);
-    this.#unlisten = await this.#o.sql.listen(JOBS_CHANNEL, (payload) => this.wake(Number(payload)));
-    const scan = setInterval(() => this.wake(), this.#o.pollMs ?? 1000);
-    const sweep = setInterval(() => {
-      // One sweep at a time: a slow store must not stack them up.
-      if (this.#sweeping) return;
-      this.#sweeping = this.sweep(false).finally(() => (this.#sweeping = null));
-    }, this.#o.sweepMs ?? 1000);
-    scan.unref();
-    sweep.unref();
-    this.#timers = [scan, sweep];
+    const due = await this.sweep(this.#o.exclusiveStore);
+    this.#unlisten = await this.#o.sql.listen(JOBS_CHANNEL, (payload) => {
+      this.wake(Number(payload));
+      // A new job: its TTL (and, if it cannot run now, its turn) is looked after from the next look on.
+      this.#next.in(this.#pollMs);
+    });
     this.wake();
+    this.#next.in(this.#sleepFor(due));
   }
 
   /** Jobs running now. */
@@ -142,17 +166,56 @@ export class JobRunner {
         } while (this.#scanAgain && !this.#closed);
       } catch (err) {
         this.#o.log.error({ err }, 'job scan failed; retried on the next tick');
+        this.#next.in(this.#pollMs);
       } finally {
         this.#scanning = null;
       }
     })();
   }
 
-  /** Expires queued jobs past their TTL and recovers lapsed leases, each with its events; prunes old finished jobs. */
-  async sweep(recoverAll: boolean): Promise<void> {
+  /** How long to sleep after a sweep: pollMs while something is due or went wrong, else until the next due moment. */
+  #sleepFor(due: SweepResult): number {
+    if (due.failed || due.worked || due.nextInMs === undefined) return this.#pollMs;
+    if (due.nextInMs === null) return this.#idleMaxMs;
+    if (due.nextInMs <= 0) return this.#pollMs;
+    return sleepUntil(due.nextInMs, this.#idleMaxMs);
+  }
+
+  /**
+   * One look: a scan for ready jobs, then the sweep, which says when to look next. One look at a time; a look
+   * asked for meanwhile (its moment came while this one ran) runs when this one ends, with what it finds then.
+   */
+  async #look(): Promise<void> {
+    if (this.#closed) return;
+    if (this.#looking) {
+      this.#lookAgain = true;
+      return;
+    }
+    const run = (async () => {
+      let due: SweepResult;
+      do {
+        this.#lookAgain = false;
+        this.wake();
+        await this.#scanning;
+        // One sweep at a time: a slow store must not stack them up.
+        this.#sweeping ??= this.sweep(false).finally(() => (this.#sweeping = null));
+        due = await this.#sweeping;
+      } while (this.#lookAgain && !this.#closed);
+      this.#next.in(this.#sleepFor(due));
+    })();
+    this.#looking = run.finally(() => (this.#looking = null));
+    await this.#looking;
+  }
+
+  /**
+   * Expires queued jobs past their TTL and recovers lapsed leases, each with its events; prunes old finished jobs.
+   * Says whether it did anything and how long until the next due moment.
+   */
+  async sweep(recoverAll: boolean): Promise<SweepResult> {
     try {
       // Probe first: the writes only when something is actually due.
       const due = await sweepDue(this.#o.sql, recoverAll, JOB_RETENTION_MS);
+      const worked = due.lapsed || due.prune;
       while (due.lapsed) {
         const swept = await this.#o.sql.transaction(async (tx) => {
           const expired = await expireJobs(tx, 200);
@@ -164,8 +227,10 @@ export class JobRunner {
         this.wake();
       }
       if (due.prune) await pruneFinished(this.#o.sql, JOB_RETENTION_MS, 500);
+      return { failed: false, worked, nextInMs: due.nextInMs };
     } catch (err) {
       this.#o.log.error({ err }, 'job sweep failed; retried on the next tick');
+      return { failed: true, worked: false, nextInMs: undefined };
     }
   }
 
@@ -292,7 +357,7 @@ export class JobRunner {
           });
         });
       } else if (r.retryable && job.attempts < MAX_ATTEMPTS) {
-        await retryLater(this.#o.sql, job, retryDelayMs(job.attempts, this.#retryBaseMs, this.#random), r.error);
+        await this.#retryLater(job, r.error);
       } else {
         await this.#o.sql.transaction(async (tx) => {
           const done = await finishClaimed(tx, job, 'failed', null, r.error);
@@ -361,7 +426,7 @@ export class JobRunner {
       const error = typeof r.body.message === 'string' ? r.body.message : String(r.body.error);
       // A stored body that does not parse (400) would fail the same way on every attempt.
       if (r.status !== 400 && job.attempts < MAX_ATTEMPTS) {
-        await retryLater(this.#o.sql, job, retryDelayMs(job.attempts, this.#retryBaseMs, this.#random), error);
+        await this.#retryLater(job, error);
         return;
       }
       await this.#o.sql.transaction(async (tx) => {
@@ -369,6 +434,12 @@ export class JobRunner {
         if (done) await this.#o.enqueue(tx, this.#event(pool, job, 'failed', done.completedAt));
       });
     });
+  }
+
+  /** Puts the job back with its backoff, and looks again when its turn comes (nothing else would announce it). */
+  async #retryLater(job: ClaimedJob, error: string): Promise<void> {
+    const delayMs = retryDelayMs(job.attempts, this.#retryBaseMs, this.#random);
+    if (await retryLater(this.#o.sql, job, delayMs, error)) this.#next.in(sleepUntil(delayMs, Infinity));
   }
 
   #event(pool: PoolEntry, job: ClaimedJob, status: 'completed' | 'failed', completedAt: number): JobEvent {
@@ -386,10 +457,11 @@ export class JobRunner {
   /** Stops taking jobs and lets running ones finish (their leases cover them if the process dies). */
   async close(): Promise<void> {
     this.#closed = true;
-    for (const t of this.#timers) clearInterval(t);
+    this.#next.close();
     for (const a of this.#waiting.values()) a.abort();
     await this.#unlisten?.().catch(() => {});
     await this.#scanning?.catch(() => {});
+    await this.#looking;
     await this.#sweeping;
     await Promise.allSettled([...this.#running]);
   }

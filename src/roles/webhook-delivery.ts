@@ -4,6 +4,9 @@ import { Deliverer } from '../webhooks/deliverer.js';
 import { closeEnvelopeWorkers } from '../webhooks/envelope-body.js';
 import type { RoleContext, Running } from './role.js';
 
+/** The longest an idle deliverer on the embedded store sleeps between looks at the outbox. */
+const IDLE_POLL_EMBEDDED_MS = 60_000;
+
 export async function startWebhookDelivery(rc: RoleContext): Promise<Running> {
   const { config } = rc;
   const deliverer = new Deliverer({
@@ -21,6 +24,11 @@ export async function startWebhookDelivery(rc: RoleContext): Promise<Running> {
     concurrency: config.webhookConcurrency,
     perDestination: Math.min(config.webhookDestinationConcurrency, config.webhookConcurrency),
     pollMs: Math.min(1000, config.webhookRetryBaseMs),
+    // The embedded store is this process's alone: every enqueue and re-enable notifies it, and retries and claim
+    // leases are known due moments, so an idle deliverer looks once a minute at most (no statement a second on
+    // the event loop that serves pool traffic). A shared store keeps the poll: other workers' retries and lapsing
+    // claims arrive unannounced.
+    idlePollMs: config.databaseUrl ? undefined : IDLE_POLL_EMBEDDED_MS,
     retentionMs: config.webhookReplayRetentionHours * 3600 * 1000,
     time: rc.webhookTime,
   });

@@ -34,6 +34,7 @@ import { DestinationLimit } from './destination-limit.js';
 import type { Outcome } from './outcomes.js';
 import { DELIVERY_CHANNEL } from './outbox.js';
 import { pushDeliveryHeaders, signDelivery } from './signature.js';
+import { NextLook, sleepUntil } from '../store/next-look.js';
 
 export type { ClaimedRow } from './claim.js';
 
@@ -60,8 +61,15 @@ export interface DelivererOptions {
   perDestination: number;
   /** Where a destination's limit starts (default min(8, perDestination)). */
   initialPerDestination?: number;
-  /** Period of the due-row poll (enqueues and re-enables also wake the deliverer at once). */
+  /** Period of the due-row poll while deliveries are going on (enqueues and re-enables also wake the deliverer at once). */
   pollMs: number;
+  /**
+   * The longest an idle deliverer sleeps (default pollMs): when nothing is due it looks again at the outbox's next
+   * due moment (a retry, a claim's lease end) or after this, whichever comes first. On a store this process holds
+   * alone every enqueue and re-enable wakes it, so it can be long; on a shared one another worker's retries and
+   * lapsing claims arrive unannounced.
+   */
+  idlePollMs?: number;
   /** At most one statement (claim and record) per this many ms (default LINGER_MS). */
   lingerMs?: number;
   /** Finished deliveries are kept this long for replay, then pruned (default 30 days). */
@@ -97,7 +105,8 @@ export class Deliverer {
   readonly #inFlight = new Set<Promise<void>>();
   readonly #limits = new Map<number, DestinationLimit>();
   #outcomes: Outcome[] = [];
-  #timer: NodeJS.Timeout | null = null;
+  /** The next poll. */
+  readonly #nextPoll = new NextLook(() => this.kick());
   #unlisten: Array<() => Promise<void>> = [];
   /** The claimer and the recorder when they run (each one statement at a time). */
   #claiming: Promise<void> | null = null;
@@ -136,6 +145,8 @@ export class Deliverer {
       lingerMs: LINGER_MS,
       time: SYSTEM_TIME,
       ...opts,
+      // After the spread: a caller's explicit undefined means the default too.
+      idlePollMs: opts.idlePollMs ?? opts.pollMs,
     };
     let ca: string[] | undefined;
     if (opts.caFile) {
@@ -167,9 +178,7 @@ export class Deliverer {
     this.#unlisten.push(await this.#o.sql.listen(DELIVERY_CHANNEL, () => this.#wake()));
     // A re-enabled destination (`webhook:<id>`) has kept rows that are due now; a replay made one due.
     this.#unlisten.push(await this.#o.sql.listen(CHANGE_CHANNEL, (p) => p.startsWith('webhook:') && this.#wake()));
-    this.#timer = setInterval(() => this.kick(), this.#o.pollMs);
     if (process.env.POOLGATE_DEBUG_DELIVERER) setInterval(() => this.#o.log.warn({ stats: this.stats, inFlight: this.#inFlight.size, limits: [...this.#limits].map(([d, l]) => [d, l.limit, l.inFlight]) }, 'deliverer stats'), 2000).unref();
-    this.#timer.unref();
     this.#wake();
   }
 
@@ -219,7 +228,10 @@ export class Deliverer {
     if (this.#want && !this.#claiming) {
       this.#want = false;
       this.#claiming = this.#claimLoop()
-        .catch((err: unknown) => this.#o.log.warn({ err }, 'webhook deliverer: claiming due deliveries failed; retrying at the next poll'))
+        .catch((err: unknown) => {
+          this.#o.log.warn({ err }, 'webhook deliverer: claiming due deliveries failed; retrying at the next poll');
+          this.#nextPoll.in(this.#o.pollMs);
+        })
         .finally(() => {
           this.#claiming = null;
           if (this.#want || this.#outcomes.length > 0) this.#schedule();
@@ -239,7 +251,7 @@ export class Deliverer {
   /** Stops claiming, lets in-flight deliveries finish (each within the timeout), records them and closes connections. */
   async stop(): Promise<void> {
     this.#stopping = true;
-    if (this.#timer) clearInterval(this.#timer);
+    this.#nextPoll.close();
     if (this.#lingerTimer) clearTimeout(this.#lingerTimer);
     this.#lingerTimer = null;
     for (const u of this.#unlisten) await u().catch(() => {});
@@ -256,10 +268,22 @@ export class Deliverer {
     for (;;) {
       if (this.#stopping) return;
       const free = this.#o.concurrency - this.#inFlight.size;
-      if (free <= 0) return;
+      if (free <= 0) {
+        this.#nextPoll.in(this.#o.pollMs);
+        return;
+      }
       // A read-only probe before a claim with nothing to write (a tenth of its cost): on the embedded store
-      // each statement runs on the event loop that serves pool traffic, and most polls find nothing due.
-      if (!this.#hint && (this.#writing || this.#outcomes.length === 0) && !(await this.#anyDue())) return;
+      // each statement runs on the event loop that serves pool traffic, and most polls find nothing due. With
+      // nothing due, the next poll is at the next due moment (or idlePollMs away), not pollMs.
+      if (!this.#hint && (this.#writing || this.#outcomes.length === 0)) {
+        const next = await this.#nextDueInMs();
+        if (next === null || next > 0) {
+          this.#nextPoll.in(next === null ? this.#o.idlePollMs : sleepUntil(next, this.#o.idlePollMs));
+          return;
+        }
+      }
+      // Deliveries are going on: poll at the period until a poll finds nothing due.
+      this.#nextPoll.in(this.#o.pollMs);
       const rows = await this.#statement(free);
       for (const row of rows) this.#launch(row);
       if (rows.length < free) {
@@ -270,11 +294,19 @@ export class Deliverer {
     }
   }
 
-  async #anyDue(): Promise<boolean> {
-    const { rows } = await this.#o.sql.query<{ due: boolean }>(
-      `SELECT EXISTS (SELECT 1 FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= now()) AS due`,
+  /**
+   * How long until the earliest pending delivery to an active destination is due, on the store's clock (≤ 0:
+   * now; null: none). A deactivated destination's rows wait for its re-enable, which notifies.
+   */
+  async #nextDueInMs(): Promise<number | null> {
+    const { rows } = await this.#o.sql.query<{ next_in_ms: number | null }>(
+      `SELECT EXTRACT(EPOCH FROM min(d.next_attempt_at) - now())::double precision * 1000 AS next_in_ms
+         FROM webhook_endpoints w
+         CROSS JOIN LATERAL (SELECT min(next_attempt_at) AS next_attempt_at FROM webhook_deliveries
+                              WHERE webhook_endpoint_id = w.id AND status = 'pending') d
+        WHERE w.disabled = false`,
     );
-    return rows[0]?.due === true;
+    return rows[0]?.next_in_ms ?? null;
   }
 
   /**
