@@ -5,24 +5,19 @@
 // statements, closed when work was owed on it), with PostgreSQL seeing exactly the connections poolgate
 // holds. One raw client per state.
 import t, { type Test } from 'tap';
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { rmSync } from 'node:fs';
 import { needServer } from './helpers/servers.js';
 import { startWirePool, type WirePool } from './helpers/pgwire.js';
 import { until } from './helpers/until.js';
 import { rawSocket, type Framing } from './helpers/raw-socket.js';
+import { selfSignedCert } from './helpers/origin.js';
 
 const skip = await needServer('postgres');
 if (skip) {
   t.skip(skip);
 } else {
   // A certificate, so that an SSLRequest is accepted (state 'tls').
-  const dir = mkdtempSync(join(tmpdir(), 'pgwire-states-'));
-  const certFile = join(dir, 'cert.pem');
-  const keyFile = join(dir, 'key.pem');
-  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '2', '-subj', '/CN=pools.localhost', '-keyout', keyFile, '-out', certFile], { stdio: 'ignore' });
+  const { dir, certFile, keyFile } = selfSignedCert();
   const w: WirePool = await startWirePool({ maxConcurrent: 1, settings: { queueTimeoutMs: 20_000 }, overrides: { wireTlsCertFile: certFile, wireTlsKeyFile: keyFile } });
   t.teardown(async () => {
     await w.close();
