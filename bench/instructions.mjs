@@ -15,7 +15,7 @@
 // below that.)
 // Usage: npm run bench:instructions -- --method=paced [--rate=5 --window=30 --pairs=3]
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
@@ -65,11 +65,16 @@ const median = (xs) => {
   return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 };
 
+let windowNo = 0;
+
 /** One window: counters zeroed, requests for WINDOW_S seconds at `rate` (null: full speed); its Ir and requests. */
 async function countWindow(cgDir, target, rate) {
   callgrindControl(target.pid, '-z');
   const n = await sendFor(target.url, target.headers, rate, WINDOW_S);
-  return { ir: dumpIr(cgDir, target.pid), n };
+  // --keep: each window's dumps too, named by window (callgrind_annotate per window; divide by its requests).
+  const keep = KEEP ? join(KEEP, `${target.key}-${rate === null ? 'full' : 'paced'}-${++windowNo}-${n}`) : null;
+  if (keep) mkdirSync(keep, { recursive: true });
+  return { ir: dumpIr(cgDir, target.pid, keep), n };
 }
 
 async function main() {
@@ -93,6 +98,7 @@ async function main() {
         : key === 'node_floor' ? await startNodeFloor(originUrl, certFile, undefined, wrap).then((f) => ({ ...f, url: `http://127.0.0.1:${f.port}/`, headers: {} }))
         : null;
       if (!target) throw new Error(`unknown target ${key}`);
+      target.key = key;
       stops.push(() => target.stop());
       log(`${key} up under valgrind in ${((Date.now() - t0) / 1000).toFixed(0)} s (pid ${target.pid})`);
       await probe({ name: key, url: target.url, headers: target.headers });

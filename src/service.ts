@@ -27,6 +27,7 @@ import { startDataplaneRole, type DataplaneRole } from './roles/dataplane.js';
 import { startJobRunner, type JobRunnerRole } from './roles/job-runner.js';
 import { startHealthServer } from './roles/health-server.js';
 import { listenersCheck, storeCheck } from './roles/health-checks.js';
+import { holdTickShape } from './runtime/tick-shape.js';
 
 export type { Ports } from './roles/role.js';
 
@@ -73,6 +74,8 @@ export interface Service {
 }
 
 export async function startService(opts: ServiceOptions): Promise<Service> {
+  // Before any traffic or store start-up collection (src/runtime/tick-shape.ts).
+  holdTickShape();
   const { config, roles } = opts;
   if (roles.length < 3 && !config.databaseUrl) {
     throw new Error('running roles in separate processes needs a shared store: set DATABASE_URL (PostgreSQL)');

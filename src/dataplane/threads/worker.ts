@@ -11,7 +11,10 @@ import { Dataplane } from '../server.js';
 import type { FromWorker, ToWorker, WorkerStart } from './messages.js';
 import { PushedSnapshots } from './pushed-snapshots.js';
 import { RecordBatch } from './record-batch.js';
+import { holdTickShape } from '../../runtime/tick-shape.js';
 
+// This isolate's own nextTick feedback (src/runtime/tick-shape.ts), before its first request.
+holdTickShape();
 const start = workerData as WorkerStart;
 const port = parentPort!;
 const post = (m: FromWorker) => port.postMessage(m);
