@@ -13,11 +13,19 @@ if (major < 24) {
   );
   process.exit(1);
 }
-import('../dist/src/cli.js').then((m) => m.main(process.argv.slice(2))).catch((err) => {
-  if (err && err.code === 'ERR_MODULE_NOT_FOUND' && String(err.message).includes('dist/src/cli.js')) {
-    console.error('poolgate is not built: run `npm run build` (npm install/ci build it unless the sources were absent).');
-  } else {
-    console.error(err);
-  }
-  process.exit(1);
-});
+// The nextTick tick object is held before the CLI's module graph loads (a mark-compact can run while it does):
+// docs/runtime.md, "The nextTick tick object". startService holds it too, for in-process starts.
+import('../dist/src/runtime/tick-shape.js')
+  .then((t) => {
+    t.holdTickShape();
+    return import('../dist/src/cli.js');
+  })
+  .then((m) => m.main(process.argv.slice(2)))
+  .catch((err) => {
+    if (err && err.code === 'ERR_MODULE_NOT_FOUND' && String(err.message).includes('dist/src/')) {
+      console.error('poolgate is not built: run `npm run build` (npm install/ci build it unless the sources were absent).');
+    } else {
+      console.error(err);
+    }
+    process.exit(1);
+  });
