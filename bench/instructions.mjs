@@ -32,7 +32,8 @@ const CONNECTIONS = Number(arg('connections', 16));
 const IDLE_S = Number(arg('idle', 10));
 const TARGETS = arg('targets', process.argv.some((a) => a.startsWith('--before=')) ? 'poolgate_before,poolgate,node_floor' : 'poolgate,node_floor').split(',');
 const WRITE = process.argv.includes('--write-results');
-// --keep=<dir>: the callgrind dumps are copied there (callgrind_annotate shows the native functions; JIT code is unnamed).
+// --keep=<dir>: the callgrind dumps are copied there (callgrind_annotate shows the native functions; JIT code is unnamed);
+// with --method=paced each window's too, in <dir>/<target>-<paced|full>-<window number>-<its requests>/.
 const KEEP = arg('keep', null);
 // --before=<dir>: another build (its bin/poolgate.js, built) measured too, as poolgate_before: a change's before and after in one run.
 const BEFORE = arg('before', null);
