@@ -128,4 +128,11 @@ t.test('queryEffect sees the statement after a ";" near or far', async (t) => {
   t.equal(q(`SELECT 1${' '.repeat(300)}; SET search_path = a`).pins, PIN.set, '";" past the first bytes');
   t.equal(q(`SELECT '${'z'.repeat(300)}';  `).pins, 0, 'a trailing ";" past the first bytes');
   t.equal(q(`SELECT 1; SELECT '${'z'.repeat(300)}'; CREATE TEMP TABLE x (a int)`).pins, PIN.temp_table, 'a third statement');
+  // A lone SELECT is settled by one scan (plainSelect); whatever it cannot rule out goes to the full check.
+  t.equal(q('SELECT abalance FROM pgbench_accounts WHERE aid = 1;').pins, 0, 'a plain SELECT with its trailing ";"');
+  t.equal(q('  (SELECT 1) ;  \n').pins, 0, 'blanks and a parenthesis around it');
+  t.equal(q('SELECT 1;SELECT pg_advisory_lock(1)').pins, PIN.advisory_lock, 'a call after the ";"');
+  t.equal(q('select pg_advisory_lock(1);').pins, PIN.advisory_lock, 'a call in the SELECT itself');
+  t.equal(q('SELECT * INTO TEMP t FROM x;').pins, PIN.temp_table, 'INTO TEMP');
+  t.equal(q('SELECT 1; SET search_path = a;').pins, PIN.set, 'a SET after a plain SELECT');
 });
