@@ -6,7 +6,7 @@
 // chunk, as the listener hands it over without a view of its own. queryEffect finds a second statement after a
 // ';' wherever it lies (the scan reads the first bytes itself, the rest through indexOf).
 import t from 'tap';
-import { ClientStatements, type Expect } from '../src/db/pgwire/statements.js';
+import { ClientStatements, ExpectQueue, QUERY_END, SYNC, type Expect } from '../src/db/pgwire/statements.js';
 import { PIN, queryEffect } from '../src/db/pgwire/pinning.js';
 import type { ServerConn } from '../src/db/pgwire/server-conn.js';
 
@@ -135,4 +135,36 @@ t.test('queryEffect sees the statement after a ";" near or far', async (t) => {
   t.equal(q('select pg_advisory_lock(1);').pins, PIN.advisory_lock, 'a call in the SELECT itself');
   t.equal(q('SELECT * INTO TEMP t FROM x;').pins, PIN.temp_table, 'INTO TEMP');
   t.equal(q('SELECT 1; SET search_path = a;').pins, PIN.set, 'a SET after a plain SELECT');
+});
+
+t.test('ExpectQueue: first in, first out, over an array it reuses; a COPY drops the first Sync only', async (t) => {
+  const q = new ExpectQueue();
+  const parse = (name: string): Expect => ({ drop: false, name });
+  for (let round = 0; round < 3; round++) {
+    const a = parse(`a${round}`);
+    q.push(a);
+    q.push(SYNC);
+    q.push(QUERY_END);
+    t.equal(q.size, 3);
+    t.equal(q.peek(), a);
+    t.equal(q.shift(), a);
+    t.equal(q.shift(), SYNC);
+    // A new entry behind one still queued, in a slot used before.
+    q.push(SYNC);
+    t.equal(q.shift(), QUERY_END);
+    t.equal(q.shift(), SYNC);
+    t.equal(q.size, 0);
+    t.equal(q.shift(), undefined);
+    t.equal(q.peek(), undefined);
+  }
+  const b = parse('b');
+  q.push(b);
+  q.push(QUERY_END);
+  t.equal(q.dropFirstSync(), false, 'the first end of a batch is a Query\'s: nothing dropped');
+  q.clear();
+  q.push(b);
+  q.push(SYNC);
+  q.push(QUERY_END);
+  t.equal(q.dropFirstSync(), true);
+  t.same([q.shift(), q.shift(), q.shift()], [b, QUERY_END, undefined], 'the entries around it kept, in order');
 });

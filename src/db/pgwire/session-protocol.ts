@@ -7,7 +7,7 @@
 import { readyForQuery, query, errorFields } from './messages.js';
 import { error, SQLSTATE } from './errors.js';
 import { forgetUnreported, readParameterStatus } from './session-params.js';
-import { ClientStatements, type Expect, QUERY_END, SYNC } from './statements.js';
+import { ClientStatements, ExpectQueue, QUERY_END, SYNC } from './statements.js';
 import type { Outbox } from './outbox.js';
 import { NONE, PIN, PIN_REASONS, queryEffect, statementEffect, type Effect } from './pinning.js';
 import { isFrontendType, unknownType } from './session-states.js';
@@ -29,7 +29,7 @@ export class Protocol {
   /** Client frames waiting for a link (states 'joining', 'waiting'; 'idle' and 'lost' for the moment a link takes). */
   #queue: Array<{ type: number; frame: Buffer }> = [];
   /** Responses still to come from the server: one entry per Parse/Close forwarded, and SYNC per Sync/Query. */
-  #expect: Expect[] = [];
+  readonly #expect = new ExpectQueue();
   #syncs = 0;
   /** The last frame forwarded left an extended-protocol batch open (no Sync yet). */
   #midBatch = false;
@@ -297,8 +297,7 @@ export class Protocol {
   /** Linked from 'idle' or 'waiting': nothing is owed on the new server connection yet. */
   #linked(): void {
     this.#wire.enter('active');
-    // Setting an array's length is a runtime call even when it is already 0.
-    if (this.#expect.length !== 0) this.#expect.length = 0;
+    this.#expect.clear();
     this.#syncs = 0;
     this.drain();
   }
@@ -354,7 +353,7 @@ export class Protocol {
 
   /** The server connection was lost with nothing owed (the client sits in a transaction). */
   forgetOwed(): void {
-    this.#expect.length = 0;
+    this.#expect.clear();
     this.#syncs = 0;
     this.#midBatch = false;
   }
@@ -366,7 +365,7 @@ export class Protocol {
     const w = this.#wire;
     if (this.#link.setupAnswers > 0) return this.#setupFrame(type, buf.subarray(start, end));
     if (type === PARSE_COMPLETE || type === CLOSE_COMPLETE) {
-      const e = this.#expect[0];
+      const e = this.#expect.peek();
       if (typeof e === 'object') {
         this.#expect.shift();
         if (e.drop) return;
@@ -376,7 +375,7 @@ export class Protocol {
       // Entries before this Sync never answered (an error skipped them): their statements were not prepared,
       // and those we closed are still there.
       let kept: Set<string> | null = null;
-      while (this.#expect.length > 0) {
+      while (this.#expect.size > 0) {
         const e = this.#expect.shift()!;
         if (typeof e !== 'object') break;
         if (e.closes) {
@@ -389,11 +388,7 @@ export class Protocol {
     } else if (type === COPY_IN) {
       if (w.state === 'active') w.enter('copyIn');
       // An extended-protocol COPY: the Sync sent right after its Execute reaches the server in copy-in, which ignores it.
-      const i = this.#expect.findIndex((e) => typeof e !== 'object');
-      if (i >= 0 && this.#expect[i] === SYNC) {
-        this.#expect.splice(i, 1);
-        this.#syncs--;
-      }
+      if (this.#expect.dropFirstSync()) this.#syncs--;
     } else if (type === COMMAND_COMPLETE) {
       if (w.state === 'copyIn') w.enter('active');
     } else if (type === PARAMETER_STATUS) {

@@ -19,6 +19,65 @@ export type Expect = { drop: boolean; name: string | null; closes?: string } | t
 export const SYNC = 0 as const;
 export const QUERY_END = 1 as const;
 
+/**
+ * The responses still to come, oldest first: a FIFO over an array that never shrinks, read and written at
+ * two indices. Array.shift() and writing `length` are each a call into the runtime, and a transaction made
+ * both (an entry in, an entry out at its ReadyForQuery).
+ */
+export class ExpectQueue {
+  readonly #items: Expect[] = [];
+  #head = 0;
+  #tail = 0;
+
+  get size(): number {
+    return this.#tail - this.#head;
+  }
+
+  push(e: Expect): void {
+    const items = this.#items;
+    if (this.#tail < items.length) items[this.#tail] = e;
+    else items.push(e);
+    this.#tail++;
+  }
+
+  /** The oldest entry; undefined when none. */
+  peek(): Expect | undefined {
+    return this.#head < this.#tail ? this.#items[this.#head] : undefined;
+  }
+
+  /** Takes the oldest entry; undefined when none. */
+  shift(): Expect | undefined {
+    if (this.#head === this.#tail) return undefined;
+    const e = this.#items[this.#head++];
+    if (this.#head === this.#tail) this.#head = this.#tail = 0;
+    return e;
+  }
+
+  /** Removes the oldest end of a batch (SYNC or QUERY_END) if it is a SYNC: true when one was removed. */
+  dropFirstSync(): boolean {
+    const items = this.#items;
+    for (let i = this.#head; i < this.#tail; i++) {
+      const e = items[i]!;
+      if (typeof e === 'object') continue;
+      if (e !== SYNC) return false;
+      items.copyWithin(i, i + 1, this.#tail);
+      this.#tail--;
+      if (this.#head === this.#tail) this.#head = this.#tail = 0;
+      return true;
+    }
+    return false;
+  }
+
+  clear(): void {
+    this.#head = this.#tail = 0;
+  }
+}
+
+/** What statements.ts adds its expected responses to (an ExpectQueue). */
+export interface Expecting {
+  push(e: Expect): void;
+}
+
 const PASS: Expect = { drop: false, name: null };
 /** Closing a name no server statement has: a CloseComplete in the right place, with no effect. */
 const NO_STATEMENT = 'poolgate_none';
@@ -90,7 +149,7 @@ export class ClientStatements {
    * `pins`: for a Parse, the session state its statement may create; a Bind returns the pins of the named
    * statement it binds (0 otherwise), so a client is pinned whenever it runs it.
    */
-  forward(type: number, buf: Buffer, start: number, end: number, server: ServerConn, expect: Expect[], out: StatementOut, pins = 0): number {
+  forward(type: number, buf: Buffer, start: number, end: number, server: ServerConn, expect: Expecting, out: StatementOut, pins = 0): number {
     switch (type) {
       case 0x50 /* P */: {
         // The unnamed statement (the name's first byte is its NUL) passes as is: no decoding on the common path.
@@ -182,7 +241,7 @@ export class ClientStatements {
   }
 
   /** Replays the statement's Parse on a server connection that does not have it. */
-  #ensure(st: Statement, server: ServerConn, expect: Expect[], out: StatementOut): void {
+  #ensure(st: Statement, server: ServerConn, expect: Expecting, out: StatementOut): void {
     if (server.prepared.has(st.server)) {
       // Most recently used last (a Set keeps insertion order).
       server.prepared.delete(st.server);
@@ -196,7 +255,7 @@ export class ClientStatements {
   }
 
   /** Records `name` as prepared on the connection, first closing the least recently used statements past the cap. */
-  #add(name: string, server: ServerConn, expect: Expect[], out: StatementOut): void {
+  #add(name: string, server: ServerConn, expect: Expecting, out: StatementOut): void {
     if (server.prepared.size >= this.#max) {
       for (const old of server.prepared) {
         if (server.prepared.size < this.#max) break;
