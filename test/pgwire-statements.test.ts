@@ -2,10 +2,11 @@
 // built here (no server): a Bind reaches the server under the upstream name of the statement the client named,
 // byte for byte otherwise, also when the client prepares the name again, closes it, alternates names, or
 // sends long portals and parameters (issue 30: the Bind path compares the last name's bytes instead of
-// decoding it; these pin that it never binds a stale statement). queryEffect finds a second statement after a
+// decoding it; these pin that it never binds a stale statement), also when each frame is a range of a larger
+// chunk, as the listener hands it over without a view of its own. queryEffect finds a second statement after a
 // ';' wherever it lies (the scan reads the first bytes itself, the rest through indexOf).
 import t from 'tap';
-import { ClientStatements, type Expect } from '../src/db/pgwire/statements.js';
+import { ClientStatements, ExpectQueue, QUERY_END, SYNC, type Expect } from '../src/db/pgwire/statements.js';
 import { PIN, queryEffect } from '../src/db/pgwire/pinning.js';
 import type { ServerConn } from '../src/db/pgwire/server-conn.js';
 
@@ -38,14 +39,27 @@ function readBind(b: Buffer): { portal: string; stmt: string; rest: Buffer } {
   return { portal: b.toString('utf8', 5, p), stmt: b.toString('utf8', p + 1, s), rest: b.subarray(s + 1) };
 }
 
-function session() {
+/**
+ * A client's statements. `chunked`: each frame is handed over as a range of a larger chunk (bytes of other
+ * frames around it), as the listener reads them; a frame passed on unchanged must come out as that range.
+ */
+function session(chunked = false) {
   const statements = new ClientStatements(100);
   const server = { prepared: new Set<string>() } as unknown as ServerConn;
   const expect: Expect[] = [];
   let sent: Buffer[] = [];
+  const out = {
+    addRange: (buf: Buffer, start: number, end: number) => sent.push(Buffer.from(buf.subarray(start, end))),
+    add: (bytes: Buffer) => sent.push(Buffer.from(bytes)),
+  };
   const send = (type: number, f: Buffer) => {
     sent = [];
-    statements.forward(type, f, server, expect, (bytes) => sent.push(Buffer.from(bytes)));
+    if (!chunked) statements.forward(type, f, 0, f.length, server, expect, out);
+    else {
+      const before = Buffer.from('S\0\0\0\x04D\0\0\0\x06P\0');
+      const chunk = Buffer.concat([before, f, Buffer.from('E\0\0\0\x09\0\0\0\0\0')]);
+      statements.forward(type, chunk, before.length, before.length + f.length, server, expect, out);
+    }
     return sent;
   };
   /** Prepares `name` as `sql`: the upstream name it got. */
@@ -61,8 +75,8 @@ function session() {
   return { send, prepare, bound };
 }
 
-t.test('a Bind names the upstream statement and keeps every other byte', async (t) => {
-  const s = session();
+for (const chunked of [false, true]) t.test(`a Bind names the upstream statement and keeps every other byte${chunked ? ' (frames as ranges of a chunk)' : ''}`, async (t) => {
+  const s = session(chunked);
   const up = s.prepare('s1', 'SELECT $1::int');
   t.match(up, /^pgw_/);
   for (let i = 0; i < 3; i++) {
@@ -79,8 +93,8 @@ t.test('a Bind names the upstream statement and keeps every other byte', async (
   t.same(b.rest, readBind(bind('portal_1', 's1', [long, 'y'])).rest);
 });
 
-t.test('the name prepared again, closed, or another name: never the statement bound before', async (t) => {
-  const s = session();
+for (const chunked of [false, true]) t.test(`the name prepared again, closed, or another name: never the statement bound before${chunked ? ' (frames as ranges of a chunk)' : ''}`, async (t) => {
+  const s = session(chunked);
   const first = s.prepare('a', 'SELECT 1');
   t.equal(s.bound('', 'a').stmt, first);
   // Closed and prepared again with another text: the same bytes name another statement now.
@@ -114,4 +128,43 @@ t.test('queryEffect sees the statement after a ";" near or far', async (t) => {
   t.equal(q(`SELECT 1${' '.repeat(300)}; SET search_path = a`).pins, PIN.set, '";" past the first bytes');
   t.equal(q(`SELECT '${'z'.repeat(300)}';  `).pins, 0, 'a trailing ";" past the first bytes');
   t.equal(q(`SELECT 1; SELECT '${'z'.repeat(300)}'; CREATE TEMP TABLE x (a int)`).pins, PIN.temp_table, 'a third statement');
+  // A lone SELECT is settled by one scan (plainSelect); whatever it cannot rule out goes to the full check.
+  t.equal(q('SELECT abalance FROM pgbench_accounts WHERE aid = 1;').pins, 0, 'a plain SELECT with its trailing ";"');
+  t.equal(q('  (SELECT 1) ;  \n').pins, 0, 'blanks and a parenthesis around it');
+  t.equal(q('SELECT 1;SELECT pg_advisory_lock(1)').pins, PIN.advisory_lock, 'a call after the ";"');
+  t.equal(q('select pg_advisory_lock(1);').pins, PIN.advisory_lock, 'a call in the SELECT itself');
+  t.equal(q('SELECT * INTO TEMP t FROM x;').pins, PIN.temp_table, 'INTO TEMP');
+  t.equal(q('SELECT 1; SET search_path = a;').pins, PIN.set, 'a SET after a plain SELECT');
+});
+
+t.test('ExpectQueue: first in, first out, over an array it reuses; a COPY drops the first Sync only', async (t) => {
+  const q = new ExpectQueue();
+  const parse = (name: string): Expect => ({ drop: false, name });
+  for (let round = 0; round < 3; round++) {
+    const a = parse(`a${round}`);
+    q.push(a);
+    q.push(SYNC);
+    q.push(QUERY_END);
+    t.equal(q.size, 3);
+    t.equal(q.peek(), a);
+    t.equal(q.shift(), a);
+    t.equal(q.shift(), SYNC);
+    // A new entry behind one still queued, in a slot used before.
+    q.push(SYNC);
+    t.equal(q.shift(), QUERY_END);
+    t.equal(q.shift(), SYNC);
+    t.equal(q.size, 0);
+    t.equal(q.shift(), undefined);
+    t.equal(q.peek(), undefined);
+  }
+  const b = parse('b');
+  q.push(b);
+  q.push(QUERY_END);
+  t.equal(q.dropFirstSync(), false, 'the first end of a batch is a Query\'s: nothing dropped');
+  q.clear();
+  q.push(b);
+  q.push(SYNC);
+  q.push(QUERY_END);
+  t.equal(q.dropFirstSync(), true);
+  t.same([q.shift(), q.shift(), q.shift()], [b, QUERY_END, undefined], 'the entries around it kept, in order');
 });

@@ -122,6 +122,9 @@ export interface ConnWire {
   readTyped(): void;
 }
 
+/** The wire as the connection itself keeps it. */
+type Wire = { -readonly [K in keyof ConnWire]: ConnWire[K] };
+
 export class ClientConn implements ServerLink {
   readonly #ctx: WireContext;
   readonly address: string;
@@ -131,8 +134,6 @@ export class ClientConn implements ServerLink {
   readonly #reader: FrameReader;
   #state: State = 'startup';
   #pause = 0;
-  /** The frames of one received chunk are being handled: what they forward is written once, after the chunk. */
-  #inChunk = false;
   /** Some byte came before any TLS: a 0x16 later is no ClientHello. */
   #heardFirst = false;
   /** Direct TLS: where the connection's raw bytes go (the stream under the TLSSocket). */
@@ -144,7 +145,8 @@ export class ClientConn implements ServerLink {
   #transactions = 0;
   /** Why the session ended, for its end line; unset when the client just went away. */
   #endReason: string | undefined;
-  readonly #wire: ConnWire;
+  /** What the parts see of the connection (its state, socket and whether a chunk is being read are kept current in it). */
+  readonly #wire: Wire;
   readonly #login: Login;
   readonly #link: Link;
   readonly #protocol: Protocol;
@@ -169,21 +171,17 @@ export class ClientConn implements ServerLink {
     this.#protocol = new Protocol(this.#wire, this.#login, link, this.#toClient, this.#toServer);
   }
 
-  #makeWire(): ConnWire {
-    const c = this;
+  #makeWire(): Wire {
+    // Plain data properties, written where they change, not getters: a getter in an object literal is a new
+    // function per connection, which gives each connection's wire a shape of its own, and every part's read
+    // of it turned megamorphic (a generic property lookup per read on the linked path).
     return {
       ctx: this.#ctx,
       address: this.address,
       self: this,
-      get state() {
-        return c.#state;
-      },
-      get socket() {
-        return c.#socket;
-      },
-      get inChunk() {
-        return c.#inChunk;
-      },
+      state: this.#state,
+      socket: this.#socket,
+      inChunk: false,
       enter: (to) => this.#enter(to),
       message: (type, buf, start, end) => this.#onFrame(type, buf, start, end),
       send: (bytes) => this.#send(bytes),
@@ -239,6 +237,7 @@ export class ClientConn implements ServerLink {
   #enter(to: State): void {
     if (!legalTransition(this.#state, to)) throw new Error(`pgwire connection: no transition from ${this.#state} to ${to}`);
     this.#state = to;
+    this.#wire.state = to;
   }
 
   #attach(socket: Socket): void {
@@ -254,16 +253,17 @@ export class ClientConn implements ServerLink {
     // sslnegotiation=direct), with no SSLRequest before it.
     if (this.#state === 'startup' && !this.#heardFirst && chunk.length > 0 && chunk[0] === 0x16 && !(this.#socket instanceof TLSSocket)) return this.#directTls(chunk);
     if (chunk.length > 0) this.#heardFirst = true;
-    this.#inChunk = true;
+    const wire = this.#wire;
+    wire.inChunk = true;
     let err: FrameError | null;
     try {
       err = this.#reader.push(chunk, this.#onFrame);
     } catch (e) {
       // A bug (a transition the table does not list, ...) must cost this one connection, never the process.
-      this.#inChunk = false;
+      wire.inChunk = false;
       return this.#crashed(e);
     }
-    this.#inChunk = false;
+    wire.inChunk = false;
     this.#flushToServer();
     if (err) this.#frameError(err);
   }
@@ -354,6 +354,7 @@ export class ClientConn implements ServerLink {
     this.#direct = replay.push;
     const tls = this.#tlsOver(replay.stream, true);
     this.#socket = tls;
+    this.#wire.socket = tls;
     this.#attach(tls);
   }
 
@@ -382,6 +383,7 @@ export class ClientConn implements ServerLink {
     // TLS reads the connection's handle itself from here on: only the decrypted bytes reach #onData.
     const tls = this.#tlsOver(raw, false);
     this.#socket = tls;
+    this.#wire.socket = tls;
     this.#attach(tls);
   }
 
@@ -494,7 +496,7 @@ export class ClientConn implements ServerLink {
     this.#pause |= PAUSE_ACQUIRE;
     this.#socket.pause();
     this.#toServer.add(frame);
-    if (!this.#inChunk) this.#flushToServer();
+    if (!this.#wire.inChunk) this.#flushToServer();
   }
 
   /** The client is gone: its server connection is cleaned (or closed) and its slot freed. Runs once. */

@@ -67,22 +67,23 @@ export function describeStatement(name: string): Buffer {
 }
 
 /**
- * A client's Bind (`bind`, a whole frame) with its statement name replaced by `statement` (with its NUL):
- * the portal name is bytes [5, `stmtAt`) (with its NUL), and what follows the client's statement name starts
- * at `restAt`. One allocation, short runs copied by a loop (no Buffer.copy argument checks nor views: a Bind per transaction).
+ * A client's Bind, bytes [start, end) of `buf`, with its statement name replaced by `statement` (with its
+ * NUL): the portal name is bytes [start + 5, `stmtAt`) (with its NUL), and what follows the client's
+ * statement name starts at `restAt`. One allocation, short runs copied by a loop (no Buffer.copy argument
+ * checks nor views: a Bind per transaction).
  */
-export function bindRenamed(bind: Buffer, stmtAt: number, statement: Buffer, restAt: number): Buffer {
-  const restLen = bind.length - restAt;
-  const len = 4 + (stmtAt - 5) + statement.length + restLen;
+export function bindRenamed(buf: Buffer, start: number, end: number, stmtAt: number, statement: Buffer, restAt: number): Buffer {
+  const at = stmtAt - start;
+  const len = 4 + (at - 5) + statement.length + (end - restAt);
   const out = Buffer.allocUnsafe(1 + len);
   out[0] = 0x42;
   out[1] = len >>> 24;
   out[2] = (len >>> 16) & 0xff;
   out[3] = (len >>> 8) & 0xff;
   out[4] = len & 0xff;
-  copyInto(out, 5, bind, 5, stmtAt);
-  out.set(statement, stmtAt);
-  copyInto(out, stmtAt + statement.length, bind, restAt, bind.length);
+  copyInto(out, 5, buf, start + 5, stmtAt);
+  out.set(statement, at);
+  copyInto(out, at + statement.length, buf, restAt, end);
   return out;
 }
 

@@ -199,7 +199,8 @@ export class ServerPool implements IdleHolder {
 
   #idleOrGive(conn: ServerConn, now?: number): void {
     if (this.#retired) return conn.close();
-    const w = this.#waiters.shift();
+    // shift() on an empty array is still a call into the runtime: checked first (every transaction ends here).
+    const w = this.#waiters.length !== 0 ? this.#waiters.shift() : undefined;
     if (w) {
       w.cancel();
       return w.resolve(conn);

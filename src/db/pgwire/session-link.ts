@@ -26,6 +26,33 @@ export interface LinkRefusal {
 /** true: linked; a refusal to report; null: nothing to report (the client is gone, or was closed). */
 export type LinkResult = true | LinkRefusal | null;
 
+/**
+ * Whether the client is gone, as the governor checks it at each link; the AbortController only once a wait
+ * needs its signal (one per client: the governor drops its listener after each wait). A class, so every
+ * client's has one shape: an object literal with a getter of its own has a shape per client, and the
+ * governor's read of `aborted` went megamorphic.
+ */
+class ClientGone implements LazyAbortSignal {
+  readonly #wire: ConnWire;
+  #abort: AbortController | null = null;
+
+  constructor(wire: ConnWire) {
+    this.#wire = wire;
+  }
+
+  get aborted(): boolean {
+    return this.#wire.state === 'closed';
+  }
+
+  signal(): AbortSignal {
+    return (this.#abort ??= new AbortController()).signal;
+  }
+
+  abort(): void {
+    this.#abort?.abort();
+  }
+}
+
 export class Link {
   readonly #wire: ConnWire;
   readonly #login: Login;
@@ -39,10 +66,8 @@ export class Link {
   #admission: Admission | null = null;
   #waited = false;
   #queuedMs = 0;
-  /** Aborts a slot wait when the client leaves (one per client: the governor drops its listener after each wait). */
-  #abort: AbortController | null = null;
-  /** What the governor checks: the client is gone; the AbortController only once a wait needs its signal. */
-  readonly #abortable: LazyAbortSignal;
+  /** What the governor checks: the client is gone (aborts a slot wait when the client leaves). */
+  readonly #abortable: ClientGone;
   /**
    * Session state this client made on its server connection (PIN bits, transaction mode): while any is held,
    * the client keeps the connection and its slot between transactions (pinning.ts).
@@ -69,12 +94,7 @@ export class Link {
   constructor(wire: ConnWire, login: Login) {
     this.#wire = wire;
     this.#login = login;
-    this.#abortable = {
-      get aborted() {
-        return wire.state === 'closed';
-      },
-      signal: () => (this.#abort ??= new AbortController()).signal,
-    };
+    this.#abortable = new ClientGone(wire);
   }
 
   /** Gives the client its BackendKeyData (the listener forgets it when the client leaves). */
@@ -205,7 +225,7 @@ export class Link {
    * on); the slot is freed.
    */
   release(owed: boolean): void {
-    this.#abort?.abort();
+    this.#abortable.abort();
     const server = this.server;
     const permit = this.#permit;
     this.server = null;

@@ -7,7 +7,7 @@
 import { readyForQuery, query, errorFields } from './messages.js';
 import { error, SQLSTATE } from './errors.js';
 import { forgetUnreported, readParameterStatus } from './session-params.js';
-import { ClientStatements, type Expect, QUERY_END, SYNC } from './statements.js';
+import { ClientStatements, ExpectQueue, QUERY_END, SYNC } from './statements.js';
 import type { Outbox } from './outbox.js';
 import { NONE, PIN, PIN_REASONS, queryEffect, statementEffect, type Effect } from './pinning.js';
 import { isFrontendType, unknownType } from './session-states.js';
@@ -29,7 +29,7 @@ export class Protocol {
   /** Client frames waiting for a link (states 'joining', 'waiting'; 'idle' and 'lost' for the moment a link takes). */
   #queue: Array<{ type: number; frame: Buffer }> = [];
   /** Responses still to come from the server: one entry per Parse/Close forwarded, and SYNC per Sync/Query. */
-  #expect: Expect[] = [];
+  readonly #expect = new ExpectQueue();
   #syncs = 0;
   /** The last frame forwarded left an extended-protocol batch open (no Sync yet). */
   #midBatch = false;
@@ -38,17 +38,6 @@ export class Protocol {
   /** The server sent a FATAL error (terminated, shutting down), passed to the client: its close ends the client quietly. */
   serverFatal = false;
   readonly #statements: ClientStatements;
-  /** The client frame being forwarded, as a view, and where it lies in its chunk (statements.ts passes it on or rewrites it). */
-  #cur: Buffer | null = null;
-  #curBuf: Buffer | null = null;
-  #curStart = 0;
-  #curEnd = 0;
-  readonly #out = (bytes: Buffer) => {
-    // Passed on unchanged: the chunk's own bytes, so it joins the run of its neighbours (no copy at the flush).
-    if (bytes === this.#cur) this.#toServer.addRange(this.#curBuf!, this.#curStart, this.#curEnd);
-    else this.#toServer.add(bytes);
-  };
-
   constructor(wire: ConnWire, login: Login, link: Link, toClient: Outbox, toServer: Outbox) {
     this.#wire = wire;
     this.#login = login;
@@ -89,6 +78,20 @@ export class Protocol {
         w.send(readyForQuery('I'));
         return;
       }
+    }
+    if (state === 'idle' && this.#queue.length === 0) {
+      // The usual start of a transaction: a slot and a server connection are free now, and the frame goes on
+      // from its chunk like any linked one (never queued: no view, no queue entry made for it).
+      const linked = this.#link.link();
+      if (linked === true) {
+        this.#linked();
+        this.forward(type, buf, start, end);
+        if (!w.inChunk) w.flushToServer();
+        return;
+      }
+      this.#queue.push({ type, frame: buf.subarray(start, end) });
+      if (this.#linkResult(linked)) this.linkAndDrain();
+      return;
     }
     this.#queue.push({ type, frame: buf.subarray(start, end) });
     if (linkable) this.linkAndDrain();
@@ -170,34 +173,24 @@ export class Protocol {
     }
   }
 
-  /** Parse, Bind, Describe, Close: through the statement renaming (statements.ts), which needs the frame itself. */
+  /** Parse, Bind, Describe, Close: through the statement renaming (statements.ts), as ranges of the chunk. */
   #forwardStatement(type: number, buf: Buffer, start: number, end: number): void {
-    const frame = start === 0 && end === buf.length ? buf : buf.subarray(start, end);
-    this.#cur = frame;
-    this.#curBuf = buf;
-    this.#curStart = start;
-    this.#curEnd = end;
-    try {
-      const server = this.#link.server!;
-      if (type === P) {
-        // The unnamed statement pins when parsed (its Bind follows in the same batch); a named one at each Bind.
-        const named = frame[5] !== 0;
-        const textAt = named ? frame.indexOf(0, 5) + 1 : 6;
-        const e = textAt > 0 ? statementEffect(frame, textAt, frame.length) : NONE;
-        if (e !== NONE && e.pins !== 0 && (!named || this.#refusing) && this.#sessionState(e, false)) return;
-        this.#midBatch = true;
-        this.#statements.forward(type, frame, server, this.#expect, this.#out, e.pins);
-      } else if (type === B) {
-        this.#midBatch = true;
-        const pins = this.#statements.forward(type, frame, server, this.#expect, this.#out);
-        if (pins !== 0 && !this.#login.session) this.#link.pin(pins);
-      } else {
-        this.#midBatch = true;
-        this.#statements.forward(type, frame, server, this.#expect, this.#out);
-      }
-    } finally {
-      this.#cur = null;
-      this.#curBuf = null;
+    const server = this.#link.server!;
+    if (type === B) {
+      this.#midBatch = true;
+      const pins = this.#statements.forward(B, buf, start, end, server, this.#expect, this.#toServer);
+      if (pins !== 0 && !this.#login.session) this.#link.pin(pins);
+    } else if (type === P) {
+      // The unnamed statement pins when parsed (its Bind follows in the same batch); a named one at each Bind.
+      const named = buf[start + 5] !== 0;
+      const nul = named ? buf.indexOf(0, start + 5) : start + 5;
+      const e = nul >= 0 && nul < end ? statementEffect(buf, nul + 1, end) : NONE;
+      if (e !== NONE && e.pins !== 0 && (!named || this.#refusing) && this.#sessionState(e, false)) return;
+      this.#midBatch = true;
+      this.#statements.forward(P, buf, start, end, server, this.#expect, this.#toServer, e.pins);
+    } else {
+      this.#midBatch = true;
+      this.#statements.forward(type, buf, start, end, server, this.#expect, this.#toServer);
     }
   }
 
@@ -269,16 +262,27 @@ export class Protocol {
         continue;
       }
       if (state !== 'idle') return;
-      const linked = this.#link.link();
-      if (linked instanceof Promise) {
-        w.enter('waiting');
-        linked.then((r) => this.#waited(r)).catch(w.crashed);
-        return;
-      }
-      if (linked === true) return this.#linked();
-      if (linked === null) return;
-      this.#failBatch(error(linked.code, linked.message));
+      if (!this.#linkResult(this.#link.link())) return;
     }
+  }
+
+  /**
+   * Acts on a link() made for the first queued batch: linked (its frames forwarded), waiting for one, or
+   * refused (the batch answered and dropped). true: the next queued batch, if any, must try again.
+   */
+  #linkResult(linked: LinkResult | Promise<LinkResult>): boolean {
+    if (linked instanceof Promise) {
+      this.#wire.enter('waiting');
+      linked.then((r) => this.#waited(r)).catch(this.#wire.crashed);
+      return false;
+    }
+    if (linked === true) {
+      this.#linked();
+      return false;
+    }
+    if (linked === null) return false;
+    this.#failBatch(error(linked.code, linked.message));
+    return true;
   }
 
   #waited(r: LinkResult): void {
@@ -293,8 +297,7 @@ export class Protocol {
   /** Linked from 'idle' or 'waiting': nothing is owed on the new server connection yet. */
   #linked(): void {
     this.#wire.enter('active');
-    // Setting an array's length is a runtime call even when it is already 0.
-    if (this.#expect.length !== 0) this.#expect.length = 0;
+    this.#expect.clear();
     this.#syncs = 0;
     this.drain();
   }
@@ -350,7 +353,7 @@ export class Protocol {
 
   /** The server connection was lost with nothing owed (the client sits in a transaction). */
   forgetOwed(): void {
-    this.#expect.length = 0;
+    this.#expect.clear();
     this.#syncs = 0;
     this.#midBatch = false;
   }
@@ -362,7 +365,7 @@ export class Protocol {
     const w = this.#wire;
     if (this.#link.setupAnswers > 0) return this.#setupFrame(type, buf.subarray(start, end));
     if (type === PARSE_COMPLETE || type === CLOSE_COMPLETE) {
-      const e = this.#expect[0];
+      const e = this.#expect.peek();
       if (typeof e === 'object') {
         this.#expect.shift();
         if (e.drop) return;
@@ -372,7 +375,7 @@ export class Protocol {
       // Entries before this Sync never answered (an error skipped them): their statements were not prepared,
       // and those we closed are still there.
       let kept: Set<string> | null = null;
-      while (this.#expect.length > 0) {
+      while (this.#expect.size > 0) {
         const e = this.#expect.shift()!;
         if (typeof e !== 'object') break;
         if (e.closes) {
@@ -385,11 +388,7 @@ export class Protocol {
     } else if (type === COPY_IN) {
       if (w.state === 'active') w.enter('copyIn');
       // An extended-protocol COPY: the Sync sent right after its Execute reaches the server in copy-in, which ignores it.
-      const i = this.#expect.findIndex((e) => typeof e !== 'object');
-      if (i >= 0 && this.#expect[i] === SYNC) {
-        this.#expect.splice(i, 1);
-        this.#syncs--;
-      }
+      if (this.#expect.dropFirstSync()) this.#syncs--;
     } else if (type === COMMAND_COMPLETE) {
       if (w.state === 'copyIn') w.enter('active');
     } else if (type === PARAMETER_STATUS) {

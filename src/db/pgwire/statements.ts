@@ -19,6 +19,65 @@ export type Expect = { drop: boolean; name: string | null; closes?: string } | t
 export const SYNC = 0 as const;
 export const QUERY_END = 1 as const;
 
+/**
+ * The responses still to come, oldest first: a FIFO over an array that never shrinks, read and written at
+ * two indices. Array.shift() and writing `length` are each a call into the runtime, and a transaction made
+ * both (an entry in, an entry out at its ReadyForQuery).
+ */
+export class ExpectQueue {
+  readonly #items: Expect[] = [];
+  #head = 0;
+  #tail = 0;
+
+  get size(): number {
+    return this.#tail - this.#head;
+  }
+
+  push(e: Expect): void {
+    const items = this.#items;
+    if (this.#tail < items.length) items[this.#tail] = e;
+    else items.push(e);
+    this.#tail++;
+  }
+
+  /** The oldest entry; undefined when none. */
+  peek(): Expect | undefined {
+    return this.#head < this.#tail ? this.#items[this.#head] : undefined;
+  }
+
+  /** Takes the oldest entry; undefined when none. */
+  shift(): Expect | undefined {
+    if (this.#head === this.#tail) return undefined;
+    const e = this.#items[this.#head++];
+    if (this.#head === this.#tail) this.#head = this.#tail = 0;
+    return e;
+  }
+
+  /** Removes the oldest end of a batch (SYNC or QUERY_END) if it is a SYNC: true when one was removed. */
+  dropFirstSync(): boolean {
+    const items = this.#items;
+    for (let i = this.#head; i < this.#tail; i++) {
+      const e = items[i]!;
+      if (typeof e === 'object') continue;
+      if (e !== SYNC) return false;
+      items.copyWithin(i, i + 1, this.#tail);
+      this.#tail--;
+      if (this.#head === this.#tail) this.#head = this.#tail = 0;
+      return true;
+    }
+    return false;
+  }
+
+  clear(): void {
+    this.#head = this.#tail = 0;
+  }
+}
+
+/** What statements.ts adds its expected responses to (an ExpectQueue). */
+export interface Expecting {
+  push(e: Expect): void;
+}
+
 const PASS: Expect = { drop: false, name: null };
 /** Closing a name no server statement has: a CloseComplete in the right place, with no effect. */
 const NO_STATEMENT = 'poolgate_none';
@@ -34,6 +93,12 @@ interface Statement {
   serverC: Buffer;
   /** The session state its execution may create (pinning.ts): pins its client again at each Bind. */
   pins: number;
+}
+
+/** Where forwarded frames go (the server connection's outbox, outbox.ts): a range of the chunk it came in, or bytes of our own. */
+export interface StatementOut {
+  addRange(buf: Buffer, start: number, end: number): void;
+  add(bytes: Buffer): void;
 }
 
 /** Index of the first NUL in `b` from `at`, before `end`; -1 if none. A loop: names are a few bytes, and Buffer's indexOf is a call into C++ costing more than the scan. */
@@ -79,82 +144,83 @@ export class ClientStatements {
   }
 
   /**
-   * Passes Parse, Bind, Describe or Close on to `out` (bound for `server`), renamed and replayed as needed.
+   * Passes Parse, Bind, Describe or Close, bytes [start, end) of `buf` (header included), on to `out` (bound
+   * for `server`), renamed and replayed as needed; a frame passed unchanged goes as its range of `buf`.
    * `pins`: for a Parse, the session state its statement may create; a Bind returns the pins of the named
    * statement it binds (0 otherwise), so a client is pinned whenever it runs it.
    */
-  forward(type: number, frame: Buffer, server: ServerConn, expect: Expect[], out: (bytes: Buffer) => void, pins = 0): number {
+  forward(type: number, buf: Buffer, start: number, end: number, server: ServerConn, expect: Expecting, out: StatementOut, pins = 0): number {
     switch (type) {
       case 0x50 /* P */: {
         // The unnamed statement (the name's first byte is its NUL) passes as is: no decoding on the common path.
-        if (frame[5] === 0) {
+        if (buf[start + 5] === 0) {
           expect.push(PASS);
-          out(frame);
+          out.addRange(buf, start, end);
           return 0;
         }
-        const name = cstring(frame, 5);
+        const name = cstring(buf, start + 5, end);
         if (!name) {
           expect.push(PASS);
-          out(frame);
+          out.addRange(buf, start, end);
           return 0;
         }
-        const rest = frame.subarray(name.next);
+        const rest = buf.subarray(name.next, end);
         const upstream = serverName(rest);
-        const st: Statement = { client: Buffer.from(frame.subarray(5, name.next - 1)), server: upstream, rest: Buffer.from(rest), serverC: Buffer.from(`${upstream}\0`), pins };
+        const st: Statement = { client: Buffer.from(buf.subarray(start + 5, name.next - 1)), server: upstream, rest: Buffer.from(rest), serverC: Buffer.from(`${upstream}\0`), pins };
         this.#byName.set(name.value, st);
         this.#lastBound = null;
         if (server.prepared.has(st.server)) {
           // Already there (same text, same types): close and prepare again, so the client's ParseComplete comes in order.
           expect.push({ drop: true, name: null, closes: st.server });
-          out(closeStatement(st.server));
+          out.add(closeStatement(st.server));
           server.prepared.delete(st.server);
         }
         this.#add(st.server, server, expect, out);
         expect.push({ drop: false, name: st.server });
-        out(parseNamed(st.server, st.rest));
+        out.add(parseNamed(st.server, st.rest));
         return 0;
       }
       case 0x42 /* B */: {
         // Unnamed portal of the unnamed statement: nothing to rename.
-        if (frame[5] === 0 && frame[6] === 0) {
-          out(frame);
+        if (buf[start + 5] === 0 && buf[start + 6] === 0) {
+          out.addRange(buf, start, end);
           return 0;
         }
-        const end = frame.length;
-        const portalNul = nulAt(frame, 5, end);
-        const stmtNul = portalNul < 0 ? -1 : nulAt(frame, portalNul + 1, end);
-        const st = stmtNul > portalNul + 1 ? this.#bound(frame, portalNul + 1, stmtNul) : undefined;
+        const portalNul = nulAt(buf, start + 5, end);
+        const stmtNul = portalNul < 0 ? -1 : nulAt(buf, portalNul + 1, end);
+        const st = stmtNul > portalNul + 1 ? this.#bound(buf, portalNul + 1, stmtNul) : undefined;
         if (!st) {
-          out(frame);
+          out.addRange(buf, start, end);
           return 0;
         }
         this.#ensure(st, server, expect, out);
-        out(bindRenamed(frame, portalNul + 1, st.serverC, stmtNul + 1));
+        out.add(bindRenamed(buf, start, end, portalNul + 1, st.serverC, stmtNul + 1));
         return st.pins;
       }
       case 0x44 /* D */: {
-        const st = frame[5] === 0x53 /* S */ && frame[6] !== 0 ? this.#named(frame) : undefined;
+        // A portal's Describe (libpq sends one with every prepared execution) passes as is.
+        const st = buf[start + 5] === 0x53 /* S */ && buf[start + 6] !== 0 ? this.#named(buf, start, end) : undefined;
         if (!st) {
-          out(frame);
+          out.addRange(buf, start, end);
           return 0;
         }
         this.#ensure(st, server, expect, out);
-        out(describeStatement(st.server));
+        out.add(describeStatement(st.server));
         return 0;
       }
       default: {
         // Close: a named statement is forgotten by this client only (others may share it upstream).
         expect.push(PASS);
-        if (frame[5] === 0x53 /* S */) {
-          const name = cstring(frame, 6);
+        if (buf[start + 5] === 0x53 /* S */) {
+          const name = cstring(buf, start + 6, end);
           if (name && name.value !== '') {
             this.#byName.delete(name.value);
             this.#lastBound = null;
-            out(closeStatement(NO_STATEMENT));
+            out.add(closeStatement(NO_STATEMENT));
             return 0;
           }
         }
-        out(frame);
+        out.addRange(buf, start, end);
         return 0;
       }
     }
@@ -169,13 +235,13 @@ export class ClientStatements {
     return st;
   }
 
-  #named(frame: Buffer): Statement | undefined {
-    const name = cstring(frame, 6);
+  #named(buf: Buffer, start: number, end: number): Statement | undefined {
+    const name = cstring(buf, start + 6, end);
     return name && name.value !== '' ? this.#byName.get(name.value) : undefined;
   }
 
   /** Replays the statement's Parse on a server connection that does not have it. */
-  #ensure(st: Statement, server: ServerConn, expect: Expect[], out: (bytes: Buffer) => void): void {
+  #ensure(st: Statement, server: ServerConn, expect: Expecting, out: StatementOut): void {
     if (server.prepared.has(st.server)) {
       // Most recently used last (a Set keeps insertion order).
       server.prepared.delete(st.server);
@@ -185,11 +251,11 @@ export class ClientStatements {
     }
     this.#add(st.server, server, expect, out);
     expect.push({ drop: true, name: st.server });
-    out(parseNamed(st.server, st.rest));
+    out.add(parseNamed(st.server, st.rest));
   }
 
   /** Records `name` as prepared on the connection, first closing the least recently used statements past the cap. */
-  #add(name: string, server: ServerConn, expect: Expect[], out: (bytes: Buffer) => void): void {
+  #add(name: string, server: ServerConn, expect: Expecting, out: StatementOut): void {
     if (server.prepared.size >= this.#max) {
       for (const old of server.prepared) {
         if (server.prepared.size < this.#max) break;
@@ -197,7 +263,7 @@ export class ClientStatements {
         if (this.#inTransaction.has(old)) continue;
         server.prepared.delete(old);
         expect.push({ drop: true, name: null, closes: old });
-        out(closeStatement(old));
+        out.add(closeStatement(old));
       }
     }
     server.prepared.add(name);
