@@ -36,6 +36,7 @@ export interface Sink {
 }
 
 interface Job {
+  /** A promise's (run(), follow()) or start()'s callbacks. */
   resolve(a: Answer): void;
   reject(e: ServerLost): void;
   sink: Sink | null;
@@ -148,6 +149,18 @@ export class ServerConn {
     });
   }
 
+  /**
+   * As run(), without a promise: the answer goes to `done`, or the loss to `lost`, called from the read that
+   * ends it. The caller has checked the connection is alive and not busy, so neither is called before this
+   * returns. The fast path of a statement on a held connection (session-link.ts start()).
+   */
+  start(cmd: Buffer, kind: ResponseKind, sink: Sink, done: (a: Answer) => void, lost: (e: ServerLost) => void): void {
+    this.#scanner.start(kind, this.status, false);
+    this.commands++;
+    this.#job = { resolve: done, reject: lost, sink, chunks: [], forwarded: false };
+    this.#writer.write(cmd);
+  }
+
   /** Follows the rest of an answer that paused at a LOCAL INFILE request; call it before the file's last (empty) packet goes out. */
   follow(sink: Sink | null): Promise<Answer> {
     if (this.#gone) return Promise.reject(new ServerLost(true));
@@ -190,9 +203,11 @@ export class ServerConn {
     this.#job = null;
     this.status = this.#scanner.status;
     const bytes = job.sink ? null : Buffer.concat(job.chunks);
-    job.resolve(this.#scanner.fileRequest ? { error: false, status: this.status, bytes, fileRequest: true } : { error: this.#scanner.error, status: this.status, bytes });
-    // Bytes past the answer: the two sides no longer agree where packets are.
+    const answer: Answer = this.#scanner.fileRequest ? { error: false, status: this.status, bytes, fileRequest: true } : { error: this.#scanner.error, status: this.status, bytes };
+    // Bytes past the answer: the two sides no longer agree where packets are. Destroyed before the answer is
+    // handed on: a start() caller hears it at once and may start its next command here.
     if (end < chunk.length) this.destroy();
+    job.resolve(answer);
   }
 
   destroy(): void {

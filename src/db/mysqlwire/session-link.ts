@@ -12,6 +12,8 @@ import { STATUS, errPacket, okPacket } from './packets.js';
 import { refusalError, wireError } from './wire-errors.js';
 import { poolSignature } from './server-pool.js';
 import { ServerLost, type Answer, type ServerConn } from './server-conn.js';
+import type { ResponseKind } from './response-scanner.js';
+import { STARTED } from './session-states.js';
 import { PIN, PIN_MASK, PIN_REASONS } from './session-state.js';
 import type { KillRequest } from './kill.js';
 import type { Login } from './session-login.js';
@@ -129,33 +131,92 @@ export class Link {
       conn = await this.#take();
       if (!conn) return;
     }
-    this.#running = conn;
-    // Each command must end within the pool's request timeout; then it is killed upstream.
-    this.#commandBy = performance.now() + this.#login.pool!.settings.requestTimeoutMs;
-    this.#armBy(this.#commandBy);
+    this.#begin(conn);
     try {
       await work(conn);
     } catch (err) {
       this.#commandBy = 0;
       if (!(err instanceof ServerLost)) throw err;
-      this.#running = null;
-      this.#held = null;
-      // The client left mid-command (close() cut the server connection): nothing was lost upstream.
-      if (this.#closed()) return;
-      const hadState = this.#pins !== 0;
-      this.unpin(PIN_MASK);
-      this.#settle('upstream_aborted', 502);
-      w.refused('upstream lost', 'lostConnection', 'lost connection to the database during the command');
-      // Bytes of a result already went out: no clean ERR can follow them. In session mode the session is gone.
-      if (err.forwarded) w.close();
-      else if (this.sessionMode) w.fail(1, 'lostConnection', 'Lost connection to the database during the command; the session (wirePoolMode session) ended');
-      else w.send(wireError(1, 'lostConnection', `Lost connection to the database during the command; any open transaction was rolled back${hadState ? ' and the session state (variables, temporary tables, locks) is gone' : ''}`));
+      this.#lost(err);
       return;
     }
+    this.#end(conn);
+  }
+
+  /**
+   * The held connection when a command can start on it now, with nothing to wait for (no slot to take, no
+   * connection to check out); null when run() must do it. Per statement inside a transaction this is the usual case.
+   */
+  ready(): ServerConn | null {
+    const conn = this.#held;
+    if (conn === null || !conn.alive || conn.busy) return null;
+    // Pinned outside a transaction: the key and pool are checked at each statement (run() refuses it).
+    if (conn.clean && typeof this.#login.recheck() === 'string') return null;
+    return conn;
+  }
+
+  /**
+   * run() without a promise or an await for a command that needs nothing from its answer: `cmd` goes to
+   * `conn` (from ready()) now, its answer to the client, and the session hears that it ended through
+   * wire.commandEnded(). Three promises and their reactions per statement cost more than the rest of its relay.
+   */
+  start(conn: ServerConn, cmd: Buffer, kind: ResponseKind): typeof STARTED {
+    this.#begin(conn);
+    conn.start(cmd, kind, this.#wire.sink, this.#answered, this.#broke);
+    return STARTED;
+  }
+
+  // Called from the server connection's read: a bug must cost this session, never the process (as a command's rejected promise does).
+  readonly #answered = (): void => {
+    try {
+      const conn = this.#running;
+      if (conn) this.#end(conn);
+    } catch (err) {
+      return this.#wire.commandFailed(err);
+    }
+    this.#wire.commandEnded();
+  };
+
+  readonly #broke = (err: ServerLost): void => {
+    try {
+      this.#commandBy = 0;
+      this.#lost(err);
+    } catch (e) {
+      return this.#wire.commandFailed(e);
+    }
+    this.#wire.commandEnded();
+  };
+
+  /** A command starts on `conn`: it must end within the pool's request timeout, else it is killed upstream. */
+  #begin(conn: ServerConn): void {
+    this.#running = conn;
+    this.#commandBy = performance.now() + this.#login.pool!.settings.requestTimeoutMs;
+    this.#armBy(this.#commandBy);
+  }
+
+  /** The command's answer was relayed. */
+  #end(conn: ServerConn): void {
     this.#commandBy = 0;
     this.#running = null;
     if (this.#closed()) return;
     this.#after(conn);
+  }
+
+  /** The command's server connection broke before its answer ended. */
+  #lost(err: ServerLost): void {
+    const w = this.#wire;
+    this.#running = null;
+    this.#held = null;
+    // The client left mid-command (close() cut the server connection): nothing was lost upstream.
+    if (this.#closed()) return;
+    const hadState = this.#pins !== 0;
+    this.unpin(PIN_MASK);
+    this.#settle('upstream_aborted', 502);
+    w.refused('upstream lost', 'lostConnection', 'lost connection to the database during the command');
+    // Bytes of a result already went out: no clean ERR can follow them. In session mode the session is gone.
+    if (err.forwarded) w.close();
+    else if (this.sessionMode) w.fail(1, 'lostConnection', 'Lost connection to the database during the command; the session (wirePoolMode session) ended');
+    else w.send(wireError(1, 'lostConnection', `Lost connection to the database during the command; any open transaction was rolled back${hadState ? ' and the session state (variables, temporary tables, locks) is gone' : ''}`));
   }
 
   /** A slot and a server connection for a command; null when refused (the client was answered) or the session closed. */
