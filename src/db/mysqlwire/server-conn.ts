@@ -154,8 +154,8 @@ export class ServerConn {
    * ends it. The caller has checked the connection is alive and not busy, so neither is called before this
    * returns. The fast path of a statement on a held connection (session-link.ts start()).
    */
-  start(cmd: Buffer, kind: ResponseKind, sink: Sink, done: (a: Answer) => void, lost: (e: ServerLost) => void): void {
-    this.#scanner.start(kind, this.status, false);
+  start(cmd: Buffer, kind: ResponseKind, sink: Sink, localFiles: boolean, done: (a: Answer) => void, lost: (e: ServerLost) => void): void {
+    this.#scanner.start(kind, this.status, localFiles);
     this.commands++;
     this.#job = { resolve: done, reject: lost, sink, chunks: [], forwarded: false };
     this.#writer.write(cmd);

@@ -74,9 +74,8 @@ export class Protocol {
         const effects = sessionEffects(p, pool.database!.name, held !== null && !held.clean);
         if ((effects & PIN_MASK) !== 0 && pool.settings.wireSessionState === 'refuse') return this.#refuseState();
         const localFiles = (this.#login.variant & CLIENT.LOCAL_FILES) !== 0;
-        // Inside a transaction: straight to the held connection (no state to track, no file the server may ask for).
-        const conn = effects === 0 && !localFiles ? this.#link.ready() : null;
-        if (conn) return this.#link.start(conn, frame(0, p), 'result');
+        // No state to track: relayed (with the client's file, when the server asks for one).
+        if (effects === 0) return this.#link.relay(frame(0, p), 'result', localFiles ? this.#files : null);
         return this.#forward(p, 'result', effects, localFiles);
       }
       case COM.FIELD_LIST:
@@ -162,8 +161,13 @@ export class Protocol {
    * and the server's answer goes on (OK or ERR, maybe more results).
    */
   async #query(conn: ServerConn, cmd: Buffer): Promise<Answer> {
+    return this.#files(conn, await conn.run(cmd, 'result', this.#wire.sink, true));
+  }
+
+  /** From an answer that may ask for a LOCAL INFILE file: each file relayed, then the answer's end. */
+  readonly #files = async (conn: ServerConn, asked: Answer): Promise<Answer> => {
     const w = this.#wire;
-    let a = await conn.run(cmd, 'result', w.sink, true);
+    let a = asked;
     while (a.fileRequest) {
       const rest = conn.follow(w.sink);
       const file: InFile = { conn, sent: false, done: () => {} };
@@ -179,7 +183,7 @@ export class Protocol {
       a = await rest;
     }
     return a;
-  }
+  };
 
   /** State 'infile': one packet of the file, relayed as is; the empty one ends the file. */
   filePacket(p: Packet): void {
