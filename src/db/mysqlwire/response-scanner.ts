@@ -52,7 +52,7 @@ export class ResponseScanner {
     this.status = status;
     this.#state = kind === 'fields' ? 'defs' : 'first';
     this.#count = 0;
-    this.#sections = [];
+    this.#sections.length = 0;
     this.error = false;
     this.#hdrHave = 0;
     this.#inPayload = false;

@@ -50,6 +50,9 @@ export interface ServerStatement {
   params: number;
 }
 
+/** A forwarded answer's chunks: none are kept (one shared empty list, not one per command). */
+const NO_CHUNKS: Buffer[] = [];
+
 /** COM_QUIT: the server ends the session and closes its end. */
 const QUIT = Buffer.from([1, 0, 0, 0, 0x01]);
 /** How long a closing connection's server gets to close its end before the socket is cut. */
@@ -144,7 +147,7 @@ export class ServerConn {
     this.#scanner.start(kind, this.status, localFiles);
     this.commands++;
     return new Promise((resolve, reject) => {
-      this.#job = { resolve, reject, sink, chunks: [], forwarded: false };
+      this.#job = { resolve, reject, sink, chunks: sink ? NO_CHUNKS : [], forwarded: false };
       this.#writer.write(cmd);
     });
   }
@@ -157,7 +160,7 @@ export class ServerConn {
   start(cmd: Buffer, kind: ResponseKind, sink: Sink, localFiles: boolean, done: (a: Answer) => void, lost: (e: ServerLost) => void): void {
     this.#scanner.start(kind, this.status, localFiles);
     this.commands++;
-    this.#job = { resolve: done, reject: lost, sink, chunks: [], forwarded: false };
+    this.#job = { resolve: done, reject: lost, sink, chunks: NO_CHUNKS, forwarded: false };
     this.#writer.write(cmd);
   }
 
@@ -166,7 +169,7 @@ export class ServerConn {
     if (this.#gone) return Promise.reject(new ServerLost(true));
     this.#scanner.resume();
     return new Promise((resolve, reject) => {
-      this.#job = { resolve, reject, sink, chunks: [], forwarded: true };
+      this.#job = { resolve, reject, sink, chunks: sink ? NO_CHUNKS : [], forwarded: true };
     });
   }
 
