@@ -177,4 +177,29 @@ if (skip) {
     await until('the server connection reset and idle again', () => idleServers() >= Math.max(1, idleBefore));
     t.same((await direct.query('SELECT id FROM f'))[0], [], 'nothing committed');
   });
+
+  // Statements on a held connection start at once and end from the server's read (session-link.ts start()):
+  // the next pipelined command is read from there, not after a promise settles.
+  for (const caps of [0, LOCAL_FILES]) {
+    t.test(`pipelined in one write${caps ? ' (a client with CLIENT_LOCAL_FILES)' : ''}: BEGIN, statements, an error and COMMIT answered in order`, async (t) => {
+      const c = await raw({ caps });
+      const id = caps ? 11 : 10;
+      c.socket.write(Buffer.concat([
+        query('BEGIN'), query(`INSERT INTO f VALUES (${id})`), query('SELECT * FROM no_such_table'),
+        query(`SELECT id FROM f WHERE id = ${id}`), query('COMMIT'),
+      ]));
+      t.equal((await c.read())!.payload[0], 0x00, 'BEGIN: OK');
+      t.equal((await c.read())!.payload[0], 0x00, 'INSERT: OK');
+      t.equal(err(await c.read())?.errno, 1146, 'the missing table: its ERR, and the transaction goes on');
+      t.equal((await c.read())!.payload[0], 1, 'SELECT: one column');
+      const result: number[] = [];
+      for (let i = 0; i < 4; i++) result.push((await c.read())!.payload[0]!);
+      t.same(result, [0x03, 0xfe, 0x02, 0xfe], 'its column, EOF, the row written inside the transaction, EOF');
+      t.equal((await c.read())!.payload[0], 0x00, 'COMMIT: OK');
+      t.same((await direct.query(`SELECT id FROM f WHERE id = ${id}`))[0], [{ id }], 'the row is committed');
+      await until('the slot comes back after COMMIT', () => governor.state(w.poolId).inFlight === 0 && listener.counts(w.poolId).inTransaction === 0);
+      c.socket.end();
+      await nothingHeld(t, 'pipelined');
+    });
+  }
 }

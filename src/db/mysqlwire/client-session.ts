@@ -21,7 +21,7 @@ import { directReads } from '../direct-reads.js';
 import { DirectWriter } from '../direct-writes.js';
 import type { Sink } from './server-conn.js';
 import { replaying } from '../replay-stream.js';
-import { STATES, illegalPacket, legalTransition, type State } from './session-states.js';
+import { STARTED, STATES, illegalPacket, legalTransition, type Command, type State } from './session-states.js';
 import { Login } from './session-login.js';
 import { Link } from './session-link.js';
 import { Protocol } from './session-protocol.js';
@@ -59,8 +59,12 @@ export interface SessionWire {
   readonly socket: Socket;
   /** Where forwarded answers go: the client connection's writer. */
   readonly sink: Sink;
-  /** A command's promise is pending (it may outlive state 'running' while a LOCAL INFILE file drains). */
+  /** A command is pending (it may outlive state 'running' while a LOCAL INFILE file drains). */
   readonly inFlight: boolean;
+  /** A command that answered STARTED (session-states.ts) ended; the next packets are read. */
+  commandEnded(): void;
+  /** A command that answered STARTED failed unexpectedly (a bug): the session is closed. */
+  commandFailed(err: unknown): void;
   enter(to: State): void;
   /** Reads the packets waiting, as far as the state allows. */
   pump(): void;
@@ -97,8 +101,8 @@ export class ClientSession {
   #writer: DirectWriter;
   #state: State = 'handshake';
   readonly #frames = new FrameReader(MAX_LOGIN_PACKET);
-  /** The command running now (its promise), if any. */
-  #command: Promise<void> | null = null;
+  /** A command is running (its promise, or one that answered STARTED and calls commandEnded). */
+  #inFlight = false;
   /** A session whose login was logged, for its end line (src/db/wire-log.ts). */
   #logged: { start: number; user: string; peer: string; transactions: number; reason: string | undefined } | null = null;
   /** Where the TCP connection's bytes go: the packet reader, until a TLS upgrade takes them. */
@@ -132,7 +136,9 @@ export class ClientSession {
       get state() { return s.#state; },
       get socket() { return s.#socket; },
       sink: { write: (b) => this.#writer.write(b), onDrain: (f) => void this.#socket.once('drain', f) },
-      get inFlight() { return s.#command !== null; },
+      get inFlight() { return s.#inFlight; },
+      commandEnded: this.#commandDone,
+      commandFailed: this.#commandFailed,
       enter: (to) => this.#enter(to),
       pump: () => this.#pump(),
       send: (b) => this.#send(b),
@@ -196,7 +202,7 @@ export class ClientSession {
         }
         return;
       }
-      let r: void | Promise<void>;
+      let r: Command;
       try {
         r = this.#packet(p);
       } catch (err) {
@@ -205,17 +211,21 @@ export class ClientSession {
         this.close();
         return;
       }
-      if (r instanceof Promise) {
+      if (r === STARTED) {
+        // Started on a held connection (session-link.ts start()): it calls commandEnded from the server's read.
         if (this.#state === 'idle') this.#enter('running');
+        this.#inFlight = true;
+      } else if (r instanceof Promise) {
+        if (this.#state === 'idle') this.#enter('running');
+        this.#inFlight = true;
         // One reaction per command (not .catch().finally(): a promise and a microtask more per statement).
-        const command = r.then(this.#commandDone, this.#commandFailed);
-        this.#command = command;
+        void r.then(this.#commandDone, this.#commandFailed);
       }
     }
   }
 
   readonly #commandDone = (): void => {
-    this.#command = null;
+    this.#inFlight = false;
     if (this.#state === 'running') this.#enter('idle');
     this.#pump();
   };
@@ -227,7 +237,7 @@ export class ClientSession {
   };
 
   /** A packet, to the part the state names. */
-  #packet(p: Packet): void | Promise<void> {
+  #packet(p: Packet): Command {
     switch (this.#state) {
       case 'handshake':
         return this.login.handshake(p);

@@ -36,6 +36,7 @@ export interface Sink {
 }
 
 interface Job {
+  /** A promise's (run(), follow()) or start()'s callbacks. */
   resolve(a: Answer): void;
   reject(e: ServerLost): void;
   sink: Sink | null;
@@ -48,6 +49,9 @@ export interface ServerStatement {
   id: number;
   params: number;
 }
+
+/** A forwarded answer's chunks: none are kept (one shared empty list, not one per command). */
+const NO_CHUNKS: Buffer[] = [];
 
 /** COM_QUIT: the server ends the session and closes its end. */
 const QUIT = Buffer.from([1, 0, 0, 0, 0x01]);
@@ -143,9 +147,21 @@ export class ServerConn {
     this.#scanner.start(kind, this.status, localFiles);
     this.commands++;
     return new Promise((resolve, reject) => {
-      this.#job = { resolve, reject, sink, chunks: [], forwarded: false };
+      this.#job = { resolve, reject, sink, chunks: sink ? NO_CHUNKS : [], forwarded: false };
       this.#writer.write(cmd);
     });
+  }
+
+  /**
+   * As run(), without a promise: the answer goes to `done`, or the loss to `lost`, called from the read that
+   * ends it. The caller has checked the connection is alive and not busy, so neither is called before this
+   * returns. The fast path of a statement on a held connection (session-link.ts start()).
+   */
+  start(cmd: Buffer, kind: ResponseKind, sink: Sink, localFiles: boolean, done: (a: Answer) => void, lost: (e: ServerLost) => void): void {
+    this.#scanner.start(kind, this.status, localFiles);
+    this.commands++;
+    this.#job = { resolve: done, reject: lost, sink, chunks: NO_CHUNKS, forwarded: false };
+    this.#writer.write(cmd);
   }
 
   /** Follows the rest of an answer that paused at a LOCAL INFILE request; call it before the file's last (empty) packet goes out. */
@@ -153,7 +169,7 @@ export class ServerConn {
     if (this.#gone) return Promise.reject(new ServerLost(true));
     this.#scanner.resume();
     return new Promise((resolve, reject) => {
-      this.#job = { resolve, reject, sink, chunks: [], forwarded: true };
+      this.#job = { resolve, reject, sink, chunks: sink ? NO_CHUNKS : [], forwarded: true };
     });
   }
 
@@ -190,9 +206,11 @@ export class ServerConn {
     this.#job = null;
     this.status = this.#scanner.status;
     const bytes = job.sink ? null : Buffer.concat(job.chunks);
-    job.resolve(this.#scanner.fileRequest ? { error: false, status: this.status, bytes, fileRequest: true } : { error: this.#scanner.error, status: this.status, bytes });
-    // Bytes past the answer: the two sides no longer agree where packets are.
+    const answer: Answer = this.#scanner.fileRequest ? { error: false, status: this.status, bytes, fileRequest: true } : { error: this.#scanner.error, status: this.status, bytes };
+    // Bytes past the answer: the two sides no longer agree where packets are. Destroyed before the answer is
+    // handed on: a start() caller hears it at once and may start its next command here.
     if (end < chunk.length) this.destroy();
+    job.resolve(answer);
   }
 
   destroy(): void {

@@ -88,7 +88,20 @@ class PoolConns implements IdleHolder {
   }
 }
 
+/** Signatures by pool entry: a snapshot's entries do not change (a new snapshot brings new ones). */
+const signatures = new WeakMap<PoolEntry, string | null>();
+
+/** What a pool's server connections were opened for (target and role); null without a database role. Once per entry, not per transaction. */
 export function poolSignature(pool: PoolEntry): string | null {
+  let s = signatures.get(pool);
+  if (s === undefined) {
+    s = signatureOf(pool);
+    signatures.set(pool, s);
+  }
+  return s;
+}
+
+function signatureOf(pool: PoolEntry): string | null {
   const cred = pool.credential?.method === 'postgres_role' ? pool.credential : null;
   const db = pool.database;
   if (!cred || !db) return null;
@@ -105,6 +118,25 @@ export class ServerPool {
     this.#opts = opts;
     this.#timer = setInterval(() => this.#sweep(), opts.pools.sweepEveryMs);
     this.#timer.unref();
+  }
+
+  /**
+   * An idle connection that fits as it is (same variant and collation), taken at once with no promise; null
+   * when checkout() must convert, open or wait for one. The caller holds a governor slot.
+   */
+  takeIdle(pool: PoolEntry, signature: string, variant: number, collation: number): ServerConn | null {
+    const pc = this.#byPool.get(pool.id);
+    if (!pc || pc.signature !== signature || this.#closed) return null;
+    this.#opts.pools.of(pool);
+    const idle = pc.idle;
+    for (let j = idle.length - 1; j >= 0; j--) {
+      const c = idle[j]!;
+      if (c.variant !== variant || c.collation !== collation) continue;
+      if (j === idle.length - 1) idle.pop();
+      else idle.splice(j, 1);
+      return c;
+    }
+    return null;
   }
 
   /** A connection for one command or transaction of `pool`; the caller holds a governor slot. */

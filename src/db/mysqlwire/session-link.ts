@@ -12,12 +12,20 @@ import { STATUS, errPacket, okPacket } from './packets.js';
 import { refusalError, wireError } from './wire-errors.js';
 import { poolSignature } from './server-pool.js';
 import { ServerLost, type Answer, type ServerConn } from './server-conn.js';
+import type { ResponseKind } from './response-scanner.js';
+import { STARTED, type Command } from './session-states.js';
 import { PIN, PIN_MASK, PIN_REASONS } from './session-state.js';
 import type { KillRequest } from './kill.js';
 import type { Login } from './session-login.js';
 import type { ClientSession, SessionWire } from './client-session.js';
 
 const NO_HEADERS: Array<[string, string]> = [];
+
+/**
+ * A COM_QUERY's LOCAL INFILE exchange (session-protocol.ts): given the answer that asked for a file, relays
+ * the client's file and resolves with the answer's end.
+ */
+export type Files = (conn: ServerConn, asked: Answer) => Promise<Answer>;
 
 export class Link {
   readonly #wire: SessionWire;
@@ -45,6 +53,8 @@ export class Link {
   #timer: NodeJS.Timeout | null = null;
   /** When #timer fires (performance.now() ms). */
   #timerAt = 0;
+  /** The LOCAL INFILE exchange of the command start() runs, when the server may ask for a file. */
+  #files: Files | null = null;
   /** Session state the client made on #held (session-state.ts PIN bits): it keeps #held and the slot while any is set. */
   #pins = 0;
   /** The slot held now was held pinned at some point: its hold time is no latency sample. */
@@ -126,40 +136,136 @@ export class Link {
       if (typeof pool === 'string') return w.fail(1, 'accessDenied', pool);
     }
     if (!conn) {
-      conn = await this.#take();
+      const taken = this.#take();
+      conn = taken instanceof Promise ? await taken : taken;
       if (!conn) return;
     }
-    this.#running = conn;
-    // Each command must end within the pool's request timeout; then it is killed upstream.
-    this.#commandBy = performance.now() + this.#login.pool!.settings.requestTimeoutMs;
-    this.#armBy(this.#commandBy);
+    await this.#runOn(conn, work);
+  }
+
+  async #runOn(conn: ServerConn, work: (conn: ServerConn) => Promise<Answer>): Promise<void> {
+    this.#begin(conn);
     try {
       await work(conn);
     } catch (err) {
       this.#commandBy = 0;
       if (!(err instanceof ServerLost)) throw err;
-      this.#running = null;
-      this.#held = null;
-      // The client left mid-command (close() cut the server connection): nothing was lost upstream.
-      if (this.#closed()) return;
-      const hadState = this.#pins !== 0;
-      this.unpin(PIN_MASK);
-      this.#settle('upstream_aborted', 502);
-      w.refused('upstream lost', 'lostConnection', 'lost connection to the database during the command');
-      // Bytes of a result already went out: no clean ERR can follow them. In session mode the session is gone.
-      if (err.forwarded) w.close();
-      else if (this.sessionMode) w.fail(1, 'lostConnection', 'Lost connection to the database during the command; the session (wirePoolMode session) ended');
-      else w.send(wireError(1, 'lostConnection', `Lost connection to the database during the command; any open transaction was rolled back${hadState ? ' and the session state (variables, temporary tables, locks) is gone' : ''}`));
+      this.#lost(err);
       return;
     }
+    this.#end(conn);
+  }
+
+  /**
+   * A command whose answer is only relayed: started at once (start()) on the held connection, or on one
+   * taken now with a free slot and an idle connection, as an autocommit statement or a BEGIN takes them;
+   * through run() when either must be waited for.
+   */
+  relay(cmd: Buffer, kind: ResponseKind, files: Files | null = null): Command {
+    const relayed = files ? (c: ServerConn) => c.run(cmd, kind, this.#wire.sink, true).then((a) => files(c, a)) : (c: ServerConn) => c.run(cmd, kind, this.#wire.sink);
+    if (this.#held !== null) {
+      const conn = this.ready();
+      return conn ? this.start(conn, cmd, kind, files) : this.run(relayed);
+    }
+    const taken = this.#take();
+    if (taken instanceof Promise) return taken.then((conn) => (conn ? this.#runOn(conn, relayed) : undefined));
+    return taken ? this.start(taken, cmd, kind, files) : undefined;
+  }
+
+  /**
+   * The held connection when a command can start on it now, with nothing to wait for (no slot to take, no
+   * connection to check out); null when run() must do it. Per statement inside a transaction this is the usual case.
+   */
+  ready(): ServerConn | null {
+    const conn = this.#held;
+    if (conn === null || !conn.alive || conn.busy) return null;
+    // Pinned outside a transaction: the key and pool are checked at each statement (run() refuses it).
+    if (conn.clean && typeof this.#login.recheck() === 'string') return null;
+    return conn;
+  }
+
+  /**
+   * run() without a promise or an await for a command that needs nothing from its answer: `cmd` goes to
+   * `conn` (from ready()) now, its answer to the client, and the session hears that it ended through
+   * wire.commandEnded(). Three promises and their reactions per statement cost more than the rest of its relay.
+   */
+  start(conn: ServerConn, cmd: Buffer, kind: ResponseKind, files: Files | null = null): typeof STARTED {
+    this.#begin(conn);
+    this.#files = files;
+    conn.start(cmd, kind, this.#wire.sink, files !== null, this.#answered, this.#broke);
+    return STARTED;
+  }
+
+  // Called from the server connection's read: a bug must cost this session, never the process (as a command's rejected promise does).
+  readonly #answered = (a: Answer): void => {
+    if (a.fileRequest && this.#files && this.#running) {
+      // The server asks for a LOCAL INFILE file: the rest of the answer follows the client's file.
+      this.#files(this.#running, a).then(this.#answered, this.#fileFailed);
+      return;
+    }
+    try {
+      const conn = this.#running;
+      if (conn) this.#end(conn);
+    } catch (err) {
+      return this.#wire.commandFailed(err);
+    }
+    this.#wire.commandEnded();
+  };
+
+  readonly #fileFailed = (err: unknown): void => {
+    if (err instanceof ServerLost) return this.#broke(err);
+    this.#commandBy = 0;
+    this.#wire.commandFailed(err);
+  };
+
+  readonly #broke = (err: ServerLost): void => {
+    try {
+      this.#commandBy = 0;
+      this.#lost(err);
+    } catch (e) {
+      return this.#wire.commandFailed(e);
+    }
+    this.#wire.commandEnded();
+  };
+
+  /** A command starts on `conn`: it must end within the pool's request timeout, else it is killed upstream. */
+  #begin(conn: ServerConn): void {
+    this.#running = conn;
+    this.#commandBy = performance.now() + this.#login.pool!.settings.requestTimeoutMs;
+    this.#armBy(this.#commandBy);
+  }
+
+  /** The command's answer was relayed. */
+  #end(conn: ServerConn): void {
     this.#commandBy = 0;
     this.#running = null;
     if (this.#closed()) return;
     this.#after(conn);
   }
 
-  /** A slot and a server connection for a command; null when refused (the client was answered) or the session closed. */
-  async #take(): Promise<ServerConn | null> {
+  /** The command's server connection broke before its answer ended. */
+  #lost(err: ServerLost): void {
+    const w = this.#wire;
+    this.#running = null;
+    this.#held = null;
+    // The client left mid-command (close() cut the server connection): nothing was lost upstream.
+    if (this.#closed()) return;
+    const hadState = this.#pins !== 0;
+    this.unpin(PIN_MASK);
+    this.#settle('upstream_aborted', 502);
+    w.refused('upstream lost', 'lostConnection', 'lost connection to the database during the command');
+    // Bytes of a result already went out: no clean ERR can follow them. In session mode the session is gone.
+    if (err.forwarded) w.close();
+    else if (this.sessionMode) w.fail(1, 'lostConnection', 'Lost connection to the database during the command; the session (wirePoolMode session) ended');
+    else w.send(wireError(1, 'lostConnection', `Lost connection to the database during the command; any open transaction was rolled back${hadState ? ' and the session state (variables, temporary tables, locks) is gone' : ''}`));
+  }
+
+  /**
+   * A slot and a server connection for a command: taken at once when the governor has a slot free and the
+   * upstream pool an idle connection (no promise), else a promise that waits for them; null when refused (the
+   * client was answered) or the session closed.
+   */
+  #take(): ServerConn | null | Promise<ServerConn | null> {
     const w = this.#wire;
     const pool = this.#login.recheck();
     if (typeof pool === 'string') {
@@ -173,8 +279,14 @@ export class Link {
       return null;
     }
     const started = performance.now();
-    let admission = w.deps.governor.acquire({ poolId: pool.id, waitMs: pool.settings.queueTimeoutMs, abortable: this.#abortable });
-    if (admission instanceof Promise) admission = await admission;
+    const admission = w.deps.governor.acquire({ poolId: pool.id, waitMs: pool.settings.queueTimeoutMs, abortable: this.#abortable });
+    if (admission instanceof Promise) return admission.then((a) => this.#admitted(pool, signature, started, a));
+    return this.#admitted(pool, signature, started, admission);
+  }
+
+  /** The governor's answer: refused (the client is answered), or the slot, with a server connection to go with it. */
+  #admitted(pool: PoolEntry, signature: string, started: number, admission: Admission): ServerConn | null | Promise<ServerConn | null> {
+    const w = this.#wire;
     // Counted as queued only when the governor really queued it (a Redis answer is always a promise).
     this.#waited = admission.queued === true;
     this.#queuedMs = admission.queuedMs;
@@ -198,6 +310,15 @@ export class Link {
     this.#permit = admission.permit;
     this.#admission = admission;
     this.#heldSince = performance.now();
+    const idle = w.deps.servers.takeIdle(pool, signature, this.#login.variant, this.#login.collation);
+    if (idle === null) return this.#connect(pool, signature);
+    this.#held = idle;
+    return idle;
+  }
+
+  /** A server connection for the slot just taken, when none waits idle (opened, or waited for). */
+  async #connect(pool: PoolEntry, signature: string): Promise<ServerConn | null> {
+    const w = this.#wire;
     let conn: ServerConn;
     try {
       conn = await w.deps.servers.checkout(pool, signature, this.#login.variant, this.#login.collation);

@@ -13,6 +13,7 @@ import { killRequest, processKill } from './kill.js';
 import type { Login } from './session-login.js';
 import type { Link } from './session-link.js';
 import type { ClientSession, SessionWire } from './client-session.js';
+import type { Command } from './session-states.js';
 
 /** MariaDB's COM_STMT_EXECUTE id for "the statement prepared just before" (pipelined prepare + execute). */
 const LAST_PREPARED = 0xffffffff;
@@ -45,7 +46,7 @@ export class Protocol {
   }
 
   /** State 'idle': one command (sequence id 0); a promise while it runs upstream. */
-  command(p: Buffer): void | Promise<void> {
+  command(p: Buffer): Command {
     const w = this.#wire;
     const pool = this.#login.pool!;
     this.#link.active();
@@ -72,7 +73,10 @@ export class Protocol {
         const held = this.#link.held;
         const effects = sessionEffects(p, pool.database!.name, held !== null && !held.clean);
         if ((effects & PIN_MASK) !== 0 && pool.settings.wireSessionState === 'refuse') return this.#refuseState();
-        return this.#forward(p, 'result', effects, (this.#login.variant & CLIENT.LOCAL_FILES) !== 0);
+        const localFiles = (this.#login.variant & CLIENT.LOCAL_FILES) !== 0;
+        // No state to track: relayed (with the client's file, when the server asks for one).
+        if (effects === 0) return this.#link.relay(frame(0, p), 'result', localFiles ? this.#files : null);
+        return this.#forward(p, 'result', effects, localFiles);
       }
       case COM.FIELD_LIST:
         return this.#forward(p, 'fields');
@@ -157,8 +161,13 @@ export class Protocol {
    * and the server's answer goes on (OK or ERR, maybe more results).
    */
   async #query(conn: ServerConn, cmd: Buffer): Promise<Answer> {
+    return this.#files(conn, await conn.run(cmd, 'result', this.#wire.sink, true));
+  }
+
+  /** From an answer that may ask for a LOCAL INFILE file: each file relayed, then the answer's end. */
+  readonly #files = async (conn: ServerConn, asked: Answer): Promise<Answer> => {
     const w = this.#wire;
-    let a = await conn.run(cmd, 'result', w.sink, true);
+    let a = asked;
     while (a.fileRequest) {
       const rest = conn.follow(w.sink);
       const file: InFile = { conn, sent: false, done: () => {} };
@@ -174,7 +183,7 @@ export class Protocol {
       a = await rest;
     }
     return a;
-  }
+  };
 
   /** State 'infile': one packet of the file, relayed as is; the empty one ends the file. */
   filePacket(p: Packet): void {
@@ -243,7 +252,7 @@ export class Protocol {
     });
   }
 
-  async #execute(p: Buffer): Promise<void> {
+  #execute(p: Buffer): Command {
     const w = this.#wire;
     const st = p.length >= 10 ? this.#statement(p.readUInt32LE(1)) : undefined;
     if (!st) return w.send(wireError(1, 'unknownStatement', 'Unknown prepared statement handler given to mysqld_stmt_execute'));
@@ -254,6 +263,17 @@ export class Protocol {
       return w.send(wireError(1, 'packetTooLarge', `long data over ${LONG_DATA_LIMIT} bytes`));
     }
     if ((st.effects & PIN_MASK) !== 0 && this.#login.pool!.settings.wireSessionState === 'refuse') return this.#refuseState();
+    // Inside a transaction, prepared on the held connection already, no long data, no state to track: started
+    // at once. Anything else (and parameters that do not fit) takes the general path.
+    const conn = st.effects === 0 && st.longData.length === 0 ? this.#link.ready() : null;
+    const server = conn?.statements.get(st.key);
+    const exec = server ? st.executeFor(p, server.id, conn!.mariadb) : null;
+    if (exec) return this.#link.start(conn!, exec, 'result');
+    return this.#executeOnLink(p, st);
+  }
+
+  async #executeOnLink(p: Buffer, st: ClientStatement): Promise<void> {
+    const w = this.#wire;
     // `p` is a view of bytes read (direct-reads.ts) that nothing writes again: executeFor frames a copy of it.
     await this.#link.run(async (conn) => {
       // Prepared on this connection already (the usual case): no await for it.

@@ -47,3 +47,10 @@ export function illegalPacket(state: State, what: string): string {
 export function legalTransition(from: State, to: State): boolean {
   return to === 'closed' ? from !== 'closed' : STATES[from].next.includes(to);
 }
+
+/**
+ * What handling a packet answers: nothing (done, or answered at once), a promise that settles when the command
+ * has ended, or STARTED: the command runs upstream and the session hears its end through commandEnded().
+ */
+export const STARTED: unique symbol = Symbol('started');
+export type Command = void | Promise<void> | typeof STARTED;
