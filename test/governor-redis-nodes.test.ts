@@ -10,7 +10,6 @@
 // arrival → end count does not.
 import t from 'tap';
 import { binArgv, spawnListening } from './helpers/process.js';
-import { join } from 'node:path';
 import type { ChildProcessWithoutNullStreams } from 'node:child_process';
 import { once } from 'node:events';
 import { fromRoot } from '../src/config/paths.js';

@@ -11,7 +11,7 @@ import { createHash } from 'node:crypto';
 import { fromRoot } from '../src/config/paths.js';
 import { request } from 'undici';
 import { binArgv, spawnListening, type Listening } from './helpers/process.js';
-import { freshPostgresDatabase } from './helpers/service.js';
+import { freshPostgresDatabase } from './helpers/postgres-database.js';
 import { startOrigin } from './helpers/origin.js';
 import { startReceiver } from './helpers/receiver.js';
 import { REDIS_URL } from './helpers/servers.js';
