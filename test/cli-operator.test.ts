@@ -8,20 +8,19 @@ import { once } from 'node:events';
 import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fromRoot } from '../src/config/paths.js';
 import { runAdmin } from '../src/admin/commands.js';
 import { version } from '../src/version.js';
 import { seedPgliteDataDir } from './helpers/pglite-template.js';
+import { binArgv } from './helpers/process.js';
 import { startTestApi } from './helpers/service.js';
 
-const BIN = fromRoot('bin', 'poolgate.js');
 
 interface Run { code: number | null; stdout: string; stderr: string }
 
 /** The binary as an operator runs it: from `cwd`, with no poolgate settings but `extra`. */
 async function run(args: string[], cwd: string, extra: Record<string, string> = {}): Promise<Run> {
   const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('POOLGATE_') && k !== 'DATABASE_URL' && k !== 'REDIS_URL' && !k.startsWith('TAP')));
-  const child = spawn(process.execPath, [BIN, ...args], { cwd, env: { ...base, POOLGATE_LOG_LEVEL: 'silent', ...extra } });
+  const child = spawn(process.execPath, binArgv(...args), { cwd, env: { ...base, POOLGATE_LOG_LEVEL: 'silent', ...extra } });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (c: Buffer) => (stdout += c));

@@ -1,6 +1,6 @@
 // The real binary: `node bin/poolgate.js start | control | admin …` as an operator runs it, on a temp data dir.
 import t from 'tap';
-import { spawnListening, type Listening } from './helpers/process.js';
+import { binArgv, spawnListening, type Listening } from './helpers/process.js';
 import { seedPgliteDataDir } from './helpers/pglite-template.js';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
@@ -11,7 +11,6 @@ import { request } from 'undici';
 import { fromRoot } from '../src/config/paths.js';
 
 const ROOT = fromRoot();
-const BIN = join(ROOT, 'bin', 'poolgate.js');
 
 const dataDir = mkdtempSync(join(tmpdir(), 'poolgate-cli-'));
 t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
@@ -41,7 +40,7 @@ interface Run { code: number | null; signal: NodeJS.Signals | null; stdout: stri
 
 /** Runs the binary to completion. */
 async function run(args: string[], extra: Record<string, string> = {}, timeoutMs = 30_000): Promise<Run> {
-  const child = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, env: env(extra) });
+  const child = spawn(process.execPath, binArgv(...args), { cwd: ROOT, env: env(extra) });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (c: Buffer) => (stdout += c));
@@ -55,7 +54,7 @@ async function run(args: string[], extra: Record<string, string> = {}, timeoutMs
 type Running = Listening;
 
 /** Starts `poolgate start` and waits for its listening line. */
-const start = (): Promise<Running> => spawnListening([BIN, 'start'], { cwd: ROOT, env: env(), name: 'poolgate start' });
+const start = (): Promise<Running> => spawnListening(binArgv('start'), { cwd: ROOT, env: env(), name: 'poolgate start' });
 
 async function stop(p: Running): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
   const exited = once(p.child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;

@@ -1,5 +1,6 @@
 // The configuration contract: generated schema and docs never drift, loading validates and names the env var.
 import t from 'tap';
+import { binArgv } from './helpers/process.js';
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -125,7 +126,7 @@ t.test('a POOLGATE_CONFIG file with an unknown key, a bad value, bad JSON or no 
 });
 
 t.test('poolgate start refuses a bad env value before binding anything, and says which variable', async (t) => {
-  const res = await run(process.execPath, [join(root, 'bin', 'poolgate.js'), 'start'], {
+  const res = await run(process.execPath, binArgv('start'), {
     cwd: root,
     env: { ...process.env, POOLGATE_CONTROL_PORT: 'seventy', POOLGATE_DATA_DIR: join(dir, 'data') },
   }).then(

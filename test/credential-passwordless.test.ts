@@ -8,7 +8,8 @@ import { randomBytes } from 'node:crypto';
 import mysql from 'mysql2/promise';
 import pg from 'pg';
 import { MYSQL, PG_URL, needServer } from './helpers/servers.js';
-import { freshPostgresDatabase, startTestApi, startTestService } from './helpers/service.js';
+import { startTestApi, startTestService } from './helpers/service.js';
+import { freshPostgresDatabase } from './helpers/postgres-database.js';
 
 const skip = await needServer('mariadb');
 if (skip) {

@@ -9,8 +9,7 @@
 // request: that count overshoots (12–14 here; 18 with one memory-governor process at the helper), the
 // arrival → end count does not.
 import t from 'tap';
-import { spawnListening } from './helpers/process.js';
-import { join } from 'node:path';
+import { binArgv, spawnListening } from './helpers/process.js';
 import type { ChildProcessWithoutNullStreams } from 'node:child_process';
 import { once } from 'node:events';
 import { fromRoot } from '../src/config/paths.js';
@@ -37,7 +36,7 @@ interface Node {
 
 /** Starts `poolgate dataplane` (the built binary, as an operator runs it) and waits for its listening line. */
 async function startNode(env: Record<string, string>): Promise<Node> {
-  const { child, listening, output } = await spawnListening([join(ROOT, 'bin', 'poolgate.js'), 'dataplane'], {
+  const { child, listening, output } = await spawnListening(binArgv('dataplane'), {
     cwd: ROOT,
     env: { ...process.env, ...env },
     timeoutMs: 40_000,

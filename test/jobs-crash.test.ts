@@ -3,7 +3,7 @@
 // again: every accepted job reaches a terminal status (none lost, none stuck running) and every
 // terminal job has its webhook delivery (pending in the outbox or already attempted).
 import t from 'tap';
-import { spawnListening } from './helpers/process.js';
+import { binArgv, spawnListening } from './helpers/process.js';
 import { spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -19,7 +19,6 @@ import { seedPgliteDataDir } from './helpers/pglite-template.js';
 import { soak } from './helpers/soak.js';
 
 const ROOT = fromRoot();
-const BIN = join(ROOT, 'bin', 'poolgate.js');
 /** Jobs in flight at the SIGKILL: 1,000 in the soak run (test/soak/), 200 in the default suite. */
 const JOBS = soak(1000, 200);
 const TERMINAL = new Set(['completed', 'failed', 'expired']);
@@ -77,7 +76,7 @@ interface Running {
 }
 
 async function start(): Promise<Running> {
-  const { child, listening } = await spawnListening([BIN, 'start'], { cwd: ROOT, env: env(), name: 'poolgate start' });
+  const { child, listening } = await spawnListening(binArgv('start'), { cwd: ROOT, env: env(), name: 'poolgate start' });
   return { child, ports: listening as Record<string, number> };
 }
 
@@ -95,7 +94,7 @@ async function api(p: Running, token: string, method: 'GET' | 'POST', path: stri
 t.test(`SIGKILL with ${JOBS.toLocaleString('en-US')} jobs in flight loses none and leaves none running`, async (t) => {
   let p = await start();
   t.teardown(() => p.child.kill('SIGKILL'));
-  const boot = spawnSync(process.execPath, [BIN, 'admin', 'bootstrap', '--team', 'Crash', '--email', 'ops@crash.test', '--plan', 'team'], { cwd: ROOT, env: env(), encoding: 'utf8' });
+  const boot = spawnSync(process.execPath, binArgv('admin', 'bootstrap', '--team', 'Crash', '--email', 'ops@crash.test', '--plan', 'team'), { cwd: ROOT, env: env(), encoding: 'utf8' });
   t.equal(boot.status, 0, boot.stderr);
   const token = JSON.parse(boot.stdout).token as string;
   const pool = (await api(p, token, 'POST', '/api/v1/pools', { origin: origin.url, name: 'crash' })).data;

@@ -8,7 +8,7 @@ import { RollupBuffer } from '../src/metrics/rollups.js';
 import { minuteRollups } from '../src/store/metrics.js';
 import { bucketOf, quantileMs } from '../src/domain/latency-buckets.js';
 import { until } from './helpers/until.js';
-import { freshPostgresDatabase } from './helpers/service.js';
+import { freshPostgresDatabase } from './helpers/postgres-database.js';
 import { needServer } from './helpers/servers.js';
 
 const MINUTE = 60_000;

@@ -2,6 +2,7 @@
 // refused, with how to make a real one; the compose example keeps no key, names each node's own lock API, and says
 // how to bootstrap the first team.
 import t from 'tap';
+import { binArgv } from './helpers/process.js';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
@@ -26,7 +27,7 @@ t.test('poolgate start refuses the all-zero key before it creates a store', asyn
   const dir = mkdtempSync(join(tmpdir(), 'poolgate-weak-key-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('POOLGATE_') && k !== 'DATABASE_URL' && k !== 'REDIS_URL'));
-  const child = spawn(process.execPath, [fromRoot('bin', 'poolgate.js'), 'start'], {
+  const child = spawn(process.execPath, binArgv('start'), {
     env: { ...env, POOLGATE_DATA_DIR: dir, POOLGATE_SECRET_KEY: '0'.repeat(64), POOLGATE_CONTROL_PORT: '0', POOLGATE_PROXY_PORT: '0', POOLGATE_LOCK_PORT: '0', POOLGATE_METRICS_PORT: '0', POOLGATE_PG_PORT: '0', POOLGATE_MYSQL_PORT: '0' },
   });
   let stderr = '';

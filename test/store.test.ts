@@ -15,7 +15,8 @@ import { acquireDataDirLock, dataDirOwner } from '../src/store/data-dir-lock.js'
 import { loadMasterKey, parseMasterKey, SecretBox } from '../src/security/secret-box.js';
 import { createCredential, openCredential } from '../src/store/credentials.js';
 import { fromRoot } from '../src/config/paths.js';
-import { freshPostgresDatabase, startTestService } from './helpers/service.js';
+import { startTestService } from './helpers/service.js';
+import { freshPostgresDatabase } from './helpers/postgres-database.js';
 import { needServer } from './helpers/servers.js';
 import { seedPgliteDataDir } from './helpers/pglite-template.js';
 import { until } from './helpers/until.js';

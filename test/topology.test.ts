@@ -10,8 +10,8 @@ import { once } from 'node:events';
 import { createHash } from 'node:crypto';
 import { fromRoot } from '../src/config/paths.js';
 import { request } from 'undici';
-import { spawnListening, type Listening } from './helpers/process.js';
-import { freshPostgresDatabase } from './helpers/service.js';
+import { binArgv, spawnListening, type Listening } from './helpers/process.js';
+import { freshPostgresDatabase } from './helpers/postgres-database.js';
 import { startOrigin } from './helpers/origin.js';
 import { startReceiver } from './helpers/receiver.js';
 import { REDIS_URL } from './helpers/servers.js';
@@ -20,7 +20,6 @@ import { promisify } from 'node:util';
 import { until } from './helpers/until.js';
 
 const ROOT = fromRoot();
-const BIN = 'bin/poolgate.js';
 const TOPOLOGY_REDIS = `${REDIS_URL}/13`;
 
 
@@ -61,7 +60,7 @@ t.test('compose topology as processes: one limit over two data plane nodes; a jo
   };
   delete env.POOLGATE_CONFIG;
   const start = async (role: string) => {
-    const l = await spawnListening([BIN, role], { cwd: ROOT, env, timeoutMs: 40_000, name: role });
+    const l = await spawnListening(binArgv(role), { cwd: ROOT, env, timeoutMs: 40_000, name: role });
     children.push(l);
     return l;
   };
@@ -74,7 +73,7 @@ t.test('compose topology as processes: one limit over two data plane nodes; a jo
   const controlUrl = `http://127.0.0.1:${control.listening.control as number}`;
   const proxies = [node1, node2].map((n) => `http://127.0.0.1:${n.listening.proxy as number}`);
 
-  const admin = promisify(execFile)(process.execPath, [BIN, 'admin', 'bootstrap', '--team', 'Topology', '--email', 'ops@example.test', '--plan', 'team'], { cwd: ROOT, env });
+  const admin = promisify(execFile)(process.execPath, binArgv('admin', 'bootstrap', '--team', 'Topology', '--email', 'ops@example.test', '--plan', 'team'), { cwd: ROOT, env });
   const { token } = JSON.parse((await admin).stdout) as { token: string };
   const api = async (method: 'GET' | 'POST' | 'PATCH', path: string, body?: unknown) => {
     const res = await request(`${controlUrl}${path}`, {

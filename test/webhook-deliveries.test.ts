@@ -3,6 +3,7 @@
 // recomputed here with node:crypto, retries with the identical body, deactivation at exactly 8 failures,
 // reset on success, re-enable, rotation, outbound Authorization, and at-least-once across a worker crash.
 import t from 'tap';
+import { binArgv } from './helpers/process.js';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, createHmac, randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -11,7 +12,6 @@ import { join } from 'node:path';
 import { startTestService, type TestService } from './helpers/service.js';
 import { startReceiver } from './helpers/receiver.js';
 import { needServer } from './helpers/servers.js';
-import { fromRoot } from '../src/config/paths.js';
 import { enqueueJobEvent } from '../src/webhooks/outbox.js';
 import { retryDelayMs } from '../src/webhooks/backoff.js';
 import { verifyDelivery } from '../src/index.js';
@@ -257,7 +257,7 @@ t.test('at-least-once: a worker killed mid-delivery leaves the row, and the next
   const workers: ChildProcess[] = [];
   t.teardown(() => workers.forEach((w) => w.exitCode === null && w.kill('SIGKILL')));
   const startWorker = () => {
-    const child = spawn(process.execPath, [fromRoot('bin', 'poolgate.js'), 'worker'], {
+    const child = spawn(process.execPath, binArgv('worker'), {
       cwd: process.cwd(),
       env: {
         ...process.env,

@@ -2,7 +2,6 @@
 // primary SIGKILLed under it, and what it cost: seconds until admissions resume, requests refused meanwhile
 // (and with what), the origin's peak concurrency before, during and after, and leases left over. Shared by
 // the short test (npm test) and the soak version.
-import { join } from 'node:path';
 import { once } from 'node:events';
 import { createServer as createHttpsServer } from 'node:https';
 import { readFileSync, rmSync } from 'node:fs';
@@ -10,7 +9,7 @@ import type { ChildProcessWithoutNullStreams } from 'node:child_process';
 import { until } from './until.js';
 import { Pool } from 'undici';
 import { fromRoot } from '../../src/config/paths.js';
-import { spawnListening } from './process.js';
+import { binArgv, spawnListening } from './process.js';
 import { selfSignedCert } from './origin.js';
 
 export interface Node {
@@ -54,7 +53,7 @@ export function dataplaneNodeEnv(
 }
 
 export async function startNode(env: Record<string, string>): Promise<Node> {
-  const { child, listening } = await spawnListening([join(fromRoot(), 'bin', 'poolgate.js'), 'dataplane'], {
+  const { child, listening } = await spawnListening(binArgv('dataplane'), {
     cwd: fromRoot(),
     env: { ...process.env, ...env },
     timeoutMs: 60_000,

@@ -1,5 +1,28 @@
 // Runs poolgate as a child process and waits for the one `listening` JSON line it prints on stdout.
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { fromRoot } from '../../src/config/paths.js';
+
+/** bin/poolgate.js, the file `npx poolgate` runs. */
+export const BIN = fromRoot('bin', 'poolgate.js');
+
+/**
+ * The node arguments that run the binary as an operator's shell does: its shebang's V8 flags, then the file.
+ * `node bin/poolgate.js` alone would leave out `--liftoff-only`, and every child that opens the embedded store
+ * would spend ~0.7 s of CPU recompiling PGlite's WebAssembly in TurboFan, which no operator's process does.
+ */
+export function binArgv(...args: string[]): string[] {
+  return [...SHEBANG_FLAGS, BIN, ...args];
+}
+
+// `#!/usr/bin/env -S node --flag …`: the words after `node`.
+const SHEBANG_FLAGS: string[] = (() => {
+  const first = readFileSync(BIN, 'utf8').split('\n', 1)[0]!;
+  const words = first.replace(/^#!/, '').trim().split(/\s+/);
+  const node = words.indexOf('node');
+  if (node < 0) throw new Error(`bin/poolgate.js: no node in its shebang (${first})`);
+  return words.slice(node + 1);
+})();
 
 export interface Listening {
   child: ChildProcessWithoutNullStreams;

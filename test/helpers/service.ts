@@ -5,7 +5,6 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import pg from 'pg';
 import { Pool, type Dispatcher } from 'undici';
 import { loadConfig } from '../../src/config/load.js';
 import type { Config } from '../../src/config/schema.js';
@@ -21,7 +20,7 @@ import { runAdmin } from '../../src/admin/commands.js';
 import type { JobRunnerTuning } from '../../src/jobs/runner.js';
 import type { Lookup } from '../../src/security/targets.js';
 import { createLogger, type Logger } from '../../src/log.js';
-import { PG_URL } from './servers.js';
+import { freshPostgresDatabase } from './postgres-database.js';
 import { OpenApiOracle, type OpenApiDoc } from './openapi.js';
 import { seedPgliteDataDir } from './pglite-template.js';
 
@@ -67,25 +66,6 @@ export interface TestApi extends ApiClient {
   app: ControlApp;
 }
 
-/** A fresh PostgreSQL database on the local server; dropped by the returned function. */
-export async function freshPostgresDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
-  const name = `poolgate_t_${randomBytes(6).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: PG_URL });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
-  await admin.end();
-  const url = new URL(PG_URL);
-  url.pathname = `/${name}`;
-  return {
-    url: url.toString(),
-    async drop() {
-      const c = new pg.Client({ connectionString: PG_URL });
-      await c.connect();
-      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await c.end();
-    },
-  };
-}
 
 export interface TestStoreOptions {
   engine?: Engine;
