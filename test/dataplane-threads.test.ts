@@ -199,7 +199,9 @@ t.test('random client aborts, upstream resets and timeouts over both threads lea
   const TOTAL = 2500;
   const tally = await churn({ clients, host: 'churn.pools.localhost', total: TOTAL, workers: 120, seed: 7, slowShare: 0.02 });
   t.comment(JSON.stringify(Object.fromEntries(tally)));
-  t.ok((tally.get('200') ?? 0) > TOTAL / 2, 'most were served');
+  // The point is the slot accounting below; this only shows the churn did real work. On a loaded machine the short
+  // requests also reach the 300 ms request timeout (dataplane-threads: 925 of 2,500 served at load average 20), so not "most".
+  t.ok((tally.get('200') ?? 0) > TOTAL / 4, 'a quarter or more were served');
   t.ok((tally.get('502') ?? 0) > 0 && (tally.get('504') ?? 0) > 0 && (tally.get('aborted') ?? 0) > 0, 'resets, timeouts and aborts all happened');
   t.ok(await until('zero slots held', () => governor().state(poolId).inFlight === 0, 5000), 'zero slots held');
   t.equal(governor().state(poolId).queued, 0, 'zero waiters');
