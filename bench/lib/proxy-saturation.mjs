@@ -71,6 +71,12 @@ export async function saturation({ log, command }) {
     const pg = await startPoolgateTarget(originUrl, certFile, dir, { pin, maxConcurrent: settings.pool_max_concurrent });
     stops.push(() => pg.stop());
     targets.push({ key: 'poolgate', name: 'poolgate', url: pg.url, headers: pg.headers, pid: pg.pid });
+    // BENCH_BEFORE_ROOT=<dir with another built checkout>: that build too, in the same rounds (a change's before and after).
+    if (process.env.BENCH_BEFORE_ROOT) {
+      const before = await startPoolgateTarget(originUrl, certFile, dir, { bin: join(process.env.BENCH_BEFORE_ROOT, 'bin', 'poolgate.js'), pin, maxConcurrent: settings.pool_max_concurrent });
+      stops.push(() => before.stop());
+      targets.push({ key: 'poolgate_before', name: `poolgate before (${process.env.BENCH_BEFORE_LABEL ?? process.env.BENCH_BEFORE_ROOT})`, url: before.url, headers: before.headers, pid: before.pid });
+    }
     if (haveNginx) {
       const nginx = await startNginx({
         originHost: settings.origin_host, originPort: origin.port, caFile: certFile, tlsName: 'localhost',
@@ -100,7 +106,7 @@ export async function saturation({ log, command }) {
     rmSync(dir, { recursive: true, force: true });
   }
 
-  const medians = ['node_floor', 'poolgate', 'nginx'].map((key) => {
+  const medians = ['node_floor', 'poolgate', 'poolgate_before', 'nginx'].map((key) => {
     const g = rows.filter((r) => r.target === key);
     if (g.length === 0) return null;
     return {
@@ -126,6 +132,8 @@ export async function saturation({ log, command }) {
     poolgate_over_floor_cpu: ratio(of('poolgate')?.cpu_us, floorRow?.cpu_us),
     nginx_over_floor_rps: ratio(of('nginx')?.rps, floorRow?.rps),
     nginx_over_floor_cpu: ratio(of('nginx')?.cpu_us, floorRow?.cpu_us),
+    before_over_floor_rps: ratio(of('poolgate_before')?.rps, floorRow?.rps),
+    before_over_floor_cpu: ratio(of('poolgate_before')?.cpu_us, floorRow?.cpu_us),
   };
   ratios.rps_met = ratios.poolgate_over_floor_rps !== null && ratios.poolgate_over_floor_rps >= SATURATION_TARGET.rps_over_floor;
   ratios.cpu_met = ratios.poolgate_over_floor_cpu !== null && ratios.poolgate_over_floor_cpu <= SATURATION_TARGET.cpu_over_floor;
@@ -168,6 +176,7 @@ export function saturationSection(report) {
     '| ratio to the Node floor | rps | CPU per request |',
     '|---|---:|---:|',
     `| poolgate | ${fmt(q.poolgate_over_floor_rps)} (target ≥ ${report.target.rps_over_floor}: ${met(q.rps_met)}) | ${fmt(q.poolgate_over_floor_cpu)} (target ≤ ${report.target.cpu_over_floor}: ${met(q.cpu_met)}) |`,
+    ...(q.before_over_floor_rps !== null ? [`| poolgate before (BENCH_BEFORE_ROOT) | ${fmt(q.before_over_floor_rps)} | ${fmt(q.before_over_floor_cpu)} |`] : []),
     `| nginx | ${fmt(q.nginx_over_floor_rps)} | ${fmt(q.nginx_over_floor_cpu)} |`,
     ...(notes.length ? ['', 'Notes:', '', ...notes.map((n) => `- ${n}`)] : []),
   ].join('\n');
