@@ -14,6 +14,12 @@
 // pairs. (Under callgrind the proxy serves ~50–100 requests a second, fewer on a loaded machine: keep --rate well
 // below that.)
 // Usage: npm run bench:instructions -- --method=paced [--rate=5 --window=30 --pairs=3]
+//
+// --threads=N (issue 29's "with 2 threads, CPU per request within 10 % of one thread"): poolgate with one data plane
+// thread (poolgate) and with N on one port (poolgate_threadsN, the kernel spreading the connections), same load, same
+// method; callgrind runs the threads one at a time but counts every thread's instructions, so the ratio is what the
+// second thread's sharing (shared governor, record batches to the main thread, per-thread background work) costs.
+// Usage: npm run bench:instructions -- --method=paced --threads=2 [--write-results]
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -30,7 +36,12 @@ const REQUESTS = Number(arg('requests', 2000));
 const WARMUP = Number(arg('warmup', 1500));
 const CONNECTIONS = Number(arg('connections', 16));
 const IDLE_S = Number(arg('idle', 10));
-const TARGETS = arg('targets', process.argv.some((a) => a.startsWith('--before=')) ? 'poolgate_before,poolgate,node_floor' : 'poolgate,node_floor').split(',');
+const THREADS = Number(arg('threads', 1));
+const THREADED = `poolgate_threads${THREADS}`;
+const TARGETS = arg(
+  'targets',
+  THREADS > 1 ? `poolgate,${THREADED}` : process.argv.some((a) => a.startsWith('--before=')) ? 'poolgate_before,poolgate,node_floor' : 'poolgate,node_floor',
+).split(',');
 const WRITE = process.argv.includes('--write-results');
 // --keep=<dir>: the callgrind dumps are copied there (callgrind_annotate shows the native functions; JIT code is unnamed).
 const KEEP = arg('keep', null);
@@ -76,8 +87,9 @@ async function main() {
   const dir = mkdtempSync(join(tmpdir(), 'poolgate-bench-instr-'));
   const cgDir = join(dir, 'cg');
   execFileSync('mkdir', ['-p', cgDir]);
+  // Both targets under the same fair thread lock when one has several data plane threads.
   // Off until the target is up (start-up under instrumentation would take minutes); a dump holds every thread.
-  const wrap = callgrindWrap(cgDir);
+  const wrap = callgrindWrap(cgDir, THREADS > 1);
   const stops = [];
   const rows = [];
   try {
@@ -89,6 +101,7 @@ async function main() {
       const t0 = Date.now();
       const target =
         key === 'poolgate' ? await startPoolgateTarget(originUrl, certFile, dir, { maxConcurrent: 1000, wrap })
+        : key === THREADED && THREADS > 1 ? await startPoolgateTarget(originUrl, certFile, dir, { maxConcurrent: 1000, wrap, threads: THREADS })
         : key === 'poolgate_before' && BEFORE ? await startPoolgateTarget(originUrl, certFile, dir, { maxConcurrent: 1000, wrap, bin: join(BEFORE, 'bin', 'poolgate.js') })
         : key === 'node_floor' ? await startNodeFloor(originUrl, certFile, undefined, wrap).then((f) => ({ ...f, url: `http://127.0.0.1:${f.port}/`, headers: {} }))
         : null;
@@ -149,8 +162,27 @@ async function main() {
   const ratio = pg && floor ? Math.round((100 * pg.ir_per_request) / floor.ir_per_request) / 100 : null;
   const busyRatio = pg && floor && METHOD !== 'paced' ? Math.round((100 * pg.busy_ir_per_request) / floor.busy_ir_per_request) / 100 : null;
   const label = process.env.BENCH_LABEL ?? '';
-  console.log(JSON.stringify({ label, date: new Date().toISOString(), node: process.version, requests: REQUESTS, warmup: WARMUP, connections: CONNECTIONS, rows, poolgate_over_node_floor: ratio, busy_poolgate_over_node_floor: busyRatio }));
-  if (WRITE && METHOD === 'paced') {
+  console.log(JSON.stringify({ label, date: new Date().toISOString(), node: process.version, requests: REQUESTS, warmup: WARMUP, connections: CONNECTIONS, rows, poolgate_over_node_floor: ratio, busy_poolgate_over_node_floor: busyRatio, threads_over_one: threadRatio }));
+  const one = rows.find((r) => r.target === 'poolgate');
+  const many = rows.find((r) => r.target === THREADED);
+  const threadRatio = one && many ? Math.round((100 * many.ir_per_request) / one.ir_per_request) / 100 : null;
+  if (THREADS > 1) log(`${THREADED} / poolgate: ${threadRatio} (target ≤ 1.10)`);
+  if (WRITE && THREADS > 1) {
+    const how =
+      METHOD === 'paced'
+        ? `${WARMUP} warm-up requests, then ${PAIRS} pairs of ${WINDOW_S} s windows, one at ${RATE} requests a second and one at full speed; per request = the difference of a pair's instructions over the difference of its requests (background work cancels); median of the pairs`
+        : `${WARMUP} warm-up requests, then ${REQUESTS} counted`;
+    const cell = (r) => (r.pairs ? r.pairs.map((x) => x.toLocaleString('en')).join(', ') : `${r.requests} requests`);
+    const lines = [
+      `Instructions per proxied request, one data plane thread against ${THREADS} on one port (\`npm run bench:instructions -- --method=${METHOD} --threads=${THREADS}\`, ${new Date().toISOString().slice(0, 10)}, Node ${process.version}${label ? `, ${label}` : ''}):`,
+      `${how}; ${CONNECTIONS} keep-alive connections (the kernel spreads them over the threads), small GET through to the https origin; every thread of the proxy process (callgrind runs them one at a time and counts them all).`,
+      '',
+      '| target | instructions per request | / one thread | each pair | idle instructions per second |',
+      '| --- | ---: | ---: | --- | ---: |',
+      ...rows.map((r) => `| ${r.target} | ${r.ir_per_request.toLocaleString('en')} | ${one ? (r.ir_per_request / one.ir_per_request).toFixed(2) : '—'} | ${cell(r)} | ${Math.round(r.idle_ir_per_s ?? r.idle_ir / r.seconds).toLocaleString('en')} |`),
+    ];
+    writeMarkedSection('instructions-threads', lines.join('\n'), 'Proxy: instructions per request, one thread against several (issue 29)');
+  } else if (WRITE && METHOD === 'paced') {
     const lines = [
       `Instructions per proxied request, background work cancelled (\`npm run bench:instructions -- --method=paced\`, ${new Date().toISOString().slice(0, 10)}, Node ${process.version}${label ? `, ${label}` : ''}):`,
       `${WARMUP} warm-up requests, then ${PAIRS} pairs of ${WINDOW_S} s windows, one at ${RATE} requests a second and one at full speed, over ${CONNECTIONS} keep-alive connections, small GET through to the https origin; per request = the difference of a pair's instructions over the difference of its requests (the background work of equal windows cancels); every thread of the proxy process.`,
