@@ -6,8 +6,8 @@ import { join } from 'node:path';
 
 /**
  * The callgrind command line a target runs under: collection off until the caller turns it on; dumps into `dir`.
- * fair: valgrind's ticket lock between the threads (`--fair-sched=yes`): with its default lock one data plane thread
- * can hold the CPU while another's requests wait (a process with two data plane threads served ~1 request a second).
+ * fair: valgrind's ticket lock between the threads (`--fair-sched=yes`; valgrind runs one thread at a time, and its
+ * default lock may let one thread run on while another waits): for a process with several data plane threads.
  */
 export const callgrindWrap = (dir, fair = false) => ['valgrind', '--tool=callgrind', ...(fair ? ['--fair-sched=yes'] : []), '--instr-atstart=no', `--callgrind-out-file=${dir}/cg.%p`];
 
