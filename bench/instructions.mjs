@@ -167,11 +167,11 @@ async function main() {
   const ratio = pg && floor ? Math.round((100 * pg.ir_per_request) / floor.ir_per_request) / 100 : null;
   const busyRatio = pg && floor && METHOD !== 'paced' ? Math.round((100 * pg.busy_ir_per_request) / floor.busy_ir_per_request) / 100 : null;
   const label = process.env.BENCH_LABEL ?? '';
-  console.log(JSON.stringify({ label, date: new Date().toISOString(), node: process.version, requests: REQUESTS, warmup: WARMUP, connections: CONNECTIONS, rows, poolgate_over_node_floor: ratio, busy_poolgate_over_node_floor: busyRatio, threads_over_one: threadRatio }));
   const one = rows.find((r) => r.target === 'poolgate');
   const many = rows.find((r) => r.target === THREADED);
   const threadRatio = one && many ? Math.round((100 * many.ir_per_request) / one.ir_per_request) / 100 : null;
   if (THREADS > 1) log(`${THREADED} / poolgate: ${threadRatio} (target ≤ 1.10)`);
+  console.log(JSON.stringify({ label, date: new Date().toISOString(), node: process.version, requests: REQUESTS, warmup: WARMUP, connections: CONNECTIONS, rows, poolgate_over_node_floor: ratio, busy_poolgate_over_node_floor: busyRatio, threads_over_one: threadRatio }));
   if (WRITE && THREADS > 1) {
     const how =
       METHOD === 'paced'
