@@ -139,7 +139,7 @@ async function main() {
         callgrindControl(target.pid, '-i', 'off');
         const row = { target: key, method: 'paced', pairs: perRequest.map(Math.round), ir_per_request: Math.round(median(perRequest)), idle_ir_per_s: Math.round(idlePerS) };
         rows.push(row);
-        log(`${key}: ${row.ir_per_request} instructions per request (median of ${PAIRS} pairs, ${WINDOW_S} s windows at ${RATE}/s and at full speed)`);
+        log(`${key}: ${row.ir_per_request} instructions per request (median of ${PAIRS} pairs, ${WINDOW_S} s windows at ${RATE}/s and at ${HIGH === null ? "full speed" : `${HIGH}/s`})`);
         await target.stop();
         stops.pop();
         continue;
