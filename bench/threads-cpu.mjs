@@ -15,6 +15,7 @@ import { selfSignedCert, startPoolgateTarget, probe } from './lib/proxy-targets.
 import { startChild } from './lib/child.mjs';
 import { cpuMeter } from './lib/cpu.mjs';
 import { root } from './lib/poolgate.mjs';
+import { median } from './lib/proxy-bench-common.mjs';
 
 const arg = (name, def) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? def;
 const THREADS = Number(arg('threads', 2));
@@ -23,11 +24,6 @@ const SECONDS = Number(arg('seconds', 10));
 const ROUNDS = Number(arg('rounds', 3));
 const CONNECTIONS = Number(arg('connections', 32));
 const log = (m) => process.stderr.write(`[threads-cpu] ${m}\n`);
-
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
 
 async function main() {
   const cpus = availableParallelism();
