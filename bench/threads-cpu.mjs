@@ -23,6 +23,9 @@ const RATE = Number(arg('rate', 1500));
 const SECONDS = Number(arg('seconds', 10));
 const ROUNDS = Number(arg('rounds', 3));
 const CONNECTIONS = Number(arg('connections', 32));
+// --many-pin=<cpus>: where the N threads run (default every CPU); the proxy CPU alone separates the threads' own
+// cost from that of sharing the cores with the load generator and origin.
+const MANY_PIN = arg('many-pin', null);
 const log = (m) => process.stderr.write(`[threads-cpu] ${m}\n`);
 
 async function main() {
@@ -42,7 +45,7 @@ async function main() {
     const originUrl = `https://127.0.0.1:${origin.port}`;
     const one = await startPoolgateTarget(originUrl, certFile, dir, { maxConcurrent: 1000, pin: last });
     stops.push(() => one.stop());
-    const many = await startPoolgateTarget(originUrl, certFile, dir, { maxConcurrent: 1000, pin: all, threads: THREADS });
+    const many = await startPoolgateTarget(originUrl, certFile, dir, { maxConcurrent: 1000, pin: MANY_PIN ?? all, threads: THREADS });
     stops.push(() => many.stop());
     for (const t of [one, many]) {
       await probe({ name: 'poolgate', ...t });
