@@ -7,7 +7,7 @@
 // the other CPU (pinned); with N threads the proxy shares it with them, as it would on a real 2-core host.
 // Usage: npm run bench:threads-cpu [-- --threads=2 --rate=1500 --seconds=10 --rounds=3 --connections=32]
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { availableParallelism, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
@@ -26,6 +26,21 @@ const CONNECTIONS = Number(arg('connections', 32));
 // --many-pin=<cpus>: where the N threads run (default every CPU); the proxy CPU alone separates the threads' own
 // cost from that of sharing the cores with the load generator and origin.
 const MANY_PIN = arg('many-pin', null);
+/** CPU ticks of each thread of `pid`, summed by thread name (MainThread, WorkerThread, V8Worker, libuv-worker…). */
+function ticksByThread(pid) {
+  const out = {};
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const comm = readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim();
+      const f = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8').split(') ')[1].split(' ');
+      out[comm] = (out[comm] ?? 0) + Number(f[11]) + Number(f[12]);
+    } catch {
+      /* the thread ended */
+    }
+  }
+  return out;
+}
+
 const log = (m) => process.stderr.write(`[threads-cpu] ${m}\n`);
 
 async function main() {
@@ -58,10 +73,15 @@ async function main() {
       for (const [key, t] of order) {
         const load = loadavg()[0];
         const cpu = cpuMeter(t.pid);
+        const before = ticksByThread(t.pid);
         const r = await autocannon({ url: t.url, headers: t.headers, connections: CONNECTIONS, duration: SECONDS, overallRate: RATE });
         const n = Number(r.statusCodeStats?.['200']?.count ?? 0);
         const per = cpu.per(n);
         rows[key].push(per.total);
+        // Where the time went, by thread name, µs a request (clock ticks of 10 ms: a coarse split).
+        const after = ticksByThread(t.pid);
+        const split = Object.entries(after).map(([name, v]) => `${name} ${Math.round(((v - (before[name] ?? 0)) * 10_000) / n)}`).join(', ');
+        log(`  by thread, µs a request: ${split}`);
         log(`round ${i + 1} ${key === 'one' ? '1 thread' : `${THREADS} threads`}: ${n} requests, ${per.total} µs CPU a request (user ${per.user}, system ${per.system}), load average ${load.toFixed(1)}`);
       }
     }
