@@ -4,8 +4,12 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 
-/** The callgrind command line a target runs under: collection off until the caller turns it on; dumps into `dir`. */
-export const callgrindWrap = (dir) => ['valgrind', '--tool=callgrind', '--instr-atstart=no', `--callgrind-out-file=${dir}/cg.%p`];
+/**
+ * The callgrind command line a target runs under: collection off until the caller turns it on; dumps into `dir`.
+ * fair: valgrind's ticket lock between the threads (`--fair-sched=yes`; valgrind runs one thread at a time, and its
+ * default lock may let one thread run on while another waits): for a process with several data plane threads.
+ */
+export const callgrindWrap = (dir, fair = false) => ['valgrind', '--tool=callgrind', ...(fair ? ['--fair-sched=yes'] : []), '--instr-atstart=no', `--callgrind-out-file=${dir}/cg.%p`];
 
 /**
  * The total Ir of the callgrind dump(s) written for `pid` (every thread) since the counters were last zeroed.
