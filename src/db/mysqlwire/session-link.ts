@@ -162,14 +162,18 @@ export class Link {
    * through run() when either must be waited for.
    */
   relay(cmd: Buffer, kind: ResponseKind, files: Files | null = null): Command {
-    const relayed = files ? (c: ServerConn) => c.run(cmd, kind, this.#wire.sink, true).then((a) => files(c, a)) : (c: ServerConn) => c.run(cmd, kind, this.#wire.sink);
     if (this.#held !== null) {
       const conn = this.ready();
-      return conn ? this.start(conn, cmd, kind, files) : this.run(relayed);
+      return conn ? this.start(conn, cmd, kind, files) : this.run(this.#relayWork(cmd, kind, files));
     }
     const taken = this.#take();
-    if (taken instanceof Promise) return taken.then((conn) => (conn ? this.#runOn(conn, relayed) : undefined));
+    if (taken instanceof Promise) return taken.then((conn) => (conn ? this.#runOn(conn, this.#relayWork(cmd, kind, files)) : undefined));
     return taken ? this.start(taken, cmd, kind, files) : undefined;
+  }
+
+  /** relay() as run() work, made only when a slot or a connection must be waited for (no closure on the direct path). */
+  #relayWork(cmd: Buffer, kind: ResponseKind, files: Files | null): (conn: ServerConn) => Promise<Answer> {
+    return files ? (c) => c.run(cmd, kind, this.#wire.sink, true).then((a) => files(c, a)) : (c) => c.run(cmd, kind, this.#wire.sink);
   }
 
   /**

@@ -137,23 +137,14 @@ export class Protocol {
   forward(type: number, buf: Buffer, start: number, end: number): void {
     switch (type) {
       case S:
-        this.#midBatch = false;
-        this.#expect.push(SYNC);
-        this.#syncs++;
-        return this.#toServer.addRange(buf, start, end);
+        return this.#forwardBatchEnd(SYNC, buf, start, end);
       case Q: {
         const e = queryEffect(buf, start + 5, end - 1);
         if (e !== NONE && this.#sessionState(e, true)) return;
-        this.#expect.push(QUERY_END);
-        this.#syncs++;
-        this.#midBatch = false;
-        return this.#toServer.addRange(buf, start, end);
+        return this.#forwardBatchEnd(QUERY_END, buf, start, end);
       }
       case F:
-        this.#expect.push(QUERY_END);
-        this.#syncs++;
-        this.#midBatch = false;
-        return this.#toServer.addRange(buf, start, end);
+        return this.#forwardBatchEnd(QUERY_END, buf, start, end);
       case P:
       case B:
       case D:
@@ -171,6 +162,14 @@ export class Protocol {
       default:
         return this.#wire.illegal(SQLSTATE.protocolViolation, unknownType(type));
     }
+  }
+
+  /** Sync, a simple Query, a FunctionCall: each ends a batch, and the server answers it with a ReadyForQuery owed here. */
+  #forwardBatchEnd(owed: typeof SYNC | typeof QUERY_END, buf: Buffer, start: number, end: number): void {
+    this.#midBatch = false;
+    this.#expect.push(owed);
+    this.#syncs++;
+    this.#toServer.addRange(buf, start, end);
   }
 
   /** Parse, Bind, Describe, Close: through the statement renaming (statements.ts), as ranges of the chunk. */
