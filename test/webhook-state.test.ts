@@ -18,6 +18,7 @@ import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { verifyDelivery } from '../src/index.js';
 import type { JobEvent } from '../src/jobs/job-event.js';
 import { until } from './helpers/until.js';
+import { DrivenGovernorTime } from './helpers/test-clock.js';
 
 const hex = (n: number) => randomBytes(n).toString('hex');
 
@@ -38,6 +39,9 @@ for (const engine of engines) {
       // only the change feed can carry a change to the data plane during the test (no wall-clock bound needed).
       // Two attempts per delivery, so a delivery is given up quickly (recover).
       overrides: { webhookCaFile: receiver.caFile, originCaFile: origin.caFile, webhookRetryBaseMs: 20, webhookRetryCapMs: 40, webhookMaxAttempts: 2, snapshotResyncMs: 3_600_000 },
+      // The send timeout on a clock the test never moves: no test here is about it, and a loaded machine that
+      // takes 5 s over a loopback POST must not turn an expected success into a failure.
+      webhookTime: new DrivenGovernorTime(),
     });
     t.teardown(() => svc.close());
     const boot = await svc.bootstrap({ plan: 'team' });
@@ -141,12 +145,14 @@ for (const engine of engines) {
       const s = await state(id);
       const { rows } = await sql.query<{ error: string }>('SELECT error FROM webhook_delivery_attempts WHERE webhook_endpoint_id = $1', [id]);
       const recorded = rows.length;
-      // An attempt that timed out before its request was complete (a very busy host) is a recorded failure
-      // the receiver never saw: every attempt the receiver saw is recorded, and every recorded one counts.
+      // An attempt that failed before its request was complete (a connection error on a very busy host) is a
+      // recorded failure the receiver never saw: every attempt the receiver saw is recorded, and every recorded one counts.
       t.ok(sent <= recorded, `every attempt that reached the receiver (${sent}) is recorded (${recorded}: ${[...new Set(rows.map((r) => r.error))].join(', ')})`);
       t.equal(s.consecutive_failures, recorded, 'the streak counts every attempt');
-      // Only attempts already on their way when the 8th failure came back may follow it: fewer than the
-      // destination's in-flight limit, which errors keep at its floor.
+      // Only attempts already on their way when the 8th failure came back may follow it. A claim gives the
+      // destination room only once every failure back is written (7 at most: the 8th deactivates), and in flight
+      // plus room stay within its limit, halved from 8 to 4 by the first failure: 7 + 4 at most
+      // (docs/jobs-and-webhooks.md; the order that once exceeded it: webhook-unwritten-failures.test.ts).
       t.ok(recorded >= FAILURES_BEFORE_DEACTIVATION && recorded <= FAILURES_BEFORE_DEACTIVATION + 3, `${recorded} attempts (8 + those in flight)`);
       await witnessClaim(p, id);
       t.same(await attempts(id), { claimed: recorded, recorded }, 'nothing more is claimed for the deactivated destination');

@@ -318,12 +318,17 @@ export class Deliverer {
    * claim throws.
    */
   async #statement(n: number): Promise<ClaimedRow[]> {
-    const batch = this.#writing ? [] : this.#outcomes;
-    if (n === 0 && batch.length === 0) return [];
-    if (batch.length > 0) {
+    // The batch is the gathered array itself only when this statement takes it: a claim with nothing to
+    // write must not hold #outcomes, or the outcomes that arrive while it runs (and that another statement
+    // writes) would count as written by it when it ends (a destination claimed again before its failures,
+    // the 8th included, were in the store).
+    let batch: Outcome[] = [];
+    if (!this.#writing && this.#outcomes.length > 0) {
+      batch = this.#outcomes;
       this.#outcomes = [];
       this.#writing = true;
     }
+    if (n === 0 && batch.length === 0) return [];
     const dests: number[] = [];
     const rooms: number[] = [];
     if (n > 0) {
