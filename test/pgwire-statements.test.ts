@@ -48,9 +48,15 @@ function session(chunked = false) {
   const server = { prepared: new Set<string>() } as unknown as ServerConn;
   const expect: Expect[] = [];
   let sent: Buffer[] = [];
+  // A frame written in place (a renamed Bind) is filled before forward() returns: kept as its own Buffer.
+  let reserved = Buffer.alloc(0);
   const out = {
     addRange: (buf: Buffer, start: number, end: number) => sent.push(Buffer.from(buf.subarray(start, end))),
     add: (bytes: Buffer) => sent.push(Buffer.from(bytes)),
+    reserve: (n: number) => (sent.push((reserved = Buffer.alloc(n))), 0),
+    get reserved() {
+      return reserved;
+    },
   };
   const send = (type: number, f: Buffer) => {
     sent = [];

@@ -2,6 +2,7 @@
 // clients (their BackendKeyData, for CancelRequest) and the per-pool server connections, and exposes the
 // live counts tests use for leak checks.
 import { WireLog } from '../wire-log.js';
+import { wireNow } from '../wire-clock.js';
 import { createServer, type Server, type Socket } from 'node:net';
 import { randomInt } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -111,7 +112,7 @@ export class PgWireListener {
     };
     // Accepted paused: each client's reads are taken over before anything is read (direct-reads.ts).
     this.#server = createServer({ noDelay: true, pauseOnConnect: true }, (socket) => this.#accept(socket));
-    this.#sweeper = setInterval(() => this.servers.sweep(performance.now()), pools.sweepEveryMs);
+    this.#sweeper = setInterval(() => this.servers.sweep(wireNow()), pools.sweepEveryMs);
     this.#sweeper.unref();
   }
 

@@ -66,25 +66,33 @@ export function describeStatement(name: string): Buffer {
   return frame('D', Buffer.concat([Buffer.from('S'), cstr(name)]));
 }
 
+/** Where a frame is written in place (outbox.ts): `n` bytes at the returned offset of `reserved`. */
+export interface FrameRoom {
+  reserve(n: number): number;
+  readonly reserved: Buffer;
+}
+
 /**
  * A client's Bind, bytes [start, end) of `buf`, with its statement name replaced by `statement` (with its
- * NUL): the portal name is bytes [start + 5, `stmtAt`) (with its NUL), and what follows the client's
- * statement name starts at `restAt`. One allocation, short runs copied by a loop (no Buffer.copy argument
- * checks nor views: a Bind per transaction).
+ * NUL), written into `room` (the server's outbox: no Buffer of its own, and no concat at the flush): the
+ * portal name is bytes [start + 5, `stmtAt`) (with its NUL), and what follows the client's statement name
+ * starts at `restAt`. Short runs copied by a loop (no Buffer.copy argument checks nor views: a Bind per
+ * transaction).
  */
-export function bindRenamed(buf: Buffer, start: number, end: number, stmtAt: number, statement: Buffer, restAt: number): Buffer {
+export function bindRenamed(room: FrameRoom, buf: Buffer, start: number, end: number, stmtAt: number, statement: Buffer, restAt: number): void {
   const at = stmtAt - start;
   const len = 4 + (at - 5) + statement.length + (end - restAt);
-  const out = Buffer.allocUnsafe(1 + len);
-  out[0] = 0x42;
-  out[1] = len >>> 24;
-  out[2] = (len >>> 16) & 0xff;
-  out[3] = (len >>> 8) & 0xff;
-  out[4] = len & 0xff;
-  copyInto(out, 5, buf, start + 5, stmtAt);
-  out.set(statement, at);
-  copyInto(out, at + statement.length, buf, restAt, end);
-  return out;
+  const o = room.reserve(1 + len);
+  const out = room.reserved;
+  out[o] = 0x42;
+  out[o + 1] = len >>> 24;
+  out[o + 2] = (len >>> 16) & 0xff;
+  out[o + 3] = (len >>> 8) & 0xff;
+  out[o + 4] = len & 0xff;
+  copyInto(out, o + 5, buf, start + 5, stmtAt);
+  // The upstream name (37 bytes) in one builtin copy: a byte loop costs more until the caller reaches TurboFan.
+  out.set(statement, o + at);
+  copyInto(out, o + at + statement.length, buf, restAt, end);
 }
 
 /** Bytes [from, to) of `src` into `dst` at `at`: short runs (a portal name, a few parameters) by a loop, without making a view. */

@@ -2,7 +2,15 @@
 // ranges of the chunk they arrived in (frames.ts); consecutive ranges of one chunk are kept as one run, and a
 // run that covers the whole chunk is written as the chunk itself, so a chunk that passes through unchanged
 // (most answers: RowDescription, DataRows, CommandComplete, ReadyForQuery) costs no Buffer and no copy.
-// Separate pieces (a rewritten frame, a message of our own) are joined at the flush: one syscall per chunk.
+// A frame of our own that is written per transaction (a renamed Bind) is written straight into the outbox's
+// own memory (reserve()), and the short frames around it in the chunk are copied after it, so the batch is
+// still one run: one view, no Buffer.concat. Other separate pieces (a message of our own, a long range after
+// a rewritten frame) are joined at the flush: one syscall per chunk either way.
+
+/** The outbox's own memory, carved frame by frame like the read slabs: a region handed out is never written again. */
+const SCRATCH = 4 * 1024;
+/** A range this short is copied into the own memory after a frame written there (a Describe, Execute, Sync). */
+const COPY_MAX = 256;
 
 export class Outbox {
   readonly #write: (bytes: Buffer) => boolean;
@@ -12,6 +20,9 @@ export class Outbox {
   #buf: Buffer | null = null;
   #start = 0;
   #end = 0;
+  /** Own memory (null until a frame is first written here), and where its free part starts. */
+  #scratch: Buffer | null = null;
+  #scratchAt = 0;
 
   constructor(write: (bytes: Buffer) => boolean) {
     this.#write = write;
@@ -24,6 +35,16 @@ export class Outbox {
       this.#end = end;
       return;
     }
+    // After a frame written in our own memory: a short frame is copied behind it, keeping one run.
+    const scratch = this.#scratch;
+    const n = end - start;
+    if (scratch !== null && this.#buf === scratch && this.#end === this.#scratchAt && n <= COPY_MAX && this.#scratchAt + n <= SCRATCH) {
+      let at = this.#scratchAt;
+      for (let i = start; i < end; i++) scratch[at++] = buf[i]!;
+      this.#scratchAt = at;
+      this.#end = at;
+      return;
+    }
     this.#close();
     this.#buf = buf;
     this.#start = start;
@@ -34,6 +55,58 @@ export class Outbox {
   add(bytes: Buffer): void {
     this.addRange(bytes, 0, bytes.length);
   }
+
+  /**
+   * Room for a frame of `n` bytes that the caller writes now, at the returned offset of `scratch`; it is
+   * added to the outbox as it stands (the caller must fill every byte before anything else is added).
+   */
+  reserve(n: number): number {
+    if (n > SCRATCH / 2) {
+      // A large frame (a Bind with large parameters): memory of its own, as a piece.
+      this.#close();
+      const own = Buffer.allocUnsafe(n);
+      this.#buf = own;
+      this.#start = 0;
+      this.#end = n;
+      this.#reserved = own;
+      return 0;
+    }
+    let scratch = this.#scratch;
+    // A short run of the chunk just before it is copied in first, so the batch stays one run.
+    const prior = this.#buf !== null && this.#buf !== scratch && this.#end - this.#start <= COPY_MAX ? this.#end - this.#start : 0;
+    if (scratch === null || this.#scratchAt + prior + n > SCRATCH) {
+      // The frames of the old memory still in the run (if any) become a piece; the run starts again.
+      if (this.#buf === scratch) this.#close();
+      scratch = this.#scratch = Buffer.allocUnsafeSlow(SCRATCH);
+      this.#scratchAt = 0;
+    }
+    this.#reserved = scratch;
+    if (this.#buf === scratch && this.#end === this.#scratchAt) {
+      const at = this.#scratchAt;
+      this.#scratchAt = this.#end = at + n;
+      return at;
+    }
+    let at = this.#scratchAt;
+    let start = at;
+    if (prior !== 0) {
+      const buf = this.#buf!;
+      for (let i = this.#start; i < this.#end; i++) scratch[at++] = buf[i]!;
+      start = this.#scratchAt;
+      this.#buf = null;
+    } else this.#close();
+    this.#buf = scratch;
+    this.#start = start;
+    this.#end = at + n;
+    this.#scratchAt = at + n;
+    return at;
+  }
+
+  /** The memory the last reserve() handed out. */
+  get reserved(): Buffer {
+    return this.#reserved!;
+  }
+
+  #reserved: Buffer | null = null;
 
   /** Ends the current run as a piece. */
   #close(): void {

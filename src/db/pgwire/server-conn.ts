@@ -74,7 +74,7 @@ export class ServerConn {
   /** The wanted-parameters map (a client's, never changed in place) these params were last found to match; null after a change. */
   settledFor: ReadonlyMap<string, string> | null = null;
   link: ServerLink | null = null;
-  /** When it was last handed back idle (performance.now(): monotonic, and cheaper to read than Date.now()). */
+  /** When it was last handed back idle (wireNow(): monotonic, and cheaper to read than Date.now() or performance.now()). */
   idleSince = 0;
   closed = false;
   /**

@@ -2,7 +2,7 @@
 // (upstream-pool.ts: at most max_concurrent open with SQL over HTTP's, one idle timeout); idle ones kept for
 // reuse (newest first), waiters served in order. A connection comes back clean or not at all: one left
 // inside a transaction is rolled back (and one used by a session is DISCARDed) before anyone reuses it.
-import { performance } from 'node:perf_hooks';
+import { wireNow } from '../wire-clock.js';
 import { withInsecureHint } from '../../config/hints.js';
 import type { Logger } from '../../log.js';
 import type { DatabaseTarget, PoolEntry, Snapshot } from '../../pool-request/snapshot.js';
@@ -163,7 +163,7 @@ export class ServerPool implements IdleHolder {
    * Hands a connection back (unlinked by the caller), after the reset it needs. `owed`: simple queries of
    * ours still unanswered on it (a client's session-parameter setup, when the client left first): their
    * ReadyForQuery come ahead of the reset's, and counting them is what keeps the reset's own last answer
-   * from reaching the next client. `now`: performance.now() when the caller has just read it (a transaction's
+   * from reaching the next client. `now`: wireNow() when the caller has just read it (a transaction's
    * end), so the connection's idle time starts without a clock read of its own.
    */
   release(conn: ServerConn, reset: Reset, owed = 0, now?: number): void {
@@ -207,7 +207,7 @@ export class ServerPool implements IdleHolder {
     }
     // Another holder of the upstream pool waits for a slot: this one's.
     if (this.#opts.up.waiting) return conn.close();
-    conn.idleSince = now ?? performance.now();
+    conn.idleSince = now ?? wireNow();
     this.#idle.push(conn);
   }
 
@@ -221,7 +221,7 @@ export class ServerPool implements IdleHolder {
     conn.close();
   }
 
-  /** Closes idle connections unused for the upstream pool's idle timeout (`now`: performance.now()). */
+  /** Closes idle connections unused for the upstream pool's idle timeout (`now`: wireNow()). */
   sweep(now: number): void {
     const cutoff = now - this.#opts.up.idleTimeoutMs;
     // Oldest first at the front of the list.

@@ -4,7 +4,7 @@
 // made the client's before it is used; the client's cancel keys. Every path that takes a slot or a server
 // connection gives both back exactly once: unlink() at the end of a transaction, dropped() when the server
 // connection is lost, release() when the client goes.
-import { performance } from 'node:perf_hooks';
+import { wireNow } from '../wire-clock.js';
 import type { Admission, LazyAbortSignal, Permit } from '../../governor/governor.js';
 import type { RequestRecord } from '../../pool-request/release.js';
 import { refusalOutcome, refusalStatus } from '../../pool-request/refusal.js';
@@ -113,7 +113,7 @@ export class Link {
     const w = this.#wire;
     const pool = this.#login.recheck();
     if (!pool) return null;
-    this.#linkStarted = performance.now();
+    this.#linkStarted = wireNow();
     const admission = w.ctx.governor.acquire({ poolId: pool.id, waitMs: pool.settings.queueTimeoutMs, abortable: this.#abortable });
     const linked = admission instanceof Promise ? admission.then((a) => this.#admitted(pool, a, false)) : this.#admitted(pool, admission, true);
     if (!(linked instanceof Promise)) return linked;
@@ -164,7 +164,7 @@ export class Link {
     this.#permit = permit;
     this.server = server;
     // Linked in the same call as link() started (no wait): the same instant, without a second clock read.
-    this.#linkedAt = sync ? this.#linkStarted : performance.now();
+    this.#linkedAt = sync ? this.#linkStarted : wireNow();
     this.#queuedMs = this.#linkedAt - this.#linkStarted;
     server.link = this.#wire.self;
     const settings = this.#login.settings;
@@ -201,7 +201,7 @@ export class Link {
     server.link = null;
     server.resume();
     this.#wire.serverWritable();
-    const now = performance.now();
+    const now = wireNow();
     this.#login.servers!.release(server, 'none', 0, now);
     const latencyMs = now - this.#linkedAt;
     permit.release({ latencyMs });

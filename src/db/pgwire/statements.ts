@@ -7,7 +7,7 @@
 // prepared again, transparently.
 import { createHash } from 'node:crypto';
 import { cstring } from './frames.js';
-import { bindRenamed, closeStatement, describeStatement, parseNamed } from './messages.js';
+import { bindRenamed, closeStatement, describeStatement, parseNamed, type FrameRoom } from './messages.js';
 import type { ServerConn } from './server-conn.js';
 
 /**
@@ -95,8 +95,8 @@ interface Statement {
   pins: number;
 }
 
-/** Where forwarded frames go (the server connection's outbox, outbox.ts): a range of the chunk it came in, or bytes of our own. */
-export interface StatementOut {
+/** Where forwarded frames go (the server connection's outbox, outbox.ts): a range of the chunk it came in, bytes of our own, or a frame written in place. */
+export interface StatementOut extends FrameRoom {
   addRange(buf: Buffer, start: number, end: number): void;
   add(bytes: Buffer): void;
 }
@@ -194,7 +194,7 @@ export class ClientStatements {
           return 0;
         }
         this.#ensure(st, server, expect, out);
-        out.add(bindRenamed(buf, start, end, portalNul + 1, st.serverC, stmtNul + 1));
+        bindRenamed(out, buf, start, end, portalNul + 1, st.serverC, stmtNul + 1);
         return st.pins;
       }
       case 0x44 /* D */: {
