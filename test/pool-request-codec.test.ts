@@ -8,7 +8,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
 import { EMPTY, type BodySource, type ResponseEncoder } from '../src/pool-request/codec.js';
-import { NodeResponseEncoder, nodeBodySource } from '../src/pool-request/node-http.js';
+import { NodeResponseEncoder, nodeBodySource, readNodeHeaders } from '../src/pool-request/node-http.js';
 import { RequestBody } from '../src/pool-request/request-body.js';
 import { uwsLoads, loadUws } from '../src/http/uws/load.js';
 import { UwsResponseEncoder } from '../src/http/uws/response.js';
@@ -158,4 +158,15 @@ t.test('uWS encoder: the same contract over tryEnd (a Content-Length chunk uWS t
   const r = await request(`http://127.0.0.1:${port}/echo`, { method: 'POST', body: Buffer.alloc(200 * 1024, 1) });
   t.equal(await r.body.text(), String(200 * 1024), 'the body arrived as Buffers (copied once: uWS reuses its memory)');
   t.ok(echoed.every((b) => Buffer.isBuffer(b)));
+});
+
+t.test('the header record: names lower-cased, a repeated header joined with ", " in order, no prototype', async (t) => {
+  const h = readNodeHeaders(['Accept', 'a/b', 'X-Tag', '1', 'accept', 'c/d', 'x-tag', '2', '__proto__', 'p', 'Constructor', 'q']);
+  t.equal(Object.getPrototypeOf(h), null);
+  t.same(Object.keys(h), ['accept', 'x-tag', '__proto__', 'constructor']);
+  t.equal(h.accept, 'a/b, c/d');
+  t.equal(h['x-tag'], '1, 2');
+  t.equal(h['__proto__'], 'p');
+  t.equal(h.constructor, 'q');
+  t.equal(h.toString, undefined, 'nothing inherited reads as a header');
 });

@@ -143,7 +143,9 @@ export function readNodeHeaders(raw: readonly string[]): Record<string, string> 
   const headers = Object.create(null) as Record<string, string>;
   for (let i = 0; i < raw.length; i += 2) {
     const k = lowerName(raw[i]!);
-    headers[k] = Object.hasOwn(headers, k) ? `${headers[k]}, ${raw[i + 1]}` : raw[i + 1]!;
+    // No prototype, values all strings: a plain read says whether the name was seen (no Object.hasOwn call per header).
+    const seen = headers[k];
+    headers[k] = seen === undefined ? raw[i + 1]! : `${seen}, ${raw[i + 1]}`;
   }
   return headers;
 }
