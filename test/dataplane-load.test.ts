@@ -16,6 +16,10 @@ import { until } from './helpers/until.js';
 const CHURN_TOTAL = soak(20_000, 2_000);
 /** Body size of the streaming test: 200 MB in the soak run, 120 MB here (still well above the 80 MB growth allowed). */
 const STREAM_MB = soak(200, 120);
+// Every wait below is an `until` on a state or a request's own timeout; the file's limit only catches a hang.
+// ~48 s beside one other file at load average 10 (the streaming 22 s, the churn 11 s); at 15-19 the file ran
+// past tap's default 120 s.
+t.setTimeout(soak(1_800_000, 300_000));
 
 let origin: Origin;
 let svc: TestService;
@@ -186,18 +190,22 @@ t.test('a client that disconnects releases its slot once the origin is done with
 });
 
 t.test(`${CHURN_TOTAL.toLocaleString('en-US')} requests with random client aborts, upstream resets and timeouts leave zero slots and zero waiters`, async (t) => {
-  const poolId = await createPool('churn', 50, { requestTimeoutMs: 300, queueTimeoutMs: 2000, queueLength: 400 });
+  // The request timeout is far above a short request's time on a loaded machine (at load average 32 one of 300 ms
+  // was reached by 1,796 of 2,000, so neither resets nor answers happened), and the slow answers are far above it.
+  const poolId = await createPool('churn', 50, { requestTimeoutMs: 1000, queueTimeoutMs: 2000, queueLength: 400 });
   const client = new Pool(proxyUrl(), { connections: 200 });
   t.teardown(() => client.close());
   const TOTAL = CHURN_TOTAL;
   const started = performance.now();
-  const tally = await churn({ clients: [client], host: 'churn.pools.localhost', total: TOTAL, workers: 200, seed: 42 });
+  const tally = await churn({ clients: [client], host: 'churn.pools.localhost', total: TOTAL, workers: 200, seed: 42, slowMs: 2000 });
   const secs = (performance.now() - started) / 1000;
   t.comment(`${TOTAL} requests in ${secs.toFixed(1)} s (${Math.round(TOTAL / secs)}/s): ${JSON.stringify(Object.fromEntries(tally))}`);
-  // The point is the slot accounting below; this only shows the churn did real work. On a loaded machine the short
-  // requests also reach the 300 ms request timeout (dataplane-threads: 925 of 2,500 served at load average 20), so not "most".
-  t.ok((tally.get('200') ?? 0) > TOTAL / 4, 'a quarter or more were served');
-  t.ok((tally.get('502') ?? 0) > 0 && (tally.get('504') ?? 0) > 0 && (tally.get('aborted') ?? 0) > 0, 'resets, timeouts and aborts all happened');
+  // The point is the slot accounting below; this shows the churn did real work of every kind, and that each answer
+  // is one the mix asks for. How many are served is the machine's speed against the 300 ms request timeout (the
+  // short requests reach it too on a loaded machine: 925 of 2,500 at load average 20, under a quarter in a run at
+  // 15-19), so it is no bound: every answer that is not a 200 must be a reset's 502, a timeout's 504 or an abort.
+  t.ok((tally.get('200') ?? 0) > 0 && (tally.get('502') ?? 0) > 0 && (tally.get('504') ?? 0) > 0 && (tally.get('aborted') ?? 0) > 0, 'served, resets, timeouts and aborts all happened');
+  t.same([...tally.keys()].filter((k) => !['200', '502', '504', 'aborted'].includes(k)), [], 'no other answer');
   await until('no request left in the data plane', () => dp().inFlight === 0);
   const s = dp().governor.state(poolId);
   t.equal(s.inFlight, 0, 'zero slots held');

@@ -15,6 +15,9 @@ import { CHANGE_CHANNEL } from '../src/store/sql.js';
 import { signRequest } from '../src/index.js';
 
 const THREADS = 2;
+// Every wait below is an `until` on a state (20 s each); the file's limit only catches a hang. ~45 s beside one
+// other file at load average 10; at 15-19 the file ran past tap's default 120 s.
+t.setTimeout(300_000);
 let origin: Origin;
 let svc: TestService;
 let token: string;
@@ -199,11 +202,13 @@ t.test('random client aborts, upstream resets and timeouts over both threads lea
   const TOTAL = 2500;
   const tally = await churn({ clients, host: 'churn.pools.localhost', total: TOTAL, workers: 120, seed: 7, slowShare: 0.02 });
   t.comment(JSON.stringify(Object.fromEntries(tally)));
-  // The point is the slot accounting below; this only shows the churn did real work. On a loaded machine the short
-  // requests also reach the 300 ms request timeout (dataplane-threads: 925 of 2,500 served at load average 20), so not "most".
-  t.ok((tally.get('200') ?? 0) > TOTAL / 4, 'a quarter or more were served');
-  t.ok((tally.get('502') ?? 0) > 0 && (tally.get('504') ?? 0) > 0 && (tally.get('aborted') ?? 0) > 0, 'resets, timeouts and aborts all happened');
-  t.ok(await until('zero slots held', () => governor().state(poolId).inFlight === 0, 5000), 'zero slots held');
+  // The point is the slot accounting below; this shows the churn did real work of every kind, and that each answer
+  // is one the mix asks for. How many are served is the machine's speed against the 300 ms request timeout (the
+  // short requests reach it too on a loaded machine: 925 of 2,500 at load average 20, under a quarter in a run at
+  // 15-19), so it is no bound: every answer that is not a 200 must be a reset's 502, a timeout's 504 or an abort.
+  t.ok((tally.get('200') ?? 0) > 0 && (tally.get('502') ?? 0) > 0 && (tally.get('504') ?? 0) > 0 && (tally.get('aborted') ?? 0) > 0, 'served, resets, timeouts and aborts all happened');
+  t.same([...tally.keys()].filter((k) => !['200', '502', '504', 'aborted'].includes(k)), [], 'no other answer');
+  t.ok(await until('zero slots held', () => governor().state(poolId).inFlight === 0), 'zero slots held');
   t.equal(governor().state(poolId).queued, 0, 'zero waiters');
 });
 
@@ -214,18 +219,18 @@ t.test('a thread with an uncaught error closes (what is in flight finishes) and 
   // createPool's last request took a phoenix slot on thread 1, and the thread gives it back just after its
   // answer reached us (by milliseconds under load). Were it still held, the wait below would see 1 before
   // thread 1 had even read the slow request, and the crash would cut that unread request (a reset).
-  t.ok(await until('no slot held', () => governor().state(poolId).inFlight === 0, 5000), 'no slot held before the slow request');
+  t.ok(await until('no slot held', () => governor().state(poolId).inFlight === 0), 'no slot held before the slow request');
   // A request in flight on thread 1 when it dies: its slot must not stay taken.
   const inFlight = request(`${url1}/delay/1500`, { headers: { host: 'phoenix.pools.localhost' } }).then(
     (r) => r.body.dump().then(() => r.statusCode),
     () => 'reset',
   );
-  t.ok(await until('the slow request to hold a slot', () => governor().state(poolId).inFlight === 1, 5000), 'the slow request holds a slot');
+  t.ok(await until('the slow request to hold a slot', () => governor().state(poolId).inFlight === 1), 'the slow request holds a slot');
   host.crashThread(1);
   t.equal(await inFlight, 200, 'the request in flight when the thread failed still finished');
-  t.ok(await until('the slot to go back', () => governor().state(poolId).inFlight === 0, 5000), 'its slot went back to the pool');
+  t.ok(await until('the slot to go back', () => governor().state(poolId).inFlight === 0), 'its slot went back to the pool');
   // Replaced on a new port here (its old one was ephemeral: proxyPort 0); on a configured port, the same one.
-  const back = await until('a replacement thread to serve', async () => (await get(threadUrls()[1]!, 'phoenix.pools.localhost').catch(() => ({ status: 0 }))).status === 200, 10_000);
+  const back = await until('a replacement thread to serve', async () => (await get(threadUrls()[1]!, 'phoenix.pools.localhost').catch(() => ({ status: 0 }))).status === 200);
   t.ok(back, 'a replacement thread serves pool traffic');
   t.equal(host.restarts, 1, 'one thread replaced');
   // A pool made after the replacement reaches it (createPool waits for every thread to serve it).

@@ -27,6 +27,9 @@ import { dataplaneNodeEnv } from './helpers/failover-load.js';
 const ROOT = fromRoot();
 /** A database index of its own, so this test's pool ids cannot meet another run's keys on the shared Redis. */
 const NODES_REDIS = `${REDIS_URL}/11`;
+// The file's limit only catches a hang: four children may take up to their 90 s start limit (below) on a
+// loaded machine before the tests run.
+t.setTimeout(300_000);
 
 interface Node {
   child: ChildProcessWithoutNullStreams;
@@ -39,7 +42,9 @@ async function startNode(env: Record<string, string>): Promise<Node> {
   const { child, listening, output } = await spawnListening(binArgv('dataplane'), {
     cwd: ROOT,
     env: { ...process.env, ...env },
-    timeoutMs: 40_000,
+    // A start that fails exits (spawnListening rejects at once): the limit only catches a child that hangs.
+    // Four start side by side, and at a load of 15-19 one took more than 40 s to print its line.
+    timeoutMs: 90_000,
     name: 'dataplane',
   });
   return { child, proxy: listening.proxy as number, stderr: () => output().stderr };

@@ -23,6 +23,10 @@ import { until } from './helpers/until.js';
  */
 const RESULT_CAP = soak(RESULT_BODY_CAP, 512 * 1024);
 const JOBS_TUNING = { resultBodyCap: RESULT_CAP, retryBaseMs: 20, random: () => 0.5 };
+// Every wait below is an `until` on a state (20 s each); the file's limit only catches a hang. ~20 s on a quiet
+// machine; at a load average of 15-19 the same run took over tap's default 120 s, 1 MiB bodies and 0.6 MiB
+// results through the embedded store at 12-20 s a test, and was cut in its last test, which waits on nothing.
+t.setTimeout(soak(1_800_000, 300_000));
 
 let origin: Origin;
 let svc: TestService;

@@ -3,7 +3,7 @@
 import type { Pool } from 'undici';
 
 /** Status counts (and `aborted`) of `total` requests sent by `workers` concurrent loops; `clients` take turns per loop. */
-export async function churn(opts: { clients: readonly Pool[]; host: string; total: number; workers: number; seed: number; slowShare?: number }): Promise<Map<string, number>> {
+export async function churn(opts: { clients: readonly Pool[]; host: string; total: number; workers: number; seed: number; slowShare?: number; slowMs?: number }): Promise<Map<string, number>> {
   const tally = new Map<string, number>();
   const count = (k: string) => tally.set(k, (tally.get(k) ?? 0) + 1);
   const slow = 0.05 + (opts.slowShare ?? 0.01);
@@ -15,7 +15,7 @@ export async function churn(opts: { clients: readonly Pool[]; host: string; tota
     while (next < opts.total) {
       next++;
       const r = rand();
-      const path = r < 0.05 ? '/reset' : r < slow ? '/delay/800' : `/delay/${Math.floor(rand() * 3)}`;
+      const path = r < 0.05 ? '/reset' : r < slow ? `/delay/${opts.slowMs ?? 800}` : `/delay/${Math.floor(rand() * 3)}`;
       const ac = new AbortController();
       const abortIn = rand() < 0.1 ? Math.floor(rand() * 10) : -1;
       const timer = abortIn >= 0 ? setTimeout(() => ac.abort(), abortIn) : null;
