@@ -98,9 +98,14 @@ function writeGroups() {
   for (let i = 0; i < grouped.length; i += GROUP_SIZE) groups.push(grouped.slice(i, i + GROUP_SIZE));
   mkdirSync(groupsOut, { recursive: true });
   groups.forEach((g, i) => writeFileSync(join(groupsOut, `${String(i + 1).padStart(2, '0')}.test.js`), groupEntry(g)));
-  const alone = files.filter((f) => !grouped.includes(f)).map((f) => relative(root, join(testOut, f.replace(/\.ts$/, '.js'))));
-  const entries = groups.map((_, i) => relative(root, join(groupsOut, `${String(i + 1).padStart(2, '0')}.test.js`)));
-  writeFileSync(join(groupsOut, 'list.json'), JSON.stringify([...alone, ...entries, ...internals()], null, 1));
+  // In the files' own order (a group where its first file was): the long files that run alone stay spread
+  // over the run, as before, not started together.
+  const list = files.flatMap((f) => {
+    if (!grouped.includes(f)) return [relative(root, join(testOut, f.replace(/\.ts$/, '.js')))];
+    const i = groups.findIndex((g) => g[0] === f);
+    return i < 0 ? [] : [relative(root, join(groupsOut, `${String(i + 1).padStart(2, '0')}.test.js`))];
+  });
+  writeFileSync(join(groupsOut, 'list.json'), JSON.stringify([...list, ...internals()], null, 1));
 }
 
 /** test/internals/*.test.ts run as before, each in its own process. */
