@@ -14,7 +14,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { buildTests, compiledTestPath } from './build-tests.mjs';
+import { buildTests, compiledTestPath, defaultTestList } from './build-tests.mjs';
 import { makeScratch, removeScratch } from './test-scratch.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -78,7 +78,10 @@ const env = { ...process.env, ...(scratch ? { TMPDIR: scratch } : {}) };
 // was ~0.25 s of CPU per test process (2026-11-28). A changed file misses (the cache checks each file's content);
 // a different Node or V8 flag set gets a directory of its own. It changes what runs in no way.
 env.NODE_COMPILE_CACHE ??= join(root, 'node_modules', '.cache', 'poolgate-test', 'compile-cache');
-const child = spawn(process.execPath, ['--import', pathToFileURL(runnerPreload).href, tapBin, ...process.argv.slice(2).map(compiledTestPath)], { cwd: root, stdio: 'inherit', env });
+// With no file named, tap runs the default list: light files several to a process (scripts/build-tests.mjs).
+const args = process.argv.slice(2).map(compiledTestPath);
+if (!args.some((a) => !a.startsWith('-'))) args.push(...defaultTestList());
+const child = spawn(process.execPath, ['--import', pathToFileURL(runnerPreload).href, tapBin, ...args], { cwd: root, stdio: 'inherit', env });
 for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => child.kill(sig));
 child.on('exit', (code, signal) => {
   removeScratch(scratch);
