@@ -8,7 +8,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
-import { selfSignedCert, startPoolgateTarget, probe } from './lib/proxy-targets.mjs';
+import { startTlsOrigin, startPoolgateTarget, probe } from './lib/proxy-targets.mjs';
 import { startChild } from './lib/child.mjs';
 import { root } from './lib/poolgate.mjs';
 
@@ -49,10 +49,8 @@ const dir = mkdtempSync(join(tmpdir(), 'poolgate-bench-alloc-'));
 const stops = [];
 const rows = [];
 try {
-  const { keyFile, certFile } = selfSignedCert(dir, '127.0.0.1');
-  const origin = await startChild(join(root, 'bench/lib/tls-origin.mjs'), ['127.0.0.1', keyFile, certFile]);
+  const { origin, certFile, originUrl } = await startTlsOrigin(dir, '127.0.0.1');
   stops.push(() => origin.stop());
-  const originUrl = `https://127.0.0.1:${origin.port}`;
   const nodeArgs = ['--import', join(root, 'bench/lib/alloc-probe.mjs')];
   for (const key of TARGETS) {
     const out = join(dir, `${key}.json`);

@@ -25,10 +25,8 @@ import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
-import { selfSignedCert, startNodeFloor, startPoolgateTarget, probe } from './lib/proxy-targets.mjs';
-import { startChild } from './lib/child.mjs';
+import { startTlsOrigin, startNodeFloor, startPoolgateTarget, probe } from './lib/proxy-targets.mjs';
 import { callgrindControl, callgrindWrap, dumpIr } from './lib/callgrind.mjs';
-import { root } from './lib/poolgate.mjs';
 import { writeMarkedSection } from './lib/results.mjs';
 
 const arg = (name, def) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? def;
@@ -119,10 +117,8 @@ async function main() {
   const stops = [];
   const rows = [];
   try {
-    const { keyFile, certFile } = selfSignedCert(dir, '127.0.0.1');
-    const origin = await startChild(join(root, 'bench/lib/tls-origin.mjs'), ['127.0.0.1', keyFile, certFile]);
+    const { origin, certFile, originUrl } = await startTlsOrigin(dir, '127.0.0.1');
     stops.push(() => origin.stop());
-    const originUrl = `https://127.0.0.1:${origin.port}`;
     for (const key of TARGETS) {
       const t0 = Date.now();
       const target =

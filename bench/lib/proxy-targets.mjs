@@ -20,6 +20,13 @@ export function selfSignedCert(dir, host) {
   return { keyFile, certFile };
 }
 
+/** bench/lib/tls-origin.mjs on `host` with a certificate made now in `dir`: the child, its URL and the CA file to trust. */
+export async function startTlsOrigin(dir, host, childOpts) {
+  const { keyFile, certFile } = selfSignedCert(dir, host);
+  const origin = await startChild(join(root, 'bench/lib/tls-origin.mjs'), [host, keyFile, certFile], childOpts);
+  return { origin, certFile, originUrl: `https://${host}:${origin.port}` };
+}
+
 /**
  * poolgate with every role in one process on its embedded store: team bootstrapped with the admin CLI, then
  * through the Control API a pool, a key, and settings that keep it from queueing (max_concurrent raised,
