@@ -117,6 +117,12 @@ export class Deliverer {
   #want = false;
   /** Failures not yet written, by destination: it gets no new claims until they are. */
   readonly #unwrittenFailures = new Map<number, number>();
+  /**
+   * A batch whose write failed is kept and written again (first in the next batch) from `at` on, until the
+   * claims of its rows have lapsed (`since` + the lease): a blip of the store neither re-sends what was delivered
+   * nor lets a failing destination be claimed while its failures are missing from its streak.
+   */
+  #writeRetry: { since: number; at: number } | null = null;
   /** Something may be due now (a notification, a full claim): claim without the read-only probe first. */
   #hint = true;
   /** The last claim may have left due rows behind (a destination or the total at its room): a finished send claims again. */
@@ -238,7 +244,7 @@ export class Deliverer {
         });
     }
     // Outcomes the claim could not take with it (one is being written, or nothing is to be claimed): alone.
-    if (this.#outcomes.length > 0 && !this.#writing) {
+    if (this.#outcomes.length > 0 && !this.#writing && this.#mayWrite()) {
       this.#recording = this.#statement(0)
         .then(() => {})
         .finally(() => {
@@ -275,7 +281,7 @@ export class Deliverer {
       // A read-only probe before a claim with nothing to write (a tenth of its cost): on the embedded store
       // each statement runs on the event loop that serves pool traffic, and most polls find nothing due. With
       // nothing due, the next poll is at the next due moment (or idlePollMs away), not pollMs.
-      if (!this.#hint && (this.#writing || this.#outcomes.length === 0)) {
+      if (!this.#hint && (this.#writing || this.#outcomes.length === 0 || !this.#mayWrite())) {
         const next = await this.#nextDueInMs();
         if (next === null || next > 0) {
           this.#nextPoll.in(next === null ? this.#o.idlePollMs : sleepUntil(next, this.#o.idlePollMs));
@@ -314,8 +320,8 @@ export class Deliverer {
    * time: two writes could lock the same destinations' rows in opposite orders), and claims up to `n` due rows,
    * for each active destination as many as its room (adaptive limit minus what this process has in flight
    * there; the initial limit for one not sent to yet; none while it has a failure not yet written, this
-   * batch's included). A failed write drops the outcomes: their rows come back when the lease ends. A failed
-   * claim throws.
+   * batch's included). A failed write keeps the outcomes for a later statement (#writeRetry); a failed claim
+   * throws.
    */
   async #statement(n: number): Promise<ClaimedRow[]> {
     // The batch is the gathered array itself only when this statement takes it: a claim with nothing to
@@ -323,7 +329,7 @@ export class Deliverer {
     // writes) would count as written by it when it ends (a destination claimed again before its failures,
     // the 8th included, were in the store).
     let batch: Outcome[] = [];
-    if (!this.#writing && this.#outcomes.length > 0) {
+    if (!this.#writing && this.#outcomes.length > 0 && this.#mayWrite()) {
       batch = this.#outcomes;
       this.#outcomes = [];
       this.#writing = true;
@@ -341,6 +347,7 @@ export class Deliverer {
     }
     const started = performance.now();
     let result: Awaited<ReturnType<typeof claimAndRecord>>;
+    let kept = false;
     try {
       result = await claimAndRecord(
         this.#o.sql,
@@ -348,15 +355,16 @@ export class Deliverer {
         batch.length > 0 ? { outcomes: batch, failuresBeforeDeactivation: FAILURES_BEFORE_DEACTIVATION } : null,
       );
     } catch (err) {
-      if (batch.length > 0) this.#o.log.warn({ err, deliveries: batch.length }, 'webhook delivery: recording the attempts failed; they will be sent again when their claim lease ends');
+      if (batch.length > 0) kept = this.#keepUnwritten(batch, err);
       if (n > 0) throw err;
       return [];
     } finally {
       if (batch.length > 0) {
         this.#writing = false;
-        this.#written(batch);
+        if (!kept) this.#written(batch);
       }
     }
+    if (batch.length > 0) this.#writeRetry = null;
     const ms = performance.now() - started;
     if (n > 0) {
       this.stats.claims++;
@@ -374,6 +382,34 @@ export class Deliverer {
       this.#o.log.warn({ webhook: dest }, `webhook destination deactivated after ${FAILURES_BEFORE_DEACTIVATION} consecutive failed deliveries`);
     }
     return result.rows;
+  }
+
+  /** Whether a statement may write the gathered outcomes now (not while a failed write waits to be retried). */
+  #mayWrite(): boolean {
+    return this.#writeRetry === null || this.#stopping || performance.now() >= this.#writeRetry.at;
+  }
+
+  /**
+   * A failed write: the batch goes back before what was gathered since (the streak sums outcomes in the order
+   * they came back) and is written again a poll period later, its failures still unwritten. Once the claims of
+   * its rows have lapsed it is dropped: the rows are due again (another worker may be sending them) and come
+   * back as after a crash (at-least-once); so is a batch whose write fails as the deliverer stops. Returns
+   * whether the batch was kept.
+   */
+  #keepUnwritten(batch: Outcome[], err: unknown): boolean {
+    const now = performance.now();
+    const since = this.#writeRetry?.since ?? now;
+    if (this.#stopping || now - since >= this.#o.leaseMs) {
+      this.#writeRetry = null;
+      this.#o.log.error({ err, deliveries: batch.length }, 'webhook delivery: recording the attempts failed (the deliverer is stopping, or their claims have lapsed); they will be sent again');
+      return false;
+    }
+    this.#outcomes = batch.concat(this.#outcomes);
+    this.#writeRetry = { since, at: now + this.#o.pollMs };
+    // A timer may fire a millisecond before performance.now() reaches `at`.
+    this.#nextPoll.in(this.#o.pollMs + 1);
+    this.#o.log.warn({ err, deliveries: batch.length, retryMs: this.#o.pollMs }, 'webhook delivery: recording the attempts failed; writing them again');
+    return true;
   }
 
   /** A batch's failures are written (or dropped): their destinations may claim again, at the next run. */
