@@ -32,7 +32,7 @@ export interface Listening {
   output(): { stdout: string; stderr: string };
 }
 
-/** Spawns `process.execPath argv…` and resolves at its first stdout line; rejects if it exits or times out first. */
+/** Spawns `process.execPath argv…` and resolves at its first stdout line; rejects if it exits or times out first (killing it). */
 export async function spawnListening(argv: string[], opts: { cwd: string; env: NodeJS.ProcessEnv; timeoutMs?: number; name?: string }): Promise<Listening> {
   const child = spawn(process.execPath, argv, { cwd: opts.cwd, env: opts.env });
   const name = opts.name ?? argv.join(' ');
@@ -41,7 +41,11 @@ export async function spawnListening(argv: string[], opts: { cwd: string; env: N
   let stderr = '';
   child.stderr.on('data', (c: Buffer) => (stderr = (stderr + c).slice(-65536)));
   const line = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${name}: no listening line within ${timeoutMs / 1000} s; stderr: ${stderr}`)), timeoutMs);
+    const timer = setTimeout(() => {
+      // The caller never gets the child: left running, it would outlive the test and keep its ports.
+      child.kill('SIGKILL');
+      reject(new Error(`${name}: no listening line within ${timeoutMs / 1000} s; stderr: ${stderr}`));
+    }, timeoutMs);
     child.stdout.on('data', (c: Buffer) => {
       stdout += c;
       const nl = stdout.indexOf('\n');
