@@ -1325,7 +1325,8 @@ export class RedisGovernor implements Governor {
     if (on !== undefined) return on;
     const ids: string[] = [];
     const held = this.#held.get(slots);
-    for (const p of held ?? []) ids.push(p.leaseId);
+    const permits = held === undefined ? [] : [...held];
+    for (const p of permits) ids.push(p.leaseId);
     // The fallback's slots still in use become leases (written once; then refreshed like the others).
     const fallback = [...(this.#fallbackHeld.get(slots) ?? [])];
     for (const p of fallback) ids.push(p.leaseId);
@@ -1334,11 +1335,17 @@ export class RedisGovernor implements Governor {
       this.#rewrite.delete(slots);
       return Promise.resolve(true);
     }
-    const tag = (held?.values().next().value ?? fallback[0])!.keys.tag;
+    const tag = (permits[0] ?? fallback[0])!.keys.tag;
     const write = this.#eval(REFRESH, [slots], [String(this.#termMs), ...ids]).then(
       () => {
         this.#writing.delete(slots);
         if (mark !== undefined && this.#rewrite.get(slots) === mark) this.#rewrite.delete(slots);
+        // Released while the write was on its way: the write may have landed after the release and brought the
+        // lease back (a Cluster client sends a command that met a failover again to the new primary, later than
+        // a release sent after it; a soak run found two such leases left for a term). Released again now, after
+        // the write's answer, so the release is the last word.
+        const current = this.#held.get(slots);
+        for (const p of permits) if (current?.has(p) !== true && !this.#closed) this.#sendRelease(p.keys, p.leaseId);
         for (const p of fallback) {
           // Released while the write was on its way: its lease goes too.
           if (!p.written && !this.#fallbackHeld.get(slots)?.has(p)) this.#sendRelease(p.keys, p.leaseId);
