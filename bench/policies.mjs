@@ -5,19 +5,18 @@
 // Usage: npm run bench:policies   (env BENCH_DURATION seconds, default 6; BENCH_WARMUP, default 2;
 // BENCH_CONNECTIONS, default 50; -- --write-results). Writes bench/out/policies-*.json and, with --write-results,
 // the bench:policies section of bench/RESULTS.md.
-import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { randomBytes } from 'node:crypto';
 import { loadavg } from 'node:os';
 import pg from 'pg';
 import { request } from 'undici';
 import { exportSPKI, generateKeyPair, SignJWT } from 'jose';
-import { api, root, startPoolgate } from './lib/poolgate.mjs';
+import { api, startPoolgate } from './lib/poolgate.mjs';
 import { measure } from './lib/load.mjs';
 import { benchCommand, machine, writeJson, writeResults } from './lib/results.mjs';
-import { startChild } from './lib/child.mjs';
+import { startTlsOrigin } from './lib/proxy-targets.mjs';
+import { freshDatabase } from './lib/fresh-database.mjs';
 import { signRequest } from '../dist/src/index.js';
 import { hmacPolicy } from '../dist/src/policies/hmac.js';
 import { ipAllowlistPolicy } from '../dist/src/policies/ip-allowlist.js';
@@ -43,37 +42,6 @@ const settings = {
 };
 const PG_URL = process.env.POOLGATE_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const log = (msg) => process.stderr.write(`bench:policies: ${msg}\n`);
-
-function selfSignedCert(dir) {
-  const keyFile = join(dir, 'key.pem');
-  const certFile = join(dir, 'cert.pem');
-  execFileSync(
-    'openssl',
-    ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', keyFile, '-out', certFile,
-      '-days', '1', '-subj', `/CN=${settings.origin_host}`, '-addext', `subjectAltName=IP:${settings.origin_host}`],
-    { stdio: 'ignore' },
-  );
-  return { keyFile, certFile };
-}
-
-async function freshDatabase() {
-  const name = `poolgate_bench_${randomBytes(5).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: PG_URL });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
-  await admin.end();
-  const url = new URL(PG_URL);
-  url.pathname = `/${name}`;
-  return {
-    url: url.toString(),
-    async drop() {
-      const c = new pg.Client({ connectionString: PG_URL });
-      await c.connect();
-      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await c.end();
-    },
-  };
-}
 
 const round = (n, d = 2) => Math.round(n * 10 ** d) / 10 ** d;
 
@@ -127,11 +95,9 @@ async function main() {
   const stops = [];
   const rows = [];
   try {
-    const { keyFile, certFile } = selfSignedCert(dir);
-    const origin = await startChild(join(root, 'bench/lib/tls-origin.mjs'), [settings.origin_host, keyFile, certFile]);
+    const { origin, certFile, originUrl } = await startTlsOrigin(dir, settings.origin_host);
     stops.push(() => origin.stop());
-    const originUrl = `https://${settings.origin_host}:${origin.port}`;
-    const db = await freshDatabase();
+    const db = await freshDatabase(PG_URL);
     stops.push(() => db.drop());
     const svc = await startPoolgate({
       DATABASE_URL: db.url,

@@ -24,7 +24,7 @@ import { join } from 'node:path';
 import { root } from './lib/poolgate.mjs';
 import { measure } from './lib/load.mjs';
 import { machine, provenance, writeJson, writeMarkedSection, WRITE_RESULTS } from './lib/results.mjs';
-import { probe, selfSignedCert, startNodeFloor, startPoolgateTarget } from './lib/proxy-targets.mjs';
+import { probe, startNodeFloor, startPoolgateTarget, startTlsOrigin } from './lib/proxy-targets.mjs';
 import { saturation } from './lib/proxy-saturation.mjs';
 import { tail } from './lib/proxy-tail.mjs';
 import { startChild } from './lib/child.mjs';
@@ -111,10 +111,8 @@ async function main() {
   const stops = [];
   const rows = [];
   try {
-    const { keyFile, certFile } = selfSignedCert(dir, settings.origin_host);
-    const origin = await startChild(join(root, 'bench/lib/tls-origin.mjs'), [settings.origin_host, keyFile, certFile]);
+    const { origin, certFile, originUrl } = await startTlsOrigin(dir, settings.origin_host);
     stops.push(() => origin.stop());
-    const originUrl = `https://${settings.origin_host}:${origin.port}`;
     log(`origin ${originUrl} (pid ${origin.pid})`);
 
     // The direct target is the origin itself over TLS (neither autocannon nor wrk verifies its certificate).

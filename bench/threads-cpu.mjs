@@ -11,10 +11,8 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { availableParallelism, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
-import { selfSignedCert, startPoolgateTarget, probe } from './lib/proxy-targets.mjs';
-import { startChild } from './lib/child.mjs';
+import { startPoolgateTarget, startTlsOrigin, probe } from './lib/proxy-targets.mjs';
 import { cpuMeter } from './lib/cpu.mjs';
-import { root } from './lib/poolgate.mjs';
 import { median } from './lib/proxy-bench-common.mjs';
 
 const arg = (name, def) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? def;
@@ -54,10 +52,8 @@ async function main() {
   const stops = [];
   const rows = { one: [], many: [] };
   try {
-    const { keyFile, certFile } = selfSignedCert(dir, '127.0.0.1');
-    const origin = await startChild(join(root, 'bench/lib/tls-origin.mjs'), ['127.0.0.1', keyFile, certFile], { pin: rest });
+    const { origin, certFile, originUrl } = await startTlsOrigin(dir, '127.0.0.1', { pin: rest });
     stops.push(() => origin.stop());
-    const originUrl = `https://127.0.0.1:${origin.port}`;
     const one = await startPoolgateTarget(originUrl, certFile, dir, { maxConcurrent: 1000, pin: last });
     stops.push(() => one.stop());
     const many = await startPoolgateTarget(originUrl, certFile, dir, { maxConcurrent: 1000, pin: MANY_PIN ?? all, threads: THREADS });

@@ -27,6 +27,7 @@ import pg from 'pg';
 import { api, startPoolgate } from './lib/poolgate.mjs';
 import { benchCommand, machine, provenance, writeJson, writeMarkedSection, WRITE_RESULTS } from './lib/results.mjs';
 import { cpuMeter } from './lib/cpu.mjs';
+import { freshDatabase } from './lib/fresh-database.mjs';
 
 const { enqueueJobEvent } = await import('../dist/src/webhooks/outbox.js');
 const { EVENT_TYPE } = await import('../dist/src/jobs/job-event.js');
@@ -201,18 +202,12 @@ async function main() {
   const command = benchCommand('npm run bench:webhooks');
   const envelopes = process.env.BENCH_SKIP_ENVELOPES ? null : await envelopeBench();
 
-  const dbName = `poolgate_bench_${randomBytes(4).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: PG_URL });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${dbName}`);
-  await admin.end();
-  const dbUrl = new URL(PG_URL);
-  dbUrl.pathname = `/${dbName}`;
+  const fresh = await freshDatabase(PG_URL);
   const cert = selfSigned();
   const receiver = await startReceiver(cert);
   const floor = FLOOR ? await startFloor(cert.certFile) : null;
   const svc = await startPoolgate({
-    DATABASE_URL: dbUrl.toString(),
+    DATABASE_URL: fresh.url,
     POOLGATE_ALLOW_PRIVATE_TARGETS: 'true',
     POOLGATE_WEBHOOK_CA_FILE: cert.certFile,
     POOLGATE_WEBHOOK_CONCURRENCY: String(settings.concurrency),
@@ -222,7 +217,7 @@ async function main() {
     ...(process.env.BENCH_CPU_PROF ? { nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] } : {}),
     ...(process.env.BENCH_POOLGATE_BIN ? { bin: process.env.BENCH_POOLGATE_BIN } : {}),
   });
-  const db = new pg.Pool({ connectionString: dbUrl.toString(), max: 8 });
+  const db = new pg.Pool({ connectionString: fresh.url, max: 8 });
   let result;
   try {
     const boot = await svc.admin(['bootstrap', '--team', 'Bench', '--email', 'bench@bench.test', '--plan', 'business']);
@@ -428,10 +423,7 @@ async function main() {
     await floor?.close();
     await receiver.close();
     rmSync(cert.dir, { recursive: true, force: true });
-    const c = new pg.Client({ connectionString: PG_URL });
-    await c.connect();
-    await c.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
-    await c.end();
+    await fresh.drop();
   }
   const date = new Date().toISOString();
   const floors = [result.burstFloor, result.steadyFloor].filter(Boolean);
