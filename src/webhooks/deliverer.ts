@@ -119,7 +119,7 @@ export class Deliverer {
   readonly #unwrittenFailures = new Map<number, number>();
   /**
    * A batch whose write failed is kept and written again (first in the next batch) from `at` on, until the
-   * claims of its rows have lapsed (`since` + the lease): a blip of the store neither re-sends what was delivered
+   * claims of its rows may lapse (`since` + the lease − the send timeout): a blip of the store neither re-sends what was delivered
    * nor lets a failing destination be claimed while its failures are missing from its streak.
    */
   #writeRetry: { since: number; at: number } | null = null;
@@ -392,14 +392,15 @@ export class Deliverer {
   /**
    * A failed write: the batch goes back before what was gathered since (the streak sums outcomes in the order
    * they came back) and is written again a poll period later, its failures still unwritten. Once the claims of
-   * its rows have lapsed it is dropped: the rows are due again (another worker may be sending them) and come
+   * its rows may have lapsed it is dropped: the rows are due again (another worker may be sending them) and come
    * back as after a crash (at-least-once); so is a batch whose write fails as the deliverer stops. Returns
    * whether the batch was kept.
    */
   #keepUnwritten(batch: Outcome[], err: unknown): boolean {
     const now = performance.now();
     const since = this.#writeRetry?.since ?? now;
-    if (this.#stopping || now - since >= this.#o.leaseMs) {
+    // A row's claim began at most a send timeout before its outcome came back: dropped before any claim can lapse.
+    if (this.#stopping || now - since >= this.#o.leaseMs - this.#o.timeoutMs) {
       this.#writeRetry = null;
       this.#o.log.error({ err, deliveries: batch.length }, 'webhook delivery: recording the attempts failed (the deliverer is stopping, or their claims have lapsed); they will be sent again');
       return false;
