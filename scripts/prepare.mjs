@@ -1,6 +1,7 @@
 // `npm install` / `npm ci` run this once (the `prepare` lifecycle script): compile to dist/ so that `npm start`
-// and `npx poolgate` run without building. Skipped where the sources are not there yet (the Dockerfile installs
-// dependencies from package.json alone, then builds once the sources are copied) or with POOLGATE_SKIP_BUILD=1.
+// and `npx poolgate` run without building, and build tap's Test class for the configured plugins
+// (scripts/tap-build.mjs). Skipped where the sources are not there yet (the Dockerfile installs dependencies
+// from package.json alone, then builds once the sources are copied) or with POOLGATE_SKIP_BUILD=1.
 import { existsSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import { dirname, join } from 'node:path';
@@ -16,8 +17,14 @@ if (!existsSync(tsc)) {
   process.stdout.write('poolgate: typescript is not installed (production install); not building\n');
   process.exit(0);
 }
-const r = spawnSync(process.execPath, [tsc, '-p', join(root, 'tsconfig.json')], { stdio: 'inherit' });
+// Build mode: nothing is compiled or written when dist/ is current. `npx poolgate` in the repository links the
+// checkout into npx's cache and runs this script again (npm's exec), which otherwise rewrote dist/ in place
+// while the service (or a test run) was loading it.
+const r = spawnSync(process.execPath, [tsc, '-b', join(root, 'tsconfig.json')], { stdio: 'inherit' });
 if (r.status !== 0) process.exit(r.status ?? 1);
 // The dashboard's browser bundles (esbuild, a dev dependency like typescript).
 const d = existsSync(join(root, 'dashboard')) ? spawnSync(process.execPath, [join(root, 'scripts', 'build-dashboard.mjs')], { stdio: 'inherit' }) : { status: 0 };
-process.exit(d.status ?? 1);
+if (d.status !== 0) process.exit(d.status ?? 1);
+// tap's Test class for the configured plugins (a development install: install work, not test work).
+const { ensureTapBuild } = await import('./tap-build.mjs');
+process.exit((await ensureTapBuild()) ? 0 : 1);

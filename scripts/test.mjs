@@ -5,34 +5,20 @@
 // test files (`npm test -- test/keys.test.ts`) are mapped to their compiled paths. dist/src/ is the `pretest`
 // build's.
 //
-// First it makes sure tap's Test class is built with the plugin list in package.json: a fresh `npm ci`
-// ships one built with every default plugin, and tap only rebuilds it inside the run, after it has fixed
-// the test processes' node arguments from the stale build. The first run of a fresh clone then loaded
-// @tapjs/typescript (ts-node and the TypeScript compiler) into every test process. Building
-// here, before tap starts, costs one `tap build` per install and nothing afterwards.
-import { spawn, spawnSync } from 'node:child_process';
+// First it makes sure tap's Test class is built with the plugin list in package.json (scripts/tap-build.mjs:
+// `npm ci` has normally done it).
+import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { buildTests, compiledTestPath, defaultTestList } from './build-tests.mjs';
 import { makeScratch, removeScratch } from './test-scratch.mjs';
+import { ensureTapBuild } from './tap-build.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const tapBin = join(root, 'node_modules', 'tap', 'dist', 'esm', 'run.mjs');
 // Keeps tap's processinfo from re-reading every module each test process loads (see the file).
 const runnerPreload = join(root, 'scripts', 'tap-runner-preload.mjs');
-
-/** Whether the built Test class lists exactly the plugins the config asks for (tap's own comparison). */
-async function tapBuildIsCurrent() {
-  try {
-    const { TapConfig } = await import('@tapjs/config');
-    const { signature } = await import('@tapjs/test');
-    const config = await TapConfig.load();
-    return config.pluginSignature === signature;
-  } catch {
-    return false; // cannot tell: build (tap build is always safe)
-  }
-}
 
 function fmt(ms) {
   const s = Math.round(ms / 1000);
@@ -62,11 +48,7 @@ try {
 // Side by side with tap's own check: the store template for this checkout (test/helpers/warm-up.ts).
 const warmUp = spawn(process.execPath, ['--liftoff-only', join(root, 'dist', 'test', 'helpers', 'warm-up.js')], { cwd: root, stdio: 'inherit' });
 const warmedUp = new Promise((resolve) => warmUp.once('exit', resolve));
-if (!(await tapBuildIsCurrent())) {
-  console.error('tap: building the Test class for the configured plugins (once per install)');
-  const built = spawnSync(process.execPath, [tapBin, 'build'], { cwd: root, stdio: 'inherit' });
-  if (built.status !== 0) process.exit(built.status ?? 1);
-}
+if (!(await ensureTapBuild())) process.exit(1);
 
 // A failed warm-up is not fatal: the test processes build the template themselves (and report what fails).
 await warmedUp;
