@@ -20,7 +20,10 @@ if (!existsSync(tsc)) {
 // Build mode: nothing is compiled or written when dist/ is current. `npx poolgate` in the repository links the
 // checkout into npx's cache and runs this script again (npm's exec), which otherwise rewrote dist/ in place
 // while the service (or a test run) was loading it.
-const r = spawnSync(process.execPath, [tsc, '-b', join(root, 'tsconfig.json')], { stdio: 'inherit' });
+// The dashboard's project (type-checked, not emitted) too, as `npm run build` does: the first `npm test` then
+// finds both current.
+const projects = [join(root, 'tsconfig.json'), ...(existsSync(join(root, 'dashboard', 'tsconfig.json')) ? [join(root, 'dashboard')] : [])];
+const r = spawnSync(process.execPath, [tsc, '-b', ...projects], { stdio: 'inherit' });
 if (r.status !== 0) process.exit(r.status ?? 1);
 // The dashboard's browser bundles (esbuild, a dev dependency like typescript).
 const d = existsSync(join(root, 'dashboard')) ? spawnSync(process.execPath, [join(root, 'scripts', 'build-dashboard.mjs')], { stdio: 'inherit' }) : { status: 0 };

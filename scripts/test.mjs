@@ -45,16 +45,19 @@ try {
   console.error('tests: test/ does not compile (see above)');
   process.exit(1);
 }
-// Side by side with tap's own check: the store template for this checkout (test/helpers/warm-up.ts).
-const warmUp = spawn(process.execPath, ['--liftoff-only', join(root, 'dist', 'test', 'helpers', 'warm-up.js')], { cwd: root, stdio: 'inherit' });
-const warmedUp = new Promise((resolve) => warmUp.once('exit', resolve));
+// The store template for this checkout (test/helpers/warm-up.ts), built side by side with the first test
+// processes' start: they load their modules meanwhile (~1 s of CPU each) and the first one to need the template
+// waits on its lock. A failed warm-up is not fatal: the test processes build the template themselves (and report
+// what fails).
+spawn(process.execPath, ['--liftoff-only', join(root, 'dist', 'test', 'helpers', 'warm-up.js')], { cwd: root, stdio: 'inherit' });
 if (!(await ensureTapBuild())) process.exit(1);
-
-// A failed warm-up is not fatal: the test processes build the template themselves (and report what fails).
-await warmedUp;
 // The test processes' TMPDIR: in memory where the machine has a tmpfs (scripts/test-scratch.mjs).
 const scratch = makeScratch();
 const env = { ...process.env, ...(scratch ? { TMPDIR: scratch } : {}) };
+// The `poolgate` processes tests spawn open their embedded stores with an 8 MB buffer pool, as in-process test
+// services do (test/helpers/service.ts): PGlite zeroes its shared memory at every open. A test that wants the
+// service's default sets its own environment.
+env.POOLGATE_EMBEDDED_SHARED_BUFFERS_MB ??= '8';
 // V8's compiled code for every module, kept on disk across processes and runs (Node's module compile cache): each
 // test process, worker thread and child loads ~670 modules (the service, TypeBox, tap), and compiling them again
 // was ~0.25 s of CPU per test process (2026-11-28). A changed file misses (the cache checks each file's content);

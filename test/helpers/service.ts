@@ -97,6 +97,9 @@ async function testConfig(opts: TestStoreOptions): Promise<{ config: Config; dro
       dataDir,
       databaseUrl: db?.url ?? null,
       allowPrivateTargets: true,
+      // A smaller buffer pool than the service's 32 MB: PGlite zeroes and touches its shared memory at every open,
+      // ~70 ms of CPU per store at 32 MB against 8 MB (docs/testing.md); a test store holds a few hundred rows.
+      embeddedSharedBuffersMb: 8,
       // TEST_LOG_LEVEL=warn (or debug) shows the service's log while a test runs.
       logLevel: process.env.TEST_LOG_LEVEL ?? 'silent',
       // TEST_PROXY_HTTP_PARSER=node runs a test file's pool traffic through the node:http listener.
