@@ -28,6 +28,8 @@ if (r.status !== 0) process.exit(r.status ?? 1);
 // The dashboard's browser bundles (esbuild, a dev dependency like typescript).
 const d = existsSync(join(root, 'dashboard')) ? spawnSync(process.execPath, [join(root, 'scripts', 'build-dashboard.mjs')], { stdio: 'inherit' }) : { status: 0 };
 if (d.status !== 0) process.exit(d.status ?? 1);
-// tap's Test class for the configured plugins (a development install: install work, not test work).
+// tap's Test class for the configured plugins (a development install: install work, not test work). A failure
+// does not fail the install (`npm start` needs no tap): `npm test` checks again and stops there with tap's error.
 const { ensureTapBuild } = await import('./tap-build.mjs');
-process.exit((await ensureTapBuild()) ? 0 : 1);
+if (!(await ensureTapBuild())) process.stdout.write('poolgate: tap build failed; `npm test` will try it again\n');
+process.exit(0);

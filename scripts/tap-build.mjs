@@ -10,7 +10,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const tapBin = join(root, 'node_modules', 'tap', 'dist', 'esm', 'run.mjs');
+/** tap's command-line entry (scripts/test.mjs runs tap through it). */
+export const tapBin = join(root, 'node_modules', 'tap', 'dist', 'esm', 'run.mjs');
 
 /** Whether the built Test class lists exactly the plugins the config asks for (tap's own comparison). */
 async function tapBuildIsCurrent() {

@@ -13,10 +13,9 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { buildTests, compiledTestPath, defaultTestList } from './build-tests.mjs';
 import { makeScratch, removeScratch } from './test-scratch.mjs';
-import { ensureTapBuild } from './tap-build.mjs';
+import { ensureTapBuild, tapBin } from './tap-build.mjs';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const tapBin = join(root, 'node_modules', 'tap', 'dist', 'esm', 'run.mjs');
 // Keeps tap's processinfo from re-reading every module each test process loads (see the file).
 const runnerPreload = join(root, 'scripts', 'tap-runner-preload.mjs');
 
