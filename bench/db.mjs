@@ -438,9 +438,10 @@ function section(o) {
   lines.push(`${o.settings.sysbench_tables} tables × ${o.settings.sysbench_table_size} rows, prepared statements (\`--db-ps-mode=auto\`).`);
   const relayRan = Object.values(o.results.pg ?? {}).some((t) => t['node-relay']);
   if (relayRan) {
-    lines.push('node-relay: bench/lib/pg-relay.mjs, each client piped to its own server connection (read → `write`, no parsing,');
-    lines.push('pooling or admission; both sides read through `onread` as poolgate\'s listeners are): what any Node.js proxy pays for its');
-    lines.push('sockets, so poolgate / node-relay is the cost of poolgate itself.');
+    lines.push('node-relay: bench/lib/pg-relay.mjs, each client piped to its own server connection (read → write, no parsing,');
+    lines.push('pooling or admission; both sides read through `onread` and written through the handle\'s `writeBuffer`, as poolgate\'s');
+    lines.push('listeners do): what any Node.js proxy pays for its sockets, so poolgate / node-relay is the cost of poolgate itself,');
+    lines.push('and node-relay / PgBouncer the most a Node.js proxy on this socket path can reach.');
   }
   lines.push('Proxy CPU: the proxy process\'s user + system time (from /proc/<pid>/stat) over the run, per transaction.');
   if (o.settings.rate) lines.push(`pgbench ran at a fixed rate of ${o.settings.rate} tps (\`-R\`): compare CPU per transaction, not TPS.`);
