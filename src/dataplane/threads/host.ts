@@ -8,11 +8,12 @@ import type { Config } from '../../config/schema.js';
 import type { JobIntake } from '../../jobs/job-intake.js';
 import type { NonceStore } from '../../policies/nonce-store.js';
 import type { Logger } from '../../log.js';
-import type { DataplaneMetrics } from '../../pool-request/release.js';
+import type { DataplaneMetrics, RequestRecord } from '../../pool-request/release.js';
 import type { Dataplane } from '../server.js';
 import type { SharedGovernorHandle, SharedMemoryGovernor } from '../../governor/shared-memory.js';
 import type { FromWorker, ToWorker, WorkerStart } from './messages.js';
 import { proxyHttpParser, UWS_LIMITS } from '../http-parser.js';
+import { unpackRecords } from './record-codec.js';
 
 /** How many pool listener threads the config asks for (0: one per CPU). */
 export function dataplaneThreadCount(config: Pick<Config, 'dataplaneThreads'>): number {
@@ -64,8 +65,12 @@ class Thread {
   stopped = false;
   readonly startedAt = Date.now();
 
+  /** Where this thread's finished requests are counted (the host's metrics sink). */
+  readonly #record: (r: RequestRecord) => void;
+
   constructor(start: WorkerStart, host: DataplaneThreadsOptions, onEnd: (t: Thread, code: number) => void) {
     this.governor = start.governor;
+    this.#record = (r) => host.metrics.record(r);
     // Run from source under tsx (`npx tsx bench/…`) this module is the .ts file; compiled it is .js: start the worker in the same form.
     this.worker = import.meta.url.endsWith('.ts')
       ? // The tsx loader of the parent does not reach a worker's module loader: register it there first.
@@ -117,8 +122,10 @@ class Thread {
       // Everything is flushed and the listener closed: nothing left that needs the thread.
       void this.worker.terminate();
     } else if (m.t === 'records') {
-      this.served += m.records.length;
-      for (const r of m.records) host.metrics.record(r);
+      if (m.records !== null) {
+        this.served += m.records.n;
+        unpackRecords(m.records, this.#record);
+      }
       for (const [pool, policy, reason] of m.refusals) host.metrics.policyRefused?.(pool, policy, reason);
     } else if (m.t === 'nonce') {
       Promise.resolve()

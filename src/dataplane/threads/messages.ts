@@ -4,8 +4,8 @@ import type { Config } from '../../config/schema.js';
 import type { SharedGovernorHandle } from '../../governor/shared-memory.js';
 import type { NewJob } from '../../jobs/job-store.js';
 import type { NonceClaim } from '../../policies/nonce-store.js';
-import type { RequestRecord } from '../../pool-request/release.js';
 import type { KeyChange, Snapshot } from '../../pool-request/snapshot.js';
+import type { PackedRecords } from './record-codec.js';
 
 /** A worker thread's start-up data. */
 export interface WorkerStart {
@@ -35,8 +35,8 @@ export type ToWorker =
 export type FromWorker =
   | { t: 'listening'; port: number }
   | { t: 'failed'; message: string }
-  /** Finished requests and policy refusals since the last batch, for /metrics and the rollups. */
-  | { t: 'records'; records: RequestRecord[]; refusals: Array<[pool: string, policy: string, reason: string]> }
+  /** Finished requests (packed; null when none) and policy refusals since the last batch, for /metrics and the rollups. */
+  | { t: 'records'; records: PackedRecords | null; refusals: Array<[pool: string, policy: string, reason: string]> }
   /** An async job to store; answered with `spilled` of the same id. */
   | { t: 'spill'; id: number; job: NewJob }
   /** An HMAC nonce to claim in the main thread's store (one store, so a replay to another thread is caught); answered with `nonced`. */

@@ -1,7 +1,9 @@
 // A worker thread's metrics sink: finished requests and policy refusals are batched and posted to the
-// main thread, which counts them in /metrics and the rollups (one message per batch, not per request).
+// main thread, which counts them in /metrics and the rollups (one message per batch, not per request; the
+// records packed, record-codec.ts).
 import type { DataplaneMetrics, RequestRecord } from '../../pool-request/release.js';
 import type { FromWorker } from './messages.js';
+import { RecordPacker } from './record-codec.js';
 
 /** A batch is sent when it has this many records, or FLUSH_MS after its first one. */
 const MAX_BATCH = 256;
@@ -9,7 +11,7 @@ const FLUSH_MS = 50;
 
 export class RecordBatch implements DataplaneMetrics {
   readonly #post: (m: FromWorker) => void;
-  #records: RequestRecord[] = [];
+  readonly #records = new RecordPacker(MAX_BATCH);
   #refusals: Array<[string, string, string]> = [];
   #timer: NodeJS.Timeout | null = null;
 
@@ -18,9 +20,7 @@ export class RecordBatch implements DataplaneMetrics {
   }
 
   record(r: RequestRecord): void {
-    const a = r.admission;
-    // The admission holds the permit (not cloneable, and the metrics need only its summary).
-    if (a !== null) r.admission = a.ok ? { ok: true, queuedMs: a.queuedMs } : { ok: false, reason: a.reason, queuedMs: a.queuedMs };
+    // Packed now: only the admission's summary is kept (the admission itself holds the permit).
     this.#records.push(r);
     this.#due();
   }
@@ -39,9 +39,9 @@ export class RecordBatch implements DataplaneMetrics {
   flush(): void {
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = null;
-    if (this.#records.length === 0 && this.#refusals.length === 0) return;
-    this.#post({ t: 'records', records: this.#records, refusals: this.#refusals });
-    this.#records = [];
+    const records = this.#records.take();
+    if (records === null && this.#refusals.length === 0) return;
+    this.#post({ t: 'records', records, refusals: this.#refusals });
     this.#refusals = [];
   }
 }
