@@ -11,7 +11,7 @@
 // rate (CPU per transaction compared at equal load); BENCH_TARGETS=direct,pgbouncer,node-relay,poolgate (default
 // without node-relay); BENCH_SUITES=pg,mysql; BENCH_WORKLOADS='-S;TPC-B' (names as in the table, ';'-separated)
 // picks the pgbench workloads (also 'select-only, extended' and 'simple-update (read-write)');
-// BENCH_CPU_PROF=<dir> runs poolgate with --cpu-prof into dir; BENCH_STRACE=<dir> runs it under `strace -f -c` (its syscalls, counted, in dir); BENCH_RENDER=bench/out/db-….json rewrites the section
+// BENCH_CPU_PROF=<dir> runs poolgate with --cpu-prof into dir; BENCH_NODE_ARGS adds node flags to poolgate's (e.g. --perf-basic-prof for `perf record -p`); BENCH_STRACE=<dir> runs it under `strace -f -c` (its syscalls, counted, in dir); BENCH_RENDER=bench/out/db-….json rewrites the section
 // from a saved run; BENCH_BASELINE=<another built checkout> adds its poolgate as the target `baseline`, alternated
 // with this one: before/after a change in one run); BENCH_CALLGRIND=<transactions> (with BENCH_SUITES=mysql) runs the
 // poolgate targets under valgrind's callgrind instead of timing them: per round, after a warm-up of half as many
@@ -187,6 +187,7 @@ const sysbenchBase = () => ({ database: ROLE, tables: settings.sysbench_tables, 
  */
 async function startPoolgateTarget(dir, bin) {
   const nodeArgs = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
+  if (process.env.BENCH_NODE_ARGS) nodeArgs.push(...process.env.BENCH_NODE_ARGS.split(' ').filter(Boolean));
   // Counting off until the sysbench warm-up is over (start-up under instrumentation would take minutes).
   const wrap = settings.callgrind_txns ? ['valgrind', '--tool=callgrind', '--instr-atstart=no', `--callgrind-out-file=${callgrindDir(dir)}/cg.%p`] : process.env.BENCH_STRACE ? ['strace', '-f', '-c', '-o', `${process.env.BENCH_STRACE}/strace.${Date.now()}`] : undefined;
   const svc = await startPoolgate({
