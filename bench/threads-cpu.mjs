@@ -5,7 +5,7 @@
 // pinned to the proxy CPU and with N threads pinned to every CPU, rounds alternated; CPU per request is the proxy
 // process's user + system time (every thread) over the requests answered. The load generator and the origin run on
 // the other CPU (pinned); with N threads the proxy shares it with them, as it would on a real 2-core host.
-// Usage: npm run bench:threads-cpu [-- --threads=2 --rate=1500 --seconds=10 --rounds=3 --connections=32]
+// Usage: npm run bench:threads-cpu [-- --threads=2 --rate=1500 --seconds=10 --rounds=3 --connections=32 --warmup=3]
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { availableParallelism, loadavg, tmpdir } from 'node:os';
@@ -21,6 +21,10 @@ const RATE = Number(arg('rate', 1500));
 const SECONDS = Number(arg('seconds', 10));
 const ROUNDS = Number(arg('rounds', 3));
 const CONNECTIONS = Number(arg('connections', 32));
+// Seconds of paced load on each target before the rounds. Every thread is an isolate that compiles its own code:
+// with 3 s, the first rounds still carried the optimizing compiler's background work (V8Worker 36–56 µs a request
+// against 3–19 from the third round on, 2026-11-29), twice over with two threads.
+const WARMUP = Number(arg('warmup', 3));
 // --many-pin=<cpus>: where the N threads run (default every CPU); the proxy CPU alone separates the threads' own
 // cost from that of sharing the cores with the load generator and origin.
 const MANY_PIN = arg('many-pin', null);
@@ -61,7 +65,7 @@ async function main() {
     for (const t of [one, many]) {
       await probe({ name: 'poolgate', ...t });
       // Warm-up: JIT and origin connections in every thread.
-      await autocannon({ url: t.url, headers: t.headers, connections: CONNECTIONS, duration: 3, overallRate: RATE });
+      await autocannon({ url: t.url, headers: t.headers, connections: CONNECTIONS, duration: WARMUP, overallRate: RATE });
     }
     for (let i = 0; i < ROUNDS; i++) {
       // Alternate which goes first, so a change in the machine's load over the run falls on both.
