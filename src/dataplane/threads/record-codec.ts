@@ -3,6 +3,7 @@
 // read back on the main thread per request (Node 24), the main thread's largest cost per request with two
 // threads. Packed, a batch is one Float64Array (numbers, copied as one block) and the few distinct strings in it
 // (pool names, outcomes, refusal reasons), each sent once a batch.
+import type { RefusalReason } from '../../governor/governor.js';
 import type { AdmissionSummary } from '../../metrics/registry.js';
 import type { RequestRecord } from '../../pool-request/release.js';
 
@@ -94,7 +95,7 @@ export function unpackRecords(p: PackedRecords, each: (r: RequestRecord) => void
     const kind = d[at + ADMISSION];
     const queued = d[at + ADMISSION_QUEUED_MS]!;
     const admission: AdmissionSummary | null =
-      kind === 0 ? null : kind === 1 ? { ok: true, queuedMs: queued } : { ok: false, reason: strings[d[at + REASON]!] as Extract<AdmissionSummary, { ok: false }>['reason'], queuedMs: queued };
+      kind === 0 ? null : kind === 1 ? { ok: true, queuedMs: queued } : { ok: false, reason: strings[d[at + REASON]!] as RefusalReason, queuedMs: queued };
     const upstreamMs = d[at + UPSTREAM_MS]!;
     each({
       poolId: d[at + POOL_ID]!,
