@@ -58,6 +58,35 @@ t.test('the Node floor passes the origin answer through, request body included',
   await missing.body.dump();
 });
 
+t.test('the floor with the spec’s duties passes headers both ways, adds the governor’s and logs each request', async (t) => {
+  const origin = createServer(tls, (req, res) => {
+    req.resume();
+    req.on('end', () => res.writeHead(200, { 'content-type': 'application/json', 'x-other': 'kept', connection: 'keep-alive' }).end(JSON.stringify({ url: req.url, headers: req.headers })));
+  });
+  const port = await listen(origin);
+  t.teardown(() => origin.close());
+  const logFile = join(dir, 'duties-access.log');
+  const floor = await startChild(new URL('../../bench/lib/node-floor.mjs', import.meta.url).pathname, [`https://127.0.0.1:${port}`, certFile, '--obligations', logFile]);
+  const base = `http://127.0.0.1:${floor.port}`;
+
+  for (const path of ['/a?b=1', '/c']) {
+    const got = await request(`${base}${path}`, { headers: { 'x-client': 'on', 'x-forwarded-for': '6.6.6.6', te: 'trailers' } });
+    t.equal(got.statusCode, 200);
+    t.equal(got.headers['x-other'], 'kept', 'the origin’s own headers come back');
+    t.ok(got.headers['x-service-remaining-slots'] && got.headers['x-service-effective-limit'] === '10000' && got.headers['x-service-queued-ms'] === '0', 'the governor’s headers are added');
+    const seen = (await got.body.json()) as { url: string; headers: Record<string, string> };
+    t.equal(seen.url, path);
+    t.equal(seen.headers['x-client'], 'on', 'the client’s headers reach the origin');
+    t.equal(seen.headers['x-forwarded-for'], '127.0.0.1', 'X-Forwarded-For is what the proxy saw, not what the client claimed');
+    t.equal(seen.headers['x-forwarded-host'], `127.0.0.1:${floor.port}`);
+    t.equal(seen.headers.host, `127.0.0.1:${port}`);
+    t.notOk('te' in seen.headers, 'hop-by-hop headers are dropped');
+  }
+  await floor.stop();
+  const lines = readFileSync(logFile, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  t.same(lines.map((l) => [l.log, l.path, l.status, l.outcome]), [['access', '/a?b=1', 200, 'proxied'], ['access', '/c', 200, 'proxied']], 'one access line per request, written by the time it stops');
+});
+
 t.test('the deliveries floor sends every delivery once, signed as the deliverer signs, to its own path', async (t) => {
   const seen: { path: string; ok: boolean; webhookId: string | null; jobId: string }[] = [];
   const secrets = new Map([['/d0', 'whsec_floor_zero'], ['/d1', 'whsec_floor_one']]);

@@ -244,6 +244,8 @@ t.test('no free slot: 429 fail fast with Retry-After; waits from waitMs or the h
 
   // A waiter gets the slot the moment it is released.
   const pending = acquire('lk-wait', key, { body: { waitMs: 2000 } });
+  // Queued from here on (the request reaches the queue a moment after it is sent): 120 ms more before the release.
+  await until('the waiter to be queued', () => dp().governor.state(id).queued === 1);
   await sleep(120);
   t.same((await release('lk-wait', key, held.json.slotId)).json, { released: true });
   const got = await pending;

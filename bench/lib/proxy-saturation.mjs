@@ -68,6 +68,11 @@ export async function saturation({ log, command }) {
     const floor = await startNodeFloor(originUrl, certFile, pin);
     stops.push(() => floor.stop());
     targets.push({ key: 'node_floor', name: 'Node floor (node:http + undici)', url: `http://127.0.0.1:${floor.port}/`, headers: {}, pid: floor.pid });
+    // The floor plus the spec's per-request duties (bench/lib/node-floor.mjs --obligations): how much of poolgate's
+    // cost over the floor those take by themselves.
+    const duties = await startNodeFloor(originUrl, certFile, pin, undefined, join(dir, 'floor-access.log'));
+    stops.push(() => duties.stop());
+    targets.push({ key: 'node_floor_obligations', name: 'Node floor + the spec\'s per-request duties', url: `http://127.0.0.1:${duties.port}/`, headers: {}, pid: duties.pid });
     const pg = await startPoolgateTarget(originUrl, certFile, dir, { pin, maxConcurrent: settings.pool_max_concurrent });
     stops.push(() => pg.stop());
     targets.push({ key: 'poolgate', name: 'poolgate', url: pg.url, headers: pg.headers, pid: pg.pid });
@@ -106,7 +111,7 @@ export async function saturation({ log, command }) {
     rmSync(dir, { recursive: true, force: true });
   }
 
-  const medians = ['node_floor', 'poolgate', 'poolgate_before', 'nginx'].map((key) => {
+  const medians = ['node_floor', 'node_floor_obligations', 'poolgate', 'poolgate_before', 'nginx'].map((key) => {
     const g = rows.filter((r) => r.target === key);
     if (g.length === 0) return null;
     return {
@@ -130,6 +135,10 @@ export async function saturation({ log, command }) {
   const ratios = {
     poolgate_over_floor_rps: ratio(of('poolgate')?.rps, floorRow?.rps),
     poolgate_over_floor_cpu: ratio(of('poolgate')?.cpu_us, floorRow?.cpu_us),
+    obligations_over_floor_rps: ratio(of('node_floor_obligations')?.rps, floorRow?.rps),
+    obligations_over_floor_cpu: ratio(of('node_floor_obligations')?.cpu_us, floorRow?.cpu_us),
+    poolgate_over_obligations_rps: ratio(of('poolgate')?.rps, of('node_floor_obligations')?.rps),
+    poolgate_over_obligations_cpu: ratio(of('poolgate')?.cpu_us, of('node_floor_obligations')?.cpu_us),
     nginx_over_floor_rps: ratio(of('nginx')?.rps, floorRow?.rps),
     nginx_over_floor_cpu: ratio(of('nginx')?.cpu_us, floorRow?.cpu_us),
     before_over_floor_rps: ratio(of('poolgate_before')?.rps, floorRow?.rps),
@@ -176,8 +185,12 @@ export function saturationSection(report) {
     '| ratio to the Node floor | rps | CPU per request |',
     '|---|---:|---:|',
     `| poolgate | ${fmt(q.poolgate_over_floor_rps)} (target ≥ ${report.target.rps_over_floor}: ${met(q.rps_met)}) | ${fmt(q.poolgate_over_floor_cpu)} (target ≤ ${report.target.cpu_over_floor}: ${met(q.cpu_met)}) |`,
+    ...(q.obligations_over_floor_rps !== null ? [`| Node floor + the spec's per-request duties | ${fmt(q.obligations_over_floor_rps)} | ${fmt(q.obligations_over_floor_cpu)} |`] : []),
     ...(q.before_over_floor_rps !== null ? [`| poolgate before (BENCH_BEFORE_ROOT) | ${fmt(q.before_over_floor_rps)} | ${fmt(q.before_over_floor_cpu)} |`] : []),
     `| nginx | ${fmt(q.nginx_over_floor_rps)} | ${fmt(q.nginx_over_floor_cpu)} |`,
+    ...(q.poolgate_over_obligations_rps !== null
+      ? ['', `poolgate against the floor with the spec's per-request duties (every header passed both ways with the forwarding headers, the X-Service-* headers, an access-log line per request; bench/lib/node-floor.mjs --obligations): rps ${fmt(q.poolgate_over_obligations_rps)}, CPU per request ${fmt(q.poolgate_over_obligations_cpu)}.`]
+      : []),
     ...(notes.length ? ['', 'Notes:', '', ...notes.map((n) => `- ${n}`)] : []),
   ].join('\n');
 }

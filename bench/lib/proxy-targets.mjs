@@ -74,9 +74,14 @@ export async function startPoolgateTarget(origin, caFile, dir, o) {
   }
 }
 
-/** The Node floor (bench/lib/node-floor.mjs) in its own process, on whatever node runs the bench. */
-export async function startNodeFloor(originUrl, caFile, pin, wrap) {
-  return startChild(join(root, 'bench/lib/node-floor.mjs'), [originUrl, caFile], { pin, wrap, startMs: wrap ? 300_000 : undefined });
+/**
+ * The Node floor (bench/lib/node-floor.mjs) in its own process, on whatever node runs the bench. `accessLogFile`:
+ * the floor with the spec's per-request obligations (headers both ways, the X-Service-* headers, an access-log
+ * line to that file).
+ */
+export async function startNodeFloor(originUrl, caFile, pin, wrap, accessLogFile) {
+  const args = accessLogFile ? [originUrl, caFile, '--obligations', accessLogFile] : [originUrl, caFile];
+  return startChild(join(root, 'bench/lib/node-floor.mjs'), args, { pin, wrap, startMs: wrap ? 300_000 : undefined });
 }
 
 /**
