@@ -172,17 +172,24 @@ export interface FailoverFigures {
   refusingS: number;
   /** Median time a refused request waited for its answer, ms. */
   refusedP50Ms: number;
-  /** From the kill until the start of the first request admitted after the last refused one (admissions resumed), seconds. */
+  /**
+   * From the kill until the start of the first request admitted after the failover's last refusal (admissions
+   * resumed), seconds. The failover's refusals: every 503, and any refusal of a request sent before Redis took
+   * writes again. A 504 `queue_timeout` of a request sent after that is the overload's queue (the scenario sends more
+   * than the pool serves), not the failover's: counting it, a run whose last requests waited out the queue had no
+   * admission after them and read as never resumed.
+   */
   resumeS: number;
 }
 
-/** What the samples say about a kill at `killAt` (ms on the load's clock). */
-export function figures(samples: Sample[], killAt: number): FailoverFigures {
+/** What the samples say about a kill at `killAt`, with Redis taking writes again at `backAt` (ms on the load's clock). */
+export function figures(samples: Sample[], killAt: number, backAt: number): FailoverFigures {
   const refusedSamples = samples.filter((s) => s.status !== 200);
   const refusedBy: Record<string, number> = {};
   for (const s of refusedSamples) refusedBy[`${s.status} ${s.error ?? ''}`.trim()] = (refusedBy[`${s.status} ${s.error ?? ''}`.trim()] ?? 0) + 1;
   const lastRefusal = refusedSamples.length ? Math.max(...refusedSamples.map((s) => s.end)) : killAt;
-  const lastRefusedStart = refusedSamples.length ? Math.max(...refusedSamples.map((s) => s.start)) : killAt;
+  const failoverRefused = refusedSamples.filter((s) => s.status === 503 || s.start < backAt);
+  const lastRefusedStart = failoverRefused.length ? Math.max(...failoverRefused.map((s) => s.start)) : killAt;
   const firstOk = samples.filter((s) => s.status === 200 && s.start >= lastRefusedStart).sort((a, b) => a.start - b.start)[0];
   return {
     requests: samples.length,

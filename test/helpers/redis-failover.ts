@@ -135,7 +135,7 @@ export async function failoverScenario(t: Test, topology: 'sentinel' | 'cluster'
 
   const policies = POLICIES.map((policy, i): PolicyFigures => ({
     policy,
-    ...figures(loads[i]!.samples, killAt),
+    ...figures(loads[i]!.samples, killAt, backAt),
     peakBefore: peakBefore[i]!,
     peakDuring: peakDuring[i]!,
     peakAfter: peakAfter[i]!,
