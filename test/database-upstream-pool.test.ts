@@ -98,8 +98,14 @@ t.test('MySQL: SQL over HTTP and the wire listener at once stay within max_concu
       for (let i = 0; i < 8; i++) await http.run('SELECT SLEEP(0.01)');
     }),
   ]);
-  const peak = await peakOf(() => w.processes(), work);
-  t.ok(peak >= 2 && peak <= MAX, `at most ${MAX} server connections of the pool's role at any time (peak ${peak})`);
+  const pools = w.svc.service.dataplane!.databases.pools;
+  const [peak, held] = await Promise.all([peakOf(() => w.processes(), work), peakOf(async () => pools.openCount(w.poolId), work)]);
+  t.ok(held <= MAX, `poolgate held at most ${MAX} server connections at any time (its upstream pool's count, peak ${held})`);
+  // MariaDB lists a session for a moment after its socket has closed (after COM_QUIT, 9 in 300 mysql2 end()s were
+  // still in the processlist, and still counted against max_user_connections, right after the close). When one kind
+  // waits, another's idle connection is closed to make room and the slot is used at once: the server may list the
+  // closing session beside its successor. Anything more than that one would be a connection over the count.
+  t.ok(peak >= 2 && peak <= MAX + 1, `the server listed at most ${MAX} + 1 sessions of the pool's role (one closed by poolgate may linger; peak ${peak})`);
   await until('idle server connections to close after dbIdleTimeoutMs', async () => (await w.processes()) === 0, 20_000, 100);
   // The server forgets a session when poolgate's close reaches it; the pool counts it gone at the socket's 'close',
   // which can come a moment later.

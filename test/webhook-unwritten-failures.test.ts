@@ -30,6 +30,9 @@ class StatementGate {
   #holdWrites = false;
   /** Writes still to be refused (as a store that has gone away answers them). */
   #failWrites = 0;
+  /** Writes to let through before the armed failures begin (failWritesAfter). */
+  #failAfter = 0;
+  #failArmed = 0;
   writesFailed = 0;
   readonly held = { claims: [] as Array<() => void>, writes: [] as Array<() => void> };
   /** Claims (with nothing to write) begun and ended; writes ended. */
@@ -60,7 +63,15 @@ class StatementGate {
           this.claimsEnded++;
           this.claimsAfterWrites.push(writesBefore);
         }
-        if (write) this.writesEnded++;
+        if (write) {
+          this.writesEnded++;
+          // Armed by failWritesAfter: the failures begin once that many writes have gone through, from the
+          // deliverer's own order of writes (the test's poll of the store would see it late, or not at all).
+          if (this.#failArmed > 0 && --this.#failAfter === 0) {
+            this.#failWrites = this.#failArmed;
+            this.#failArmed = 0;
+          }
+        }
       }
     };
     this.sql = new Proxy(inner, {
@@ -80,6 +91,12 @@ class StatementGate {
   /** The next `n` writes fail without reaching the store. */
   failWrites(n: number): void {
     this.#failWrites = n;
+  }
+
+  /** After the next `ok` writes reach the store, the `n` writes after them fail. */
+  failWritesAfter(ok: number, n: number): void {
+    this.#failAfter = ok;
+    this.#failArmed = n;
   }
 
   holdWrites(on: boolean): void {
@@ -222,10 +239,11 @@ for (const engine of engines) {
     receiver.on(path, { status: 500 });
     const { gate, deliverer, stop, enqueue, recorded, disabled } = await setup(t, engine, path);
     await enqueue(2 * FAILURES_BEFORE_DEACTIVATION);
+    // Mid-streak: the first write of failures goes through (at most 4: the destination's in-flight limit), the next
+    // three fail, so the failures they carry are missing from the streak until written again. Armed in the gate, not
+    // after a poll of the store: a fast deliverer had written all 8 before the test's poll saw 3.
+    gate.failWritesAfter(1, 3);
     await deliverer.start();
-    await until('3 failures recorded', async () => (await recorded()) >= 3);
-    // The next writes fail: the failures they carry are missing from the streak until written again.
-    gate.failWrites(3);
     await until('deactivated', disabled, 10_000);
     t.equal(gate.writesFailed, 3, 'three writes failed');
     t.equal(await recorded(), FAILURES_BEFORE_DEACTIVATION, 'the 8 attempts recorded');

@@ -167,7 +167,8 @@ export function saturationSection(report) {
   const met = (ok) => (ok ? 'met' : '**missed**');
   return [
     `\`npm run bench:proxy -- --mode=saturation\` (bench/lib/proxy-saturation.mjs): one https origin on 127.0.0.2 (${s.origin}) behind`,
-    'the Node floor (node:http + one undici Pool, nothing else), poolgate (`bin/poolgate.js start`, one data plane thread,',
+    'the Node floor (node:http + one undici Pool, nothing else), the same floor with the spec\'s per-request duties (`--obligations`:',
+    'headers both ways with the forwarding headers, the X-Service-* headers, an access-log line a request), poolgate (`bin/poolgate.js start`, one data plane thread,',
     `default configuration but adaptive off and max_concurrent ${s.pool_max_concurrent}, access log to a file) and nginx (access log to a file),`,
     `driven at saturation by ${s.tool === 'wrk' ? `wrk \`-t${s.wrk_threads}\`` : 'autocannon'} over ${s.connections} keep-alive connections, ${s.duration_s} s per row after a ${s.warmup_s} s warm-up,`,
     `${s.rounds} rounds with the order of the targets rotated each round; each figure is the median over the rounds.`,
