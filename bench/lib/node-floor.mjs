@@ -8,12 +8,15 @@
 // and X-Forwarded-For/-Proto/-Host set), every response header passed back (hop-by-hop, Date and framing dropped)
 // with the three X-Service-* headers added, and one access-log line per request in poolgate's JSON shape through
 // pino's asynchronous file destination (its own 4 KiB buffering). It says what share of poolgate's cost over the
-// floor those duties take by themselves, measured in the same run.
+// floor those duties take by themselves, measured in the same run. Which headers are hop-by-hop is the spec's rule,
+// taken from poolgate's one statement of it (src/pool-request/headers.ts), not a copy of its list.
+// Needs the build (npm run bench:proxy builds first).
 // Run as a child: node node-floor.mjs <origin> <caFile> [--obligations <file>]; prints {"port":N}.
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { pino } from 'pino';
 import { Pool } from 'undici';
+import { connectionListed, isHopByHop } from '../../dist/src/pool-request/headers.js';
 
 const [origin, caFile, flag, logFile] = process.argv.slice(2);
 const obligations = flag === '--obligations';
@@ -44,29 +47,38 @@ function failed(res, err) {
   else res.destroy(err);
 }
 
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'expect']);
 const log = obligations ? pino.destination({ dest: logFile, sync: false, minLength: 4096 }) : null;
 let inFlight = 0;
 
 function withObligations(req, res) {
   const started = performance.now();
   inFlight++;
+  // From rawHeaders alone (req.headers would build a second record): Host and Connection first, then the rest.
   const raw = req.rawHeaders;
-  const headers = [];
+  const names = [];
   let host = '';
+  let connection;
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i].toLowerCase();
+    names.push(name);
     if (name === 'host') host = raw[i + 1];
-    if (HOP_BY_HOP.has(name) || name === 'host' || name.startsWith('x-forwarded-') || name.startsWith('x-service-')) continue;
-    headers.push(name, raw[i + 1]);
+    else if (name === 'connection') connection = raw[i + 1];
+  }
+  const listed = connectionListed(connection);
+  const headers = [];
+  for (let i = 0; i < names.length; i++) {
+    const name = names[i];
+    if (isHopByHop(name, listed) || name === 'host' || name.startsWith('x-forwarded-') || name.startsWith('x-service-')) continue;
+    headers.push(name, raw[2 * i + 1]);
   }
   headers.push('host', upstream.host, 'x-forwarded-for', req.socket.remoteAddress, 'x-forwarded-proto', 'http', 'x-forwarded-host', host);
   const upstreamStarted = performance.now();
   pool
     .stream({ path: req.url, method: req.method, headers, body: req.method === 'GET' || req.method === 'HEAD' ? null : req, opaque: res }, ({ statusCode, headers: got, opaque }) => {
       const head = [];
+      const listedBack = connectionListed(got.connection);
       for (const name in got) {
-        if (HOP_BY_HOP.has(name) || name === 'date') continue;
+        if (isHopByHop(name, listedBack) || name === 'date') continue;
         const v = got[name];
         if (Array.isArray(v)) for (const one of v) head.push(name, one);
         else head.push(name, v);
